@@ -1,0 +1,273 @@
+"""Every error zincir raises, in one tree.
+
+    ZincirError
+    ├── InvalidInput                 bad argument from the caller; nothing stored
+    │   ├── InvalidLeaseTtl
+    │   ├── InvalidInvocation
+    │   ├── InvalidDocument          a payload document that fails strict validation
+    │   │   └── SensitiveHeader
+    │   ├── NotJsonSerializable
+    │   └── PayloadTooLarge
+    ├── StoreError                   the database could not do what was asked
+    │   ├── SchemaTooNew
+    │   └── NotAZincirDatabase
+    ├── RunNotFound
+    ├── RunExists
+    ├── RunTerminal
+    ├── LeaseError
+    │   ├── LeaseHeld                another owner's lease is live
+    │   ├── LeaseLost                our heartbeat failed; renew by recovering
+    │   └── FencedOut                a newer owner holds the run
+    ├── DuplicateToolCall
+    ├── UnknownToolCall
+    ├── CheckpointError
+    ├── StepInProgress
+    ├── RevisionConflict
+    ├── RecordFormatError
+    │   ├── UnknownField
+    │   ├── UnsupportedVersion
+    │   ├── InvalidPayload
+    │   ├── AmbiguousOutcome
+    │   └── DigestMismatch
+    ├── InputDrift
+    ├── MissingDurableHandler
+    ├── MissingDurableToolsetOrigins
+    ├── OperationFailed              raised by a handler to persist a failure record
+    ├── OperationInProgress
+    └── WorkerError
+
+    ZincirSignal (BaseException)     control flow that user code must not swallow
+    └── Suspend                      raised by a handler to persist a suspension record
+
+Every error takes a keyword-only ``run_id`` and shows it in its message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AmbiguousOutcome",
+    "CheckpointError",
+    "DigestMismatch",
+    "DuplicateToolCall",
+    "FencedOut",
+    "InputDrift",
+    "InvalidDocument",
+    "InvalidInput",
+    "InvalidInvocation",
+    "InvalidLeaseTtl",
+    "InvalidPayload",
+    "LeaseError",
+    "LeaseHeld",
+    "LeaseLost",
+    "MissingDurableHandler",
+    "MissingDurableToolsetOrigins",
+    "NotAZincirDatabase",
+    "NotJsonSerializable",
+    "OperationFailed",
+    "OperationInProgress",
+    "PayloadTooLarge",
+    "RecordFormatError",
+    "RevisionConflict",
+    "RunExists",
+    "RunNotFound",
+    "RunTerminal",
+    "SchemaTooNew",
+    "SensitiveHeader",
+    "StepInProgress",
+    "StoreError",
+    "Suspend",
+    "UnknownField",
+    "UnknownToolCall",
+    "UnsupportedVersion",
+    "WorkerError",
+    "ZincirError",
+    "ZincirSignal",
+]
+
+
+class ZincirError(Exception):
+    """Base of every zincir error; ``run_id`` names the run where there is one."""
+
+    def __init__(self, message: str, *, run_id: str | None = None) -> None:
+        self.run_id = run_id
+        self.detail = message
+        super().__init__(f"[run {run_id}] {message}" if run_id is not None else message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.__dict__))
+
+
+def _rebuild(cls: type[BaseException], state: dict[str, Any]) -> BaseException:
+    """Unpickle an error without calling its __init__ (subclasses take other arguments)."""
+    error = cls.__new__(cls)
+    error.__dict__.update(state)
+    message = state.get("detail", "")
+    run_id = state.get("run_id")
+    error.args = (f"[run {run_id}] {message}" if run_id is not None else message,)
+    return error
+
+
+class InvalidInput(ZincirError, ValueError):
+    """An argument is malformed; nothing was stored."""
+
+
+class InvalidLeaseTtl(InvalidInput):
+    """A lease TTL below the 30 ms floor (or not a duration)."""
+
+
+class InvalidInvocation(InvalidInput):
+    """An invocation fails validation (ids, sequence, input document, size)."""
+
+
+class InvalidDocument(InvalidInput):
+    """A payload document fails strict validation."""
+
+
+class SensitiveHeader(InvalidDocument):
+    """A payload would carry a credential header; configure it on the transport instead."""
+
+
+class NotJsonSerializable(InvalidInput):
+    """A value that must be stored as JSON cannot be encoded."""
+
+
+class PayloadTooLarge(InvalidInput):
+    """A payload exceeds its configured size bound."""
+
+
+class StoreError(ZincirError):
+    """The database failed or is not usable."""
+
+
+class SchemaTooNew(StoreError):
+    """The database was migrated by a newer zincir than this one."""
+
+
+class NotAZincirDatabase(StoreError):
+    """The file is missing or holds no zincir schema."""
+
+
+class RunNotFound(ZincirError, LookupError):
+    """No run has this id."""
+
+
+class RunExists(ZincirError):
+    """A run with this id already exists; recover it instead of creating it."""
+
+
+class RunTerminal(ZincirError):
+    """The run is completed, failed or cancelled; it cannot be recovered or written."""
+
+
+class LeaseError(ZincirError):
+    """Base of the lease and fencing errors."""
+
+
+class LeaseHeld(LeaseError):
+    """Another owner's lease on the run is live; wait for expiry or force_recover."""
+
+
+class LeaseLost(LeaseError):
+    """A heartbeat could not renew the lease; this context must stop writing."""
+
+
+class FencedOut(LeaseError):
+    """A newer owner took the run; this context's writes are rejected."""
+
+
+class DuplicateToolCall(ZincirError):
+    """A tool call id repeats within a response or already has an intent."""
+
+
+class UnknownToolCall(ZincirError, LookupError):
+    """A tool result names a call id with no recorded intent."""
+
+
+class CheckpointError(ZincirError):
+    """A checkpoint cannot be proposed or decided in the run's current state."""
+
+
+class StepInProgress(ZincirError):
+    """A step is claimed by a live or unrecovered context."""
+
+
+class RevisionConflict(ZincirError):
+    """A restart checkpoint save is stale or diverges at the same revision."""
+
+
+class RecordFormatError(ZincirError):
+    """A stored or received record cannot be decoded."""
+
+
+class UnknownField(RecordFormatError):
+    """A record holds a field this version does not define."""
+
+
+class UnsupportedVersion(RecordFormatError):
+    """A record's version is not one this code reads."""
+
+
+class InvalidPayload(RecordFormatError):
+    """A record is malformed: bad JSON, wrong types or an invalid document."""
+
+
+class AmbiguousOutcome(RecordFormatError):
+    """A record holds zero or several outcomes."""
+
+
+class DigestMismatch(RecordFormatError):
+    """A record's input digest does not match its invocation's input."""
+
+
+class InputDrift(ZincirError):
+    """A known invocation identity arrived with a different input digest."""
+
+
+class MissingDurableHandler(ZincirError, LookupError):
+    """No handler is registered for (kind, handler_id) and no record exists."""
+
+
+class MissingDurableToolsetOrigins(ZincirError):
+    """A dynamic toolset does not declare the origins of its tools."""
+
+
+class OperationFailed(ZincirError):
+    """Raised by a handler: persist a failure record with this stable error name."""
+
+    def __init__(
+        self,
+        error: str,
+        retryable: bool = False,
+        message: str = "",
+        *,
+        run_id: str | None = None,
+    ) -> None:
+        self.error = error
+        self.retryable = retryable
+        self.message = message
+        text = f"operation failed: {error}" + (f": {message}" if message else "")
+        super().__init__(text, run_id=run_id)
+
+
+class OperationInProgress(ZincirError):
+    """Another process holds a live claim on this invocation."""
+
+
+class WorkerError(ZincirError):
+    """A worker or handler could not be loaded or run."""
+
+
+class ZincirSignal(BaseException):
+    """Control flow raised through user code; derives from BaseException so it is not swallowed."""
+
+
+class Suspend(ZincirSignal):
+    """Raised by a handler: persist a suspension record (approval, external_tool, provider_resume)."""
+
+    def __init__(self, reason: str, state: Any = None, *, state_version: int = 1) -> None:
+        self.reason = reason
+        self.state = state
+        self.state_version = state_version
+        super().__init__(f"suspended: {reason}")

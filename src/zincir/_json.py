@@ -1,0 +1,55 @@
+"""Strict JSON: one RFC 8259 document, no NaN/Infinity, no duplicate keys."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ._errors import NotJsonSerializable
+
+__all__ = ["StrictJsonError", "dumps", "loads_strict"]
+
+
+class StrictJsonError(ValueError):
+    """Text is not exactly one strict JSON document."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise StrictJsonError(f"{name} is not valid JSON")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise StrictJsonError(f"duplicate object key {key!r}")
+        result[key] = value
+    return result
+
+
+def loads_strict(text: str) -> Any:
+    """Parse exactly one JSON document; raise StrictJsonError on anything RFC 8259 forbids."""
+    if not isinstance(text, str):
+        raise StrictJsonError(f"expected JSON text, got {type(text).__name__}")
+    try:
+        return json.loads(
+            text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant
+        )
+    except StrictJsonError:
+        raise
+    except (ValueError, RecursionError) as error:
+        raise StrictJsonError(str(error)) from None
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def dumps(value: Any, *, what: str = "value", run_id: str | None = None) -> str:
+    """Compact JSON; a value JSON cannot hold raises NotJsonSerializable before any write."""
+    try:
+        return _ENCODER.encode(value)
+    except (TypeError, ValueError, RecursionError) as error:
+        raise NotJsonSerializable(
+            f"{what} must be JSON-serialisable (dict, list, str, int, float, bool, None): {error}",
+            run_id=run_id,
+        ) from None

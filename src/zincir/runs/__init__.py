@@ -1,0 +1,27 @@
+"""Runs: AgentContext, leases and fencing, and the ResumeWorker (SPEC §4, §5)."""
+
+from ._context import AgentContext, Verifier
+from ._lease import MIN_LEASE_TTL, Lease
+from ._types import (
+    Checkpoint,
+    CheckpointCandidate,
+    CheckpointOutcome,
+    DurableState,
+    PendingCheckpoint,
+    ToolCall,
+    Verification,
+)
+
+__all__ = [
+    "MIN_LEASE_TTL",
+    "AgentContext",
+    "Checkpoint",
+    "CheckpointCandidate",
+    "CheckpointOutcome",
+    "DurableState",
+    "Lease",
+    "PendingCheckpoint",
+    "ToolCall",
+    "Verification",
+    "Verifier",
+]

@@ -1,0 +1,276 @@
+"""The single writer of a SQLite store: group commit with one SAVEPOINT per caller.
+
+Callers hand a transaction function to :meth:`Writer.run` and await it. Every caller that
+submits during one pass of its event loop joins one batch. A batch of one, with the writer
+idle, commits on the caller's thread (a thread hop costs more than a ``synchronous=NORMAL``
+commit); otherwise the writer thread drains every queued batch into one
+``BEGIN IMMEDIATE … COMMIT``, each caller's function inside its own SAVEPOINT so that one
+caller's error rolls back only its own work. Every await resolves after the commit.
+
+The inline path never waits for a lock: if another process holds the database, the batch
+goes to the writer thread, which retries within the busy timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future as ThreadFuture
+from typing import Any, TypeVar
+
+import apsw
+
+from .._errors import StoreError
+
+__all__ = ["Writer", "WriteFn"]
+
+T = TypeVar("T")
+WriteFn = Callable[[apsw.Connection], T]
+
+
+class _Job:
+    __slots__ = ("fn", "future", "loop", "result", "error")
+
+    def __init__(
+        self,
+        fn: Callable[[apsw.Connection], Any],
+        future: asyncio.Future[Any] | ThreadFuture[Any],
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> None:
+        self.fn = fn
+        self.future = future
+        self.loop = loop
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class _LoopBatch:
+    """Jobs submitted on one event loop since its last flush."""
+
+    __slots__ = ("jobs",)
+
+    def __init__(self) -> None:
+        self.jobs: list[_Job] = []
+
+
+class Writer:
+    """Owns the write connection; runs transaction functions in group-committed batches."""
+
+    def __init__(self, connection: apsw.Connection, *, busy_timeout: float, path: str) -> None:
+        self._conn = connection
+        self._busy_timeout = busy_timeout
+        self._path = path
+        self._conn_lock = threading.Lock()
+        self._queue: deque[list[_Job]] = deque()
+        self._wakeup = threading.Condition(threading.Lock())
+        self._batches: dict[asyncio.AbstractEventLoop, _LoopBatch] = {}
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="zincir-writer", daemon=True)
+        self._thread.start()
+
+    async def run(self, fn: Callable[[apsw.Connection], T]) -> T:
+        """Run ``fn`` in a write transaction and return its result once committed."""
+        if self._closed:
+            raise StoreError(f"the store at {self._path} is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        batch = self._batches.get(loop)
+        if batch is None:
+            batch = self._batches[loop] = _LoopBatch()
+            loop.call_soon(self._flush, loop)
+        batch.jobs.append(_Job(fn, future, loop))
+        return await future
+
+    def run_sync(self, fn: Callable[[apsw.Connection], T]) -> T:
+        """Blocking variant for threads without an event loop."""
+        if self._closed:
+            raise StoreError(f"the store at {self._path} is closed")
+        future: ThreadFuture[T] = ThreadFuture()
+        self._enqueue([_Job(fn, future, None)])
+        return future.result()
+
+    def close(self) -> None:
+        """Finish queued work, stop the thread and close the connection."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._wakeup:
+            self._wakeup.notify()
+        self._thread.join()
+        with self._conn_lock:
+            self._conn.close()
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch = self._batches.pop(loop)
+        jobs = batch.jobs
+        if len(jobs) == 1 and not self._queue and self._conn_lock.acquire(blocking=False):
+            try:
+                done = self._run_inline(jobs[0])
+            finally:
+                self._conn_lock.release()
+            if done:
+                return
+        self._enqueue(jobs)
+
+    def _run_inline(self, job: _Job) -> bool:
+        """One job on the caller's thread; False if the database is busy (hand it over)."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except apsw.BusyError:
+            return False
+        try:
+            job.result = job.fn(conn)
+        except BaseException as error:
+            conn.execute("ROLLBACK")
+            _settle(job.future, None, error)
+            return True
+        try:
+            conn.execute("COMMIT")
+        except apsw.BusyError:
+            conn.execute("ROLLBACK")
+            return False
+        except apsw.Error as error:
+            _safe_rollback(conn)
+            _settle(job.future, None, self._store_error(error))
+            return True
+        _settle(job.future, job.result, None)
+        return True
+
+    def _enqueue(self, jobs: list[_Job]) -> None:
+        with self._wakeup:
+            if self._closed and not self._thread.is_alive():
+                error = StoreError(f"the store at {self._path} is closed")
+                for job in jobs:
+                    _settle_from_thread(job, None, error)
+                return
+            self._queue.append(jobs)
+            self._wakeup.notify()
+
+    def _serve(self) -> None:
+        while True:
+            with self._wakeup:
+                while not self._queue and not self._closed:
+                    self._wakeup.wait()
+                if not self._queue and self._closed:
+                    return
+                jobs = [job for batch in self._queue for job in batch]
+                self._queue.clear()
+            with self._conn_lock:
+                self._run_batch(jobs)
+            _deliver(jobs)
+
+    def _run_batch(self, jobs: list[_Job]) -> None:
+        conn = self._conn
+        try:
+            self._begin_waiting()
+        except StoreError as error:
+            for job in jobs:
+                job.error = error
+            return
+        if len(jobs) == 1:
+            job = jobs[0]
+            try:
+                job.result = job.fn(conn)
+            except BaseException as error:
+                job.error = error
+                _safe_rollback(conn)
+                return
+        else:
+            for job in jobs:
+                conn.execute("SAVEPOINT zincir_job")
+                try:
+                    job.result = job.fn(conn)
+                except BaseException as error:
+                    job.error = error
+                    conn.execute("ROLLBACK TO zincir_job")
+                conn.execute("RELEASE zincir_job")
+        try:
+            self._commit_waiting()
+        except apsw.Error as error:
+            _safe_rollback(conn)
+            failure = self._store_error(error)
+            for job in jobs:
+                job.result, job.error = None, failure
+
+    def _begin_waiting(self) -> None:
+        """BEGIN IMMEDIATE, retrying within the busy timeout while another process writes."""
+        deadline = time.monotonic() + self._busy_timeout
+        attempt = 0
+        while True:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                return
+            except apsw.BusyError:
+                if time.monotonic() >= deadline:
+                    raise StoreError(
+                        f"the database {self._path} stayed locked by another writer for "
+                        f"{self._busy_timeout:g}s; raise busy_timeout or find the stuck process"
+                    ) from None
+            except apsw.Error as error:
+                raise self._store_error(error) from None
+            attempt += 1
+            time.sleep(min(0.0002 * (2 ** min(attempt, 6)), 0.01) * (0.5 + random.random()))
+
+    def _commit_waiting(self) -> None:
+        deadline = time.monotonic() + self._busy_timeout
+        while True:
+            try:
+                self._conn.execute("COMMIT")
+                return
+            except apsw.BusyError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.001)
+
+    def _store_error(self, error: apsw.Error) -> StoreError:
+        return StoreError(f"SQLite error on {self._path}: {error}")
+
+
+def _safe_rollback(conn: apsw.Connection) -> None:
+    try:
+        if not conn.getautocommit():
+            conn.execute("ROLLBACK")
+    except apsw.Error:
+        pass
+
+
+def _settle(future: asyncio.Future[Any] | ThreadFuture[Any], result: Any,
+            error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _settle_from_thread(job: _Job, result: Any, error: BaseException | None) -> None:
+    if job.loop is None:
+        _settle(job.future, result, error)
+    else:
+        job.loop.call_soon_threadsafe(_settle, job.future, result, error)
+
+
+def _deliver(jobs: list[_Job]) -> None:
+    """Resolve every job's future: one wake-up per event loop, not one per job."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
+    for job in jobs:
+        if job.loop is None:
+            _settle(job.future, job.result, job.error)
+        else:
+            by_loop.setdefault(job.loop, []).append(job)
+    for loop, loop_jobs in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle_all, loop_jobs)
+        except RuntimeError:
+            pass  # the caller's loop is closed; nobody awaits these futures any more
+
+
+def _settle_all(jobs: list[_Job]) -> None:
+    for job in jobs:
+        _settle(job.future, job.result, job.error)
