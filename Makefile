@@ -1,0 +1,42 @@
+# Every target installs what it needs, so a fresh clone needs only `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+BASE   := $(VENV)/.installed-base
+DEV    := $(VENV)/.installed-dev
+
+.PHONY: demo test lint bench bench-quick bench-peers system-deps clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(BASE): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(DEV): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev,ui,temporal]'
+	touch $@ $(BASE)
+
+demo: $(BASE)
+	$(BIN)/zincir demo
+
+system-deps:
+	@scripts/install-system-deps.sh
+
+lint: $(DEV)
+	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/mypy
+
+test: $(DEV) system-deps lint
+	$(BIN)/python -m pytest
+
+bench: $(DEV)
+	$(BIN)/python benchmarks/run.py
+
+bench-quick: $(DEV)
+	$(BIN)/python benchmarks/run.py --quick
+
+clean:
+	rm -rf $(VENV) output zincir.db zincir.db-wal zincir.db-shm test-artifacts

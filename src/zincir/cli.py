@@ -1,0 +1,110 @@
+"""The ``zincir`` command line: demo, runs, migrate, worker, ui."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import click
+
+from ._errors import ZincirError
+
+__all__ = ["main"]
+
+DB_OPTION = click.option(
+    "--db", "database", envvar="ZINCIR_DATABASE_PATH", default="zincir.db", show_default=True,
+    help="SQLite database path (or $ZINCIR_DATABASE_PATH).",
+)
+
+
+@click.group()
+@click.version_option(package_name="zincir")
+def main() -> None:
+    """zincir: durable, resumable execution for long-horizon AI agents."""
+
+
+@main.command()
+@DB_OPTION
+@click.option("--resume", is_flag=True, envvar="ZINCIR_RESUME",
+              help="Finish pending or running runs instead of creating one.")
+@click.option("--output-dir", envvar="ZINCIR_OUTPUT_DIR", default="output", show_default=True)
+def demo(database: str, resume: bool, output_dir: str) -> None:
+    """Run the reference durable agent (examples/durable_agent.py)."""
+    from .demo import run_demo
+
+    sys.exit(asyncio.run(run_demo(database, resume=resume, output_dir=output_dir)))
+
+
+@main.command()
+@DB_OPTION
+def migrate(database: str) -> None:
+    """Create the database if needed and apply every migration."""
+    from .store import migrations, open_store
+
+    store = open_store(database)
+    store.close_sync()
+    click.echo(f"{os.path.abspath(database)}: schema version {migrations()[-1][0]}")
+
+
+@main.group()
+def runs() -> None:
+    """List runs and show their event logs."""
+
+
+def _existing(database: str) -> str:
+    if not os.path.exists(database):
+        raise click.ClickException(
+            f"no database at {database}; run `zincir demo` or your application first"
+        )
+    return database
+
+
+@runs.command("list")
+@DB_OPTION
+@click.option("--status", type=click.Choice(["pending", "running", "completed", "failed",
+                                             "cancelled"]))
+@click.option("--limit", default=100, show_default=True)
+def runs_list(database: str, status: str | None, limit: int) -> None:
+    """The latest runs, newest first."""
+    from .store import open_store
+    from .store.report import format_runs
+
+    async def show() -> str:
+        store = open_store(_existing(database))
+        try:
+            return format_runs(await store.list_runs(limit=limit, status=status))
+        finally:
+            await store.close()
+
+    click.echo(asyncio.run(show()))
+
+
+@runs.command("show")
+@DB_OPTION
+@click.argument("run_id")
+def runs_show(database: str, run_id: str) -> None:
+    """A run's summary and event log."""
+    from .store import open_store
+    from .store.report import format_run
+
+    async def show() -> str:
+        store = open_store(_existing(database))
+        try:
+            return await format_run(store, run_id)
+        finally:
+            await store.close()
+
+    try:
+        click.echo(asyncio.run(show()))
+    except ZincirError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def run() -> None:
+    """Console entry point that turns zincir errors into a message and exit code 1."""
+    try:
+        main(standalone_mode=True)
+    except ZincirError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
