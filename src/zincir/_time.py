@@ -23,14 +23,16 @@ def system_clock() -> datetime:
 
 def to_db(moment: datetime) -> str:
     """Encode an aware datetime as sortable UTC text."""
-    if moment.tzinfo is None:
-        raise InvalidInput("timestamps must be timezone-aware (UTC)")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if moment.tzinfo is not UTC:
+        if moment.tzinfo is None:
+            raise InvalidInput("timestamps must be timezone-aware (UTC)")
+        moment = moment.astimezone(UTC)
+    return moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def from_db(text: str) -> datetime:
     """Decode a stored timestamp."""
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
 
 
 def as_timedelta(value: timedelta | float | int, *, name: str = "duration") -> timedelta:

@@ -205,9 +205,12 @@ class Heartbeat:
         self._task = asyncio.get_running_loop().create_task(
             self._beat(), name=f"zincir-heartbeat:{self._lease.run_id}"
         )
+        self._store.owner_started()
 
     async def stop(self) -> None:
         task, self._task = self._task, None
+        if task is not None:
+            self._store.owner_stopped()
         if task is not None and not task.done():
             task.cancel()
             try:

@@ -65,6 +65,7 @@ class SQLiteStore:
         self._readers: list[apsw.Connection] = []
         self._readers_lock = threading.Lock()
         self._closed = False
+        self._active_owners = 0
         parent = os.path.dirname(self.path)
         if parent and not os.path.isdir(parent):
             raise StoreError(f"the folder {parent} does not exist; create it first")
@@ -72,7 +73,8 @@ class SQLiteStore:
         self._migrate(write_conn)
         write_conn.setbusytimeout(0)
         self._writer = Writer(
-            write_conn, busy_timeout=self.busy_timeout.total_seconds(), path=self.path
+            write_conn, busy_timeout=self.busy_timeout.total_seconds(), path=self.path,
+            full_sync=synchronous == "full",
         )
 
     def _connect(self, *, busy_ms: int) -> apsw.Connection:
@@ -121,9 +123,20 @@ class SQLiteStore:
 
     # -- transactions -------------------------------------------------------------------
 
-    async def write(self, fn: Callable[[apsw.Connection], T]) -> T:
-        """Run ``fn(connection)`` inside one (group-committed) write transaction."""
-        return await self._writer.run(fn)
+    async def write(self, fn: Callable[[apsw.Connection], T], *, durable: bool = True) -> T:
+        """Run ``fn(connection)`` inside one (group-committed) write transaction.
+
+        ``durable=False`` (for marks such as step claims) may skip the fsync under
+        ``synchronous="full"``: the write survives a process crash but maybe not power loss.
+        """
+        return await self._writer.run(fn, solo=self._active_owners <= 1, durable=durable)
+
+    def owner_started(self) -> None:
+        """A context began writing; with more than one, writes always group-commit."""
+        self._active_owners += 1
+
+    def owner_stopped(self) -> None:
+        self._active_owners = max(0, self._active_owners - 1)
 
     def write_sync(self, fn: Callable[[apsw.Connection], T]) -> T:
         """Blocking :meth:`write` for code without an event loop."""

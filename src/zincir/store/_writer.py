@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future as ThreadFuture
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import apsw
 
@@ -33,17 +33,19 @@ WriteFn = Callable[[apsw.Connection], T]
 
 
 class _Job:
-    __slots__ = ("fn", "future", "loop", "result", "error")
+    __slots__ = ("fn", "future", "loop", "durable", "result", "error")
 
     def __init__(
         self,
         fn: Callable[[apsw.Connection], Any],
-        future: asyncio.Future[Any] | ThreadFuture[Any],
+        future: asyncio.Future[Any] | ThreadFuture[Any] | None,
         loop: asyncio.AbstractEventLoop | None,
+        durable: bool = True,
     ) -> None:
         self.fn = fn
         self.future = future
         self.loop = loop
+        self.durable = durable
         self.result: Any = None
         self.error: BaseException | None = None
 
@@ -60,8 +62,12 @@ class _LoopBatch:
 class Writer:
     """Owns the write connection; runs transaction functions in group-committed batches."""
 
-    def __init__(self, connection: apsw.Connection, *, busy_timeout: float, path: str) -> None:
+    def __init__(
+        self, connection: apsw.Connection, *, busy_timeout: float, path: str, full_sync: bool
+    ) -> None:
         self._conn = connection
+        self._full_sync = full_sync
+        self._synced_now = full_sync
         self._busy_timeout = busy_timeout
         self._path = path
         self._conn_lock = threading.Lock()
@@ -72,17 +78,36 @@ class Writer:
         self._thread = threading.Thread(target=self._serve, name="zincir-writer", daemon=True)
         self._thread.start()
 
-    async def run(self, fn: Callable[[apsw.Connection], T]) -> T:
-        """Run ``fn`` in a write transaction and return its result once committed."""
+    async def run(
+        self, fn: Callable[[apsw.Connection], T], *, solo: bool = False, durable: bool = True
+    ) -> T:
+        """Run ``fn`` in a write transaction and return its result once committed.
+
+        ``solo`` says the caller is the process's only active writer: with nothing queued it
+        commits at once on this thread and then yields, saving a pass of the event loop.
+        ``durable=False`` lets a batch holding only such jobs commit without fsync (still
+        safe against a process crash, not against power loss).
+        """
         if self._closed:
             raise StoreError(f"the store at {self._path} is closed")
+        if solo and not self._batches and not self._queue and self._conn_lock.acquire(False):
+            job = _Job(fn, None, None, durable)
+            try:
+                done = self._try_inline(job)
+            finally:
+                self._conn_lock.release()
+            if done:
+                await asyncio.sleep(0)
+                if job.error is not None:
+                    raise job.error
+                return cast(T, job.result)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         batch = self._batches.get(loop)
         if batch is None:
             batch = self._batches[loop] = _LoopBatch()
             loop.call_soon(self._flush, loop)
-        batch.jobs.append(_Job(fn, future, loop))
+        batch.jobs.append(_Job(fn, future, loop, durable))
         return await future
 
     def run_sync(self, fn: Callable[[apsw.Connection], T]) -> T:
@@ -108,17 +133,21 @@ class Writer:
         batch = self._batches.pop(loop)
         jobs = batch.jobs
         if len(jobs) == 1 and not self._queue and self._conn_lock.acquire(blocking=False):
+            job = jobs[0]
             try:
-                done = self._run_inline(jobs[0])
+                done = self._try_inline(job)
             finally:
                 self._conn_lock.release()
             if done:
+                assert job.future is not None
+                _settle(job.future, job.result, job.error)
                 return
         self._enqueue(jobs)
 
-    def _run_inline(self, job: _Job) -> bool:
-        """One job on the caller's thread; False if the database is busy (hand it over)."""
+    def _try_inline(self, job: _Job) -> bool:
+        """Run one job on the caller's thread; False if the database is busy (hand it over)."""
         conn = self._conn
+        self._set_sync(job.durable)
         try:
             conn.execute("BEGIN IMMEDIATE")
         except apsw.BusyError:
@@ -127,18 +156,17 @@ class Writer:
             job.result = job.fn(conn)
         except BaseException as error:
             conn.execute("ROLLBACK")
-            _settle(job.future, None, error)
+            job.error = error
             return True
         try:
             conn.execute("COMMIT")
         except apsw.BusyError:
             conn.execute("ROLLBACK")
+            job.result = None
             return False
         except apsw.Error as error:
             _safe_rollback(conn)
-            _settle(job.future, None, self._store_error(error))
-            return True
-        _settle(job.future, job.result, None)
+            job.result, job.error = None, self._store_error(error)
         return True
 
     def _enqueue(self, jobs: list[_Job]) -> None:
@@ -164,8 +192,16 @@ class Writer:
                 self._run_batch(jobs)
             _deliver(jobs)
 
+    def _set_sync(self, durable: bool) -> None:
+        """Commit with fsync unless the store is FULL and nothing in the batch needs it."""
+        wanted = self._full_sync and durable
+        if wanted != self._synced_now:
+            self._conn.execute("PRAGMA synchronous=FULL" if wanted else "PRAGMA synchronous=NORMAL")
+            self._synced_now = wanted
+
     def _run_batch(self, jobs: list[_Job]) -> None:
         conn = self._conn
+        self._set_sync(any(job.durable for job in jobs))
         try:
             self._begin_waiting()
         except StoreError as error:
@@ -239,9 +275,9 @@ def _safe_rollback(conn: apsw.Connection) -> None:
         pass
 
 
-def _settle(future: asyncio.Future[Any] | ThreadFuture[Any], result: Any,
+def _settle(future: asyncio.Future[Any] | ThreadFuture[Any] | None, result: Any,
             error: BaseException | None) -> None:
-    if future.done():
+    if future is None or future.done():
         return
     if error is not None:
         future.set_exception(error)

@@ -20,9 +20,10 @@ CREATE TABLE agent_runs (
     created_at       TEXT NOT NULL,
     updated_at       TEXT NOT NULL
 );
-CREATE INDEX agent_runs_by_update ON agent_runs (updated_at);
-CREATE INDEX agent_runs_claimable ON agent_runs (lease_expires_at)
-    WHERE status IN ('pending', 'running');
+-- No index covers lease_expires_at or updated_at: every write extends the lease, and an
+-- index on it would add a page to every commit. Claims scan the live runs instead.
+CREATE INDEX agent_runs_live ON agent_runs (status) WHERE status IN ('pending', 'running');
+CREATE INDEX agent_runs_children ON agent_runs (parent_id) WHERE parent_id IS NOT NULL;
 CREATE UNIQUE INDEX agent_runs_spawn ON agent_runs (parent_id, spawn_name)
     WHERE spawn_name IS NOT NULL;
 
