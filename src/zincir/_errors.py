@@ -264,7 +264,7 @@ class ZincirSignal(BaseException):
 
 
 class Suspend(ZincirSignal):
-    """Raised by a handler: persist a suspension record (approval, external_tool, provider_resume)."""
+    """Raised by a handler: persist a suspension (approval, external_tool, provider_resume)."""
 
     def __init__(self, reason: str, state: Any = None, *, state_version: int = 1) -> None:
         self.reason = reason

@@ -20,9 +20,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import AgentContext, CheckpointCandidate, ToolCall, Verification, open_store
-from .runs import DurableState
-from .store import SQLiteStore
+from .runs import AgentContext, CheckpointCandidate, DurableState, ToolCall, Verification
+from .store import SQLiteStore, open_store
 from .store.report import format_run
 
 __all__ = ["main", "publish_atomically", "run_demo"]

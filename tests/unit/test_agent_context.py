@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import zincir
+from tests.helpers import count, event_types, rows, seqs
 from zincir import (
     AgentContext,
     CheckpointCandidate,
@@ -27,7 +28,6 @@ from zincir import (
     UnknownToolCall,
     Verification,
 )
-from tests.helpers import count, event_types, rows, seqs
 
 
 async def accept(candidate: CheckpointCandidate) -> Verification:

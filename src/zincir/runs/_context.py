@@ -18,7 +18,7 @@ from .._errors import (
 )
 from .._json import dumps, loads_strict
 from .._time import from_db, to_db
-from ..store import Event, SQLiteStore
+from ..store import Event, SQLiteStore, one, scalar
 from ._lease import (
     Heartbeat,
     Lease,
@@ -163,7 +163,7 @@ class AgentContext:
 
     @classmethod
     def adopt(cls, store: SQLiteStore, lease: Lease) -> AgentContext:
-        """Wrap a lease acquired elsewhere (e.g. by a ResumeWorker claim) and start its heartbeat."""
+        """Wrap a lease acquired elsewhere (a ResumeWorker claim) and start its heartbeat."""
         return cls._started(store, lease)
 
     # -- writes -------------------------------------------------------------------------
@@ -292,14 +292,16 @@ class AgentContext:
         def write(conn: apsw.Connection) -> PendingCheckpoint:
             now = clock()
             lineage = fenced_append(conn, lease, now)
-            round_no = conn.execute(
-                "SELECT COALESCE(MAX(round), 0) + 1 FROM checkpoints WHERE run_id = ?", (run_id,)
-            ).fetchone()[0]
-            checkpoint_id = conn.execute(
+            round_no = scalar(
+                conn, "SELECT COALESCE(MAX(round), 0) + 1 FROM checkpoints WHERE run_id = ?",
+                (run_id,),
+            )
+            checkpoint_id = scalar(
+                conn,
                 "INSERT INTO checkpoints (run_id, round, status, state, lineage_seq, "
                 "proposed_seq, created_at) VALUES (?, ?, 'proposed', ?, ?, ?, ?) RETURNING id",
                 (run_id, round_no, state_json, lineage, lineage + 1, to_db(now)),
-            ).fetchone()[0]
+            )
             event = dumps({"checkpoint_id": checkpoint_id, "round": round_no,
                            "lineage_seq": lineage, "candidate": proposal.to_json()})
             fenced_append(conn, lease, now, [("checkpoint_proposed", event, None)])
@@ -394,10 +396,9 @@ class AgentContext:
         run_id = self.run_id
 
         def read(conn: apsw.Connection) -> DurableState:
-            run = conn.execute(
-                "SELECT status, config, last_seq FROM agent_runs WHERE id = ?", (run_id,)
-            ).fetchone()
-            status, config, last_seq = run
+            status, config, last_seq = one(
+                conn, "SELECT status, config, last_seq FROM agent_runs WHERE id = ?", (run_id,)
+            )
             row = conn.execute(
                 "SELECT id, round, state, evidence, lineage_seq, decided_seq, decided_at "
                 "FROM checkpoints WHERE run_id = ? AND status = 'accepted' "

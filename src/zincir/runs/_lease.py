@@ -29,7 +29,7 @@ from .._errors import (
     StoreError,
 )
 from .._time import as_timedelta, to_db
-from ..store import TERMINAL_STATUSES, SQLiteStore
+from ..store import TERMINAL_STATUSES, SQLiteStore, scalar
 
 __all__ = [
     "MIN_LEASE_TTL",
@@ -174,11 +174,12 @@ def acquire(
             "force_recover once that process is confirmed dead",
             run_id=run_id,
         )
-    token: int = conn.execute(
+    token: int = scalar(
+        conn,
         "UPDATE agent_runs SET lease_owner = ?, lease_token = lease_token + 1, "
         "lease_expires_at = ?, updated_at = ? WHERE id = ? RETURNING lease_token",
         (owner, to_db(now + ttl), to_db(now), run_id),
-    ).fetchone()[0]
+    )
     return token, status
 
 

@@ -8,10 +8,13 @@ from typing import Literal
 
 from .._errors import InvalidInput
 from .._time import Clock
-from ._models import TERMINAL_STATUSES, Event
+from ._models import TERMINAL_STATUSES, Event, one, scalar
 from ._sqlite import SQLiteStore, migrations, sqlite_path_from_url
 
-__all__ = ["TERMINAL_STATUSES", "Event", "SQLiteStore", "Store", "migrations", "open_store"]
+__all__ = [
+    "TERMINAL_STATUSES", "Event", "SQLiteStore", "Store", "migrations", "one", "open_store",
+    "scalar",
+]
 
 Store = SQLiteStore
 
@@ -28,7 +31,7 @@ def open_store(
     busy_timeout: timedelta | float = timedelta(seconds=30),
     clock: Clock | None = None,
 ) -> SQLiteStore:
-    """Open and migrate a store: a path or ``sqlite:///path`` (default ``$ZINCIR_DATABASE_PATH``)."""
+    """Open and migrate a store at a path or ``sqlite:///path`` (default $ZINCIR_DATABASE_PATH)."""
     target = os.fspath(url_or_path) if url_or_path is not None else default_database_path()
     if target.startswith(("postgresql://", "postgres://")):
         raise InvalidInput(

@@ -6,7 +6,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-__all__ = ["RUN_COLUMNS", "RUN_COLUMNS_SQL", "TERMINAL_STATUSES", "Event", "RunStatus"]
+import apsw
+
+__all__ = [
+    "RUN_COLUMNS", "RUN_COLUMNS_SQL", "TERMINAL_STATUSES", "Event", "RunStatus", "one", "scalar",
+]
 
 RUN_COLUMNS = (
     "id", "parent_id", "spawn_name", "name", "status", "provider", "config", "result",
@@ -28,3 +32,16 @@ class Event:
     type: str
     payload: Any
     created_at: datetime
+
+
+def one(conn: apsw.Connection, sql: str, params: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+    """The single row a statement must return (an INSERT/UPDATE … RETURNING, an aggregate)."""
+    row = conn.execute(sql, params).fetchone()
+    if row is None:
+        raise LookupError(f"no row from: {sql}")
+    return tuple(row)
+
+
+def scalar(conn: apsw.Connection, sql: str, params: tuple[Any, ...] = ()) -> Any:
+    """The first column of the single row a statement must return."""
+    return one(conn, sql, params)[0]

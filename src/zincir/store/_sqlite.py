@@ -114,7 +114,7 @@ class SQLiteStore:
                 conn.execute("ROLLBACK")
                 raise
         newest = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchall()[0][0]
-        if newest is not None and newest > latest:
+        if isinstance(newest, int) and newest > latest:
             conn.close()
             raise SchemaTooNew(
                 f"{self.path} has schema version {newest}, newer than this zincir's {latest}; "
