@@ -38,5 +38,15 @@ bench: $(DEV)
 bench-quick: $(DEV)
 	$(BIN)/python benchmarks/run.py --quick
 
+# The peers run in a virtualenv of their own, at the versions the reference figures used.
+.venv-peers/.installed:
+	$(PYTHON) -m venv .venv-peers
+	.venv-peers/bin/python -m pip install --quiet dbos==3.4.0 langgraph==1.2.24 \
+	    langgraph-checkpoint==4.3.2 langgraph-checkpoint-sqlite==3.1.2
+	touch $@
+
+bench-peers: $(DEV) .venv-peers/.installed
+	$(BIN)/python benchmarks/run.py --peers --temporal
+
 clean:
-	rm -rf $(VENV) output zincir.db zincir.db-wal zincir.db-shm test-artifacts
+	rm -rf $(VENV) .venv-peers output zincir.db zincir.db-wal zincir.db-shm test-artifacts
