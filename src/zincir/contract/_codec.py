@@ -1,0 +1,210 @@
+"""The canonical JSON form of a record, and its strict decoder.
+
+Layout (version 1), fields always in this order, no insignificant whitespace::
+
+    {"version":1,
+     "invocation":{"run_id":…,"step_id":…,"sequence":…,"kind":…,"handler_id":…,"input_json":…},
+     "input_digest":"sha256:<64 hex>",
+     "outcome":{"success":{"output_json":…}}}
+
+``outcome`` holds exactly one of ``{"success":{"output_json":…}}``,
+``{"failure":{"error":…,"retryable":…,"message":…}}`` or
+``{"suspended":{"reason":…,"state_version":…,"state_json":…}}``. The documents
+``input_json``, ``output_json`` and ``state_json`` are JSON strings holding the exact text,
+because the digest binds their exact bytes. Strings are written as UTF-8, not ``\\u`` escapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from .._errors import (
+    AmbiguousOutcome,
+    InvalidInvocation,
+    InvalidPayload,
+    UnknownField,
+    UnsupportedVersion,
+)
+from .._json import StrictJsonError, dumps, loads_strict
+from ._invocation import INVOCATION_FIELDS, Invocation, name_problem
+from ._record import Failure, Outcome, Record, Success, Suspended
+
+__all__ = ["RECORD_VERSION", "decode_record", "encode_record"]
+
+RECORD_VERSION: Final = 1
+"""The record format version this code writes and reads."""
+
+_TOP_FIELDS: Final = ("version", "invocation", "input_digest", "outcome")
+_OUTCOME_FIELDS: Final[dict[str, tuple[str, ...]]] = {
+    "success": ("output_json",),
+    "failure": ("error", "retryable", "message"),
+    "suspended": ("reason", "state_version", "state_json"),
+}
+
+
+def encode_record(record: Record) -> str:
+    """The canonical JSON text of a valid record; raises a ``RecordFormatError`` otherwise."""
+    if not isinstance(record, Record):
+        raise InvalidPayload(f"encode_record expects a Record, got {type(record).__name__}")
+    record.validate()
+    return dumps(
+        {
+            "version": RECORD_VERSION,
+            "invocation": record.invocation.to_dict(),
+            "input_digest": record.input_digest,
+            "outcome": _outcome_dict(record.outcome),
+        },
+        what="record",
+    )
+
+
+def _outcome_dict(outcome: Outcome) -> dict[str, dict[str, Any]]:
+    if isinstance(outcome, Success):
+        return {"success": {"output_json": outcome.output_json}}
+    if isinstance(outcome, Failure):
+        return {
+            "failure": {
+                "error": outcome.error,
+                "retryable": outcome.retryable,
+                "message": outcome.message,
+            }
+        }
+    return {
+        "suspended": {
+            "reason": str(outcome.reason),
+            "state_version": outcome.state_version,
+            "state_json": outcome.state_json,
+        }
+    }
+
+
+def decode_record(text: str | bytes | bytearray) -> Record:
+    """Parse and check a record; any valid field order is accepted.
+
+    Raises ``UnknownField``, ``UnsupportedVersion``, ``InvalidPayload``, ``AmbiguousOutcome``
+    or ``DigestMismatch`` (all ``RecordFormatError``) and nothing else.
+    ``encode_record(decode_record(s)) == s`` for every canonical ``s``.
+    """
+    data = _parse(text)
+    _check_version(data)
+    _check_fields("record", data, _TOP_FIELDS, required=("invocation", "input_digest"))
+    invocation = _decode_invocation(data["invocation"])
+    run_id = invocation.run_id if name_problem("run_id", invocation.run_id) is None else None
+    digest = data["input_digest"]
+    if not isinstance(digest, str):
+        raise InvalidPayload(f"input_digest must be a str, got {_json_type(digest)}", run_id=run_id)
+    record = Record(invocation, digest, _decode_outcome(data.get("outcome"), run_id))
+    record.validate()
+    return record
+
+
+def _parse(text: object) -> dict[str, Any]:
+    if isinstance(text, bytes | bytearray | memoryview):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise InvalidPayload(f"a record must be UTF-8 text: {error}") from None
+    if not isinstance(text, str):
+        raise InvalidPayload(f"a record is JSON text (str or bytes), got {type(text).__name__}")
+    try:
+        data = loads_strict(text)
+    except StrictJsonError as error:
+        raise InvalidPayload(f"a record must be one strict JSON document: {error}") from None
+    if not isinstance(data, dict):
+        raise InvalidPayload(f"a record must be a JSON object, got {_json_type(data)}")
+    return data
+
+
+def _check_version(data: dict[str, Any]) -> None:
+    if "version" not in data:
+        raise UnsupportedVersion(
+            f"the record has no version field; this code reads version {RECORD_VERSION}"
+        )
+    version = data["version"]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise InvalidPayload(f"version must be an integer, got {_json_type(version)}")
+    if version != RECORD_VERSION:
+        raise UnsupportedVersion(
+            f"record version {version} is not supported; this code reads version "
+            f"{RECORD_VERSION} (upgrade zincir to read newer records)"
+        )
+
+
+def _check_fields(
+    where: str,
+    data: Mapping[str, Any],
+    allowed: tuple[str, ...],
+    *,
+    required: tuple[str, ...],
+    run_id: str | None = None,
+) -> None:
+    unknown = [key for key in data if key not in allowed]
+    if unknown:
+        raise UnknownField(
+            f"{where} holds unknown fields {unknown}; version {RECORD_VERSION} defines "
+            f"{list(allowed)}",
+            run_id=run_id,
+        )
+    missing = [key for key in required if key not in data]
+    if missing:
+        raise InvalidPayload(f"{where} is missing fields {missing}", run_id=run_id)
+
+
+def _decode_invocation(value: object) -> Invocation:
+    if not isinstance(value, dict):
+        raise InvalidPayload(f"invocation must be a JSON object, got {_json_type(value)}")
+    _check_fields("invocation", value, INVOCATION_FIELDS, required=INVOCATION_FIELDS)
+    try:
+        return Invocation.from_dict(value)
+    except InvalidInvocation as error:
+        raise InvalidPayload(f"record: {error.detail}") from None
+
+
+def _decode_outcome(value: object, run_id: str | None) -> Outcome:
+    if value is None:
+        raise AmbiguousOutcome(
+            "the record has no outcome; it needs exactly one of success, failure, suspended",
+            run_id=run_id,
+        )
+    if not isinstance(value, dict):
+        raise InvalidPayload(
+            f"outcome must be a JSON object, got {_json_type(value)}", run_id=run_id
+        )
+    _check_fields("outcome", value, tuple(_OUTCOME_FIELDS), required=(), run_id=run_id)
+    if len(value) != 1:
+        raise AmbiguousOutcome(
+            f"the record holds {len(value)} outcomes {list(value)}; it needs exactly one of "
+            "success, failure, suspended",
+            run_id=run_id,
+        )
+    ((name, body),) = value.items()
+    if not isinstance(body, dict):
+        raise InvalidPayload(
+            f"outcome {name} must be a JSON object, got {_json_type(body)}", run_id=run_id
+        )
+    fields = _OUTCOME_FIELDS[name]
+    required = tuple(field for field in fields if field != "message")
+    _check_fields(f"outcome {name}", body, fields, required=required, run_id=run_id)
+    if name == "success":
+        return Success(body["output_json"])
+    if name == "failure":
+        return Failure(body["error"], body["retryable"], body.get("message", ""))
+    return Suspended(body["reason"], body["state_version"], body["state_json"])
+
+
+def _json_type(value: object) -> str:
+    """The JSON name of a parsed value's type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
