@@ -37,13 +37,15 @@
     └── WorkerError
 
     ZincirSignal (BaseException)     control flow that user code must not swallow
-    └── Suspend                      raised by a handler to persist a suspension record
+    ├── Suspend                      raised by a handler to persist a suspension record
+    └── WorkflowSuspended            a workflow wait was persisted; the handler should exit
 
 Every error takes a keyword-only ``run_id`` and shows it in its message.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 __all__ = [
@@ -82,6 +84,7 @@ __all__ = [
     "UnknownToolCall",
     "UnsupportedVersion",
     "WorkerError",
+    "WorkflowSuspended",
     "ZincirError",
     "ZincirSignal",
 ]
@@ -271,3 +274,19 @@ class Suspend(ZincirSignal):
         self.state = state
         self.state_version = state_version
         super().__init__(f"suspended: {reason}")
+
+
+class WorkflowSuspended(ZincirSignal):
+    """Raised by a wait in ``suspend_waits`` mode: the wait is persisted, the handler exits.
+
+    A ResumeWorker treats it as a normal return and dispatches the run again once the wait
+    is satisfied (timer due, message arrived, child terminal).
+    """
+
+    def __init__(self, run_id: str, kind: str, ref: str, until: datetime | None) -> None:
+        self.run_id = run_id
+        self.kind = kind
+        self.ref = ref
+        self.until = until
+        deadline = f" until {until.isoformat()}" if until is not None else ""
+        super().__init__(f"[run {run_id}] suspended on {kind} {ref!r}{deadline}")

@@ -9,6 +9,7 @@ import sys
 import click
 
 from ._errors import ZincirError
+from .runs._worker_cli import worker_command
 
 __all__ = ["main"]
 
@@ -99,6 +100,9 @@ def runs_show(database: str, run_id: str) -> None:
         click.echo(asyncio.run(show()))
     except ZincirError as error:
         raise click.ClickException(str(error)) from None
+
+
+main.add_command(worker_command)
 
 
 def run() -> None:

@@ -11,6 +11,7 @@ from ._types import (
     ToolCall,
     Verification,
 )
+from ._worker import ResumeWorker
 
 __all__ = [
     "MIN_LEASE_TTL",
@@ -21,6 +22,7 @@ __all__ = [
     "DurableState",
     "Lease",
     "PendingCheckpoint",
+    "ResumeWorker",
     "ToolCall",
     "Verification",
     "Verifier",

@@ -76,6 +76,15 @@ class AgentContext:
     def lease_owner(self) -> str:
         return self._lease.owner
 
+    @property
+    def lease(self) -> Lease:
+        """The lease this context holds (shared with a WorkflowContext built on it)."""
+        return self._lease
+
+    def check_lease(self) -> None:
+        """Raise LeaseLost if the heartbeat failed; every write calls it first."""
+        self._heartbeat.check()
+
     # -- acquisition --------------------------------------------------------------------
 
     @classmethod

@@ -15,7 +15,8 @@ __all__ = [
 RUN_COLUMNS = (
     "id", "parent_id", "spawn_name", "name", "status", "provider", "config", "result",
     "lease_owner", "lease_token", "lease_expires_at", "last_seq", "attempts",
-    "next_attempt_at", "last_error", "created_at", "updated_at",
+    "next_attempt_at", "last_error", "wait_kind", "wait_ref", "wait_until", "created_at",
+    "updated_at",
 )
 RUN_COLUMNS_SQL = ", ".join(RUN_COLUMNS)
 

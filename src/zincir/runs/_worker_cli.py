@@ -1,0 +1,95 @@
+"""``zincir worker module:function``: run a ResumeWorker until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import sys
+from datetime import timedelta
+from typing import Any, cast
+
+import click
+
+from .._errors import ZincirError
+from ..store import open_store
+from ._worker import Handler, ResumeWorker
+
+__all__ = ["load_handler", "worker_command"]
+
+
+def load_handler(target: str) -> Handler:
+    """Import ``module:function`` (the current folder is importable) and return the function."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter(
+            f"expected module:function (e.g. myapp.agents:resume), not {target!r}",
+            param_hint="TARGET",
+        )
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise click.BadParameter(f"cannot import {module_name!r}: {error}",
+                                 param_hint="TARGET") from None
+    handler: Any = module
+    for part in attribute.split("."):
+        handler = getattr(handler, part, None)
+        if handler is None:
+            raise click.BadParameter(f"{module_name!r} has no attribute {attribute!r}",
+                                     param_hint="TARGET")
+    if not callable(handler):
+        raise click.BadParameter(f"{target!r} is not callable", param_hint="TARGET")
+    return cast(Handler, handler)
+
+
+async def _serve(worker: ResumeWorker, handler: Handler) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await worker.run(handler, stop.wait())
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+@click.command("worker")
+@click.argument("target")
+@click.option("--db", "database", default=None, metavar="PATH",
+              help="SQLite database (default: $ZINCIR_DATABASE_PATH, else ./zincir.db).")
+@click.option("--lease-ttl", type=click.FloatRange(min=0.03), default=30.0, show_default=True,
+              help="Lease of each claimed run, in seconds.")
+@click.option("--poll-interval", type=click.FloatRange(min=0.001), default=1.0,
+              show_default=True, help="Seconds between polls when nothing is claimable.")
+@click.option("--max-concurrency", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Handlers running at once.")
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None,
+              help="Mark a run failed after this many unfinished attempts (default: no limit).")
+def worker_command(target: str, database: str | None, lease_ttl: float, poll_interval: float,
+                   max_concurrency: int, max_attempts: int | None) -> None:
+    """Resume abandoned and due runs with the async handler TARGET (module:function).
+
+    The handler receives an owned AgentContext and must complete() or close() it. Runs
+    until SIGINT or SIGTERM, then waits for the handlers in flight.
+    """
+    handler = load_handler(target)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
+                        stream=sys.stderr)
+    try:
+        store = open_store(database)
+    except ZincirError as error:
+        raise click.ClickException(str(error)) from None
+    worker = (ResumeWorker(store, timedelta(seconds=lease_ttl), max_attempts=max_attempts)
+              .poll_interval(poll_interval).max_concurrency(max_concurrency))
+    click.echo(f"zincir worker: serving {store.path} with {target} "
+               f"(max {max_concurrency} at once); stop with Ctrl-C", err=True)
+    try:
+        asyncio.run(_serve(worker, handler))
+    finally:
+        store.close_sync()
+    click.echo("zincir worker: stopped", err=True)

@@ -1,0 +1,235 @@
+"""WorkflowContext: durable named steps, sleep, messages and child runs over one run's lease.
+
+A WorkflowContext wraps an :class:`~zincir.AgentContext`: ``open()`` creates or takes over
+the run and adopts the new lease, ``from_agent()`` reuses a lease someone else acquired (a
+ResumeWorker claim). Either way one lease and one heartbeat cover both APIs, and closing
+either releases it.
+
+Replay relies on the workflow code being deterministic: steps, timers and spawns are keyed by
+name, and unnamed sends and receives by their order within the context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import apsw
+
+from .._errors import InvalidInput
+from .._json import dumps
+from .._time import as_timedelta, to_db
+from ..runs._context import DEFAULT_LEASE_TTL, AgentContext, transition
+from ..runs._lease import Lease, acquire, check_run_id, fenced_append, new_owner_id, validate_ttl
+from ..store import SQLiteStore
+from ._children import ChildResult, join_child, spawn_child
+from ._core import Core, Sleeper, check_name, default_sleeper
+from ._messages import Message, receive, send_from_run
+from ._steps import recover_steps, run_step
+from ._timers import durable_sleep
+
+__all__ = ["DEFAULT_POLL_INTERVAL", "WorkflowContext"]
+
+DEFAULT_POLL_INTERVAL = timedelta(milliseconds=200)
+
+
+def _interval(value: timedelta | float) -> float:
+    seconds = as_timedelta(value, name="poll_interval").total_seconds()
+    if seconds <= 0:
+        raise InvalidInput(f"poll_interval must be positive, not {seconds:g} s")
+    return seconds
+
+
+class WorkflowContext:
+    """Durable steps, sleep, messages and child runs for one run whose lease it holds.
+
+    ``sleeper`` is how the context waits (``asyncio.sleep`` by default; tests inject one that
+    moves a fake clock). ``poll_interval`` is how often a pending recv or join looks for its
+    message or child. With ``suspend_waits=True`` an unsatisfied wait is stored and raised as
+    :class:`WorkflowSuspended` instead of waiting here, so a ResumeWorker handler returns and
+    the run is dispatched again when the wait is satisfied.
+    """
+
+    def __init__(self, agent: AgentContext, *, sleeper: Sleeper | None = None,
+                 poll_interval: timedelta | float = DEFAULT_POLL_INTERVAL,
+                 suspend_waits: bool = False) -> None:
+        if not isinstance(agent, AgentContext):
+            raise InvalidInput(f"expected an AgentContext, not {type(agent).__name__}")
+        self._core = Core(agent, sleeper=sleeper or default_sleeper,
+                          poll_interval=_interval(poll_interval),
+                          suspend_waits=bool(suspend_waits))
+
+    # -- acquisition --------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        store: SQLiteStore,
+        run_id: str,
+        lease_ttl: timedelta | float = DEFAULT_LEASE_TTL,
+        *,
+        name: str = "workflow",
+        config: Any = None,
+        sleeper: Sleeper | None = None,
+        poll_interval: timedelta | float = DEFAULT_POLL_INTERVAL,
+        suspend_waits: bool = False,
+    ) -> WorkflowContext:
+        """Create run ``run_id`` if absent, else take it over; raises LeaseHeld while live.
+
+        Every call takes a new fencing token. A terminal run raises RunTerminal.
+        """
+        check_run_id(run_id)
+        ttl = validate_ttl(lease_ttl, run_id=run_id)
+        check_name(name, "a run name", run_id)
+        config_json = dumps({} if config is None else config, what="config", run_id=run_id)
+        interval = _interval(poll_interval)
+        owner = new_owner_id()
+
+        def take(conn: apsw.Connection) -> Lease:
+            now = store.clock()
+            stamp = to_db(now)
+            created = conn.execute(
+                "INSERT INTO agent_runs (id, name, status, config, lease_owner, lease_token, "
+                "lease_expires_at, created_at, updated_at) "
+                "VALUES (?, ?, 'running', ?, ?, 1, ?, ?, ?) ON CONFLICT (id) DO NOTHING "
+                "RETURNING lease_token",
+                (run_id, name, config_json, owner, to_db(now + ttl), stamp, stamp),
+            ).fetchone()
+            if created is not None:
+                lease = Lease(run_id, owner, 1, ttl)
+                fenced_append(conn, lease, now, [transition("pending", "running")])
+                return lease
+            token, status = acquire(conn, run_id, owner, ttl, now, force=False)
+            lease = Lease(run_id, owner, token, ttl)
+            # A new owner replays the workflow, which re-records any wait still pending.
+            conn.execute(
+                "UPDATE agent_runs SET status = 'running', wait_kind = NULL, wait_ref = NULL, "
+                "wait_until = NULL WHERE id = ?",
+                (run_id,),
+            )
+            if status == "pending":
+                fenced_append(conn, lease, now, [transition("pending", "running")])
+            return lease
+
+        lease = await store.write(take)
+        return cls(AgentContext.adopt(store, lease), sleeper=sleeper, poll_interval=interval,
+                   suspend_waits=suspend_waits)
+
+    @classmethod
+    def from_agent(cls, ctx: AgentContext, *, sleeper: Sleeper | None = None,
+                   poll_interval: timedelta | float = DEFAULT_POLL_INTERVAL,
+                   suspend_waits: bool = False) -> WorkflowContext:
+        """Use the lease of an AgentContext (e.g. from a ResumeWorker) for workflow calls."""
+        return cls(ctx, sleeper=sleeper, poll_interval=poll_interval, suspend_waits=suspend_waits)
+
+    # -- identity -----------------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self._core.run_id
+
+    @property
+    def lease_token(self) -> int:
+        return self._core.lease.token
+
+    @property
+    def store(self) -> SQLiteStore:
+        return self._core.store
+
+    @property
+    def agent(self) -> AgentContext:
+        """The AgentContext sharing this lease (record responses, checkpoints, state)."""
+        return self._core.agent
+
+    @property
+    def suspend_waits(self) -> bool:
+        return self._core.suspend_waits
+
+    # -- durable primitives -------------------------------------------------------------
+
+    async def step(self, name: str, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` (sync or async) once and store its JSON result; replay returns it.
+
+        The value returned is the stored JSON form (a tuple comes back as a list) on the
+        first run as on replay. A body that raises stores nothing and may be retried; a
+        result JSON cannot hold raises NotJsonSerializable. A step left running by another
+        context raises StepInProgress until :meth:`recover`.
+        """
+        return await run_step(self._core, name, fn)
+
+    async def recover(self) -> list[str]:
+        """Release step claims left by earlier owners; returns the released step names.
+
+        Call it only once the previous process is confirmed dead: a released step runs its
+        body again (at least once, never concurrently with a live owner's body).
+        """
+        return await recover_steps(self._core)
+
+    async def sleep(self, name: str, duration: timedelta | float) -> None:
+        """Sleep until a stored wake time (now + ``duration`` on the first call).
+
+        A restarted sleep with the same name waits only the remaining time; a due timer
+        returns at once and is marked completed.
+        """
+        await durable_sleep(self._core, name, duration)
+
+    async def send(self, to_run_id: str, topic: str, payload: Any, *,
+                   key: str | None = None) -> int:
+        """Send a durable message to run ``to_run_id``; returns the message id.
+
+        The send is keyed by ``key`` or, without it, by its order among this context's sends
+        to (``to_run_id``, ``topic``), so a replayed send returns the first message's id.
+        """
+        return await send_from_run(self._core, to_run_id, topic, payload, key)
+
+    async def recv(self, topic: str, timeout: timedelta | float | None = None, *,
+                   key: str | None = None) -> Any:
+        """Receive the next message on ``topic`` and return its payload (None on timeout).
+
+        Keyed like :meth:`send`; a replayed receive returns the same message (or the same
+        timeout). The timeout is a stored deadline: a restart waits only what remains.
+        """
+        message = await receive(self._core, topic, timeout, key)
+        return None if message is None else message.payload
+
+    async def recv_message(self, topic: str, timeout: timedelta | float | None = None, *,
+                           key: str | None = None) -> Message | None:
+        """Like :meth:`recv` but returns the whole :class:`Message` (sender, id, time)."""
+        return await receive(self._core, topic, timeout, key)
+
+    async def spawn(self, name: str, config: Any = None, *, run_id: str | None = None,
+                    run_name: str | None = None) -> str:
+        """Create child run ``name`` (pending, ``parent_id`` set) once; returns its run id.
+
+        Spawning the same name again (a replay) returns the same child id.
+        """
+        return await spawn_child(self._core, name, config, run_id, run_name)
+
+    async def join(self, child_id: str) -> ChildResult:
+        """Wait durably until run ``child_id`` is terminal; returns its status and result."""
+        return await join_child(self._core, child_id)
+
+    # -- completion and release ---------------------------------------------------------
+
+    async def complete(self, result: Any = None) -> None:
+        """Mark the run completed with an optional JSON result (what a parent's join sees)."""
+        await self._core.agent.complete(result)
+
+    async def fail(self, error: str) -> None:
+        """Mark the run failed with an error description."""
+        await self._core.agent.fail(error)
+
+    async def close(self) -> None:
+        """Stop the heartbeat and release the shared lease (the run's status is unchanged)."""
+        await self._core.agent.close()
+
+    async def __aenter__(self) -> WorkflowContext:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<WorkflowContext run={self.run_id!r} token={self.lease_token}>"
+

@@ -1,0 +1,152 @@
+"""Workflows across real process kills: steps replay, sleeps resume, messages stay once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+import zincir
+from tests.conftest import REPO
+from tests.helpers import rows
+from zincir._time import from_db
+from zincir.workflow import WorkflowContext
+
+pytestmark = pytest.mark.crash
+
+CHILD = REPO / "tests" / "crash" / "workflow_child.py"
+ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+
+
+def start(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(CHILD), *args], env=ENV, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def until(process: subprocess.Popen[str], prefix: str) -> str:
+    """Read the child's reports until one starts with ``prefix``; return its rest."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith(prefix):
+            return line[len(prefix):].strip()
+    assert process.stderr is not None
+    raise AssertionError(f"the child exited before {prefix!r}: {process.stderr.read()}")
+
+
+def kill(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    assert process.returncode == -signal.SIGKILL
+    for stream in (process.stdout, process.stderr):
+        assert stream is not None
+        stream.close()
+
+
+def finish(*args: str) -> list[str]:
+    """Run the child to completion; return its reports."""
+    done = subprocess.run([sys.executable, str(CHILD), *args], env=ENV, text=True,
+                          capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def executions(side_file: Path) -> Counter[str]:
+    return Counter(side_file.read_text().split())
+
+
+def test_step_killed_in_flight_blocks_until_recover(tmp_path: Path) -> None:
+    db, side = str(tmp_path / "wf.db"), tmp_path / "side.txt"
+    child = start("steps", db, "run", str(side), "in:3")
+    assert until(child, "blocked in") == "s3"
+    kill(child)
+    assert executions(side) == Counter(s1=1, s2=1, s3=1)
+    assert rows(db, "SELECT name, status FROM steps ORDER BY name") == [
+        ("s1", "completed"), ("s2", "completed"), ("s3", "running")]
+
+    # A restarted process replays s1 and s2 and is refused s3 (its claim is unfinished).
+    assert finish("steps", db, "run", str(side), "resume") == ["in progress s3"]
+    assert executions(side) == Counter(s1=1, s2=1, s3=1)
+    # After recover(), s3 runs again (at least once) and the rest once.
+    reports = finish("steps", db, "run", str(side), "recover")
+    assert reports[0] == 'recovered ["s3"]'
+    assert reports[1] == 'completed ["S1", "S2", "S3", "S4", "S5"]'
+    assert executions(side) == Counter(s1=1, s2=1, s3=2, s4=1, s5=1)
+    log = rows(db, "SELECT seq, type FROM events WHERE run_id = 'run' ORDER BY seq")
+    assert [seq for seq, _ in log] == list(range(1, len(log) + 1))
+    assert [kind for _, kind in log].count("step_completed") == 5
+    assert rows(db, "SELECT status, lease_owner FROM agent_runs") == [("completed", None)]
+
+
+def test_step_killed_between_steps_replays_without_recover(tmp_path: Path) -> None:
+    db, side = str(tmp_path / "wf.db"), tmp_path / "side.txt"
+    child = start("steps", db, "run", str(side), "after:2")
+    assert until(child, "after") == "s2"
+    kill(child)
+    reports = finish("steps", db, "run", str(side), "resume")
+    assert reports == ['completed ["S1", "S2", "S3", "S4", "S5"]']
+    assert executions(side) == Counter(s1=1, s2=1, s3=1, s4=1, s5=1)
+    tokens = rows(db, "SELECT claim_token FROM steps ORDER BY name")
+    assert tokens == [(1,), (1,), (2,), (2,), (2,)]  # who ran each body
+
+
+async def test_sleep_killed_midway_waits_only_the_remainder(tmp_path: Path) -> None:
+    db = str(tmp_path / "wf.db")
+    child = start("sleep", db, "run", "1.5")
+    assert float(until(child, "sleeping")) == pytest.approx(1.5, abs=0.05)
+    kill(child)
+    [(wake_at,)] = rows(db, "SELECT wake_at FROM timers WHERE completed_at IS NULL")
+    requested: list[float] = []
+
+    async def sleeper(seconds: float) -> None:
+        requested.append(seconds)
+        await asyncio.sleep(seconds)
+
+    store = zincir.open_store(db)
+    try:
+        await asyncio.sleep(0.35)  # the dead owner's 300 ms lease expires
+        async with await WorkflowContext.open(store, "run", sleeper=sleeper) as wf:
+            await wf.sleep("nap", timedelta(hours=1))  # the stored wake time wins
+            assert store.clock() >= from_db(wake_at)
+    finally:
+        await store.close()
+    assert 0 < sum(requested) < 1.2
+    assert rows(db, "SELECT wake_at, completed_at IS NOT NULL FROM timers") == [(wake_at, 1)]
+
+
+async def test_messages_once_across_sender_and_receiver_kills(tmp_path: Path) -> None:
+    db = str(tmp_path / "wf.db")
+    store = zincir.open_store(db)
+    try:
+        await (await WorkflowContext.open(store, "inbox")).close()
+        await (await WorkflowContext.open(store, "outbox")).close()
+
+        sender = start("send", db, "outbox", "inbox", "block")
+        first_ids = json.loads(until(sender, "sent"))
+        kill(sender)
+        replayed = finish("send", db, "outbox", "inbox", "exit")
+        assert replayed == [f"sent {json.dumps(first_ids)}"]  # the replayed sends found them
+        assert rows(db, "SELECT COUNT(*) FROM messages") == [(2,)]
+
+        receiver = start("recv", db, "inbox", "block")
+        received = json.loads(until(receiver, "received"))
+        assert received == [first_ids[0], {"n": 1}]
+        kill(receiver)
+        assert finish("recv", db, "inbox", "exit") == [f"received {json.dumps(received)}"]
+
+        await asyncio.sleep(0.35)
+        async with await WorkflowContext.open(store, "inbox", poll_interval=0.01) as inbox:
+            assert await inbox.recv("job") == {"n": 1}  # the replayed first receive
+            assert await inbox.recv("job") == {"n": 2}
+            assert await inbox.recv("job", timeout=0.05) is None
+        assert rows(db, "SELECT id, received_by FROM messages ORDER BY id") == [
+            (first_ids[0], "job#1"), (first_ids[1], "job#2")]
+    finally:
+        await store.close()

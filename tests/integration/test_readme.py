@@ -1,0 +1,26 @@
+"""Every ```python block of the README runs as written, in a fresh folder."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+BLOCKS = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_readme_block_runs(index: int, tmp_path: Path) -> None:
+    script = tmp_path / "snippet.py"
+    script.write_text(BLOCKS[index])
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env.pop("ZINCIR_DATABASE_PATH", None)
+    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,55 @@
+"""The curated public API: a pinned, sorted export list, one error tree, no heavy imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import zincir
+from tests.conftest import REPO
+
+EXPORTS = [
+    "AgentContext", "AmbiguousOutcome", "Checkpoint", "CheckpointCandidate", "CheckpointError",
+    "CheckpointOutcome", "ChildResult", "CommandHandler", "DigestMismatch", "DuplicateToolCall",
+    "DurableRuntime", "DurableState", "Event", "Failure", "FencedOut", "HandlerRegistry",
+    "InputDrift", "InvalidDocument", "InvalidInput", "InvalidInvocation", "InvalidLeaseTtl",
+    "InvalidPayload", "Invocation", "LeaseError", "LeaseHeld", "LeaseLost", "LocalRuntime",
+    "Message", "MissingDurableHandler", "MissingDurableToolsetOrigins", "NotAZincirDatabase",
+    "NotJsonSerializable", "OperationFailed", "OperationInProgress", "OperationKind",
+    "PayloadTooLarge", "PendingCheckpoint", "Record", "RecordFormatError", "ResumeWorker",
+    "RetryPolicy", "RevisionConflict", "RunExists", "RunNotFound", "RunTerminal", "SQLiteStore",
+    "SchemaTooNew", "SensitiveHeader", "StepInProgress", "StoreError", "Success", "Suspend",
+    "SuspendReason", "Suspended", "ToolCall", "UnknownField", "UnknownToolCall",
+    "UnsupportedVersion", "Verification", "WorkerError", "WorkflowContext", "WorkflowSuspended",
+    "ZincirError", "ZincirSignal", "decode_record", "encode_record", "open_store",
+    "send_message",
+]
+
+
+def test_exports_are_pinned_and_sorted() -> None:
+    assert zincir.__all__ == EXPORTS
+    assert zincir.__all__ == sorted(zincir.__all__)
+    for name in zincir.__all__:
+        assert hasattr(zincir, name), name
+
+
+def test_every_error_derives_from_the_base() -> None:
+    for name in zincir.__all__:
+        value = getattr(zincir, name)
+        if isinstance(value, type) and issubclass(value, Exception):
+            assert issubclass(value, zincir.ZincirError), name
+    assert issubclass(zincir.Suspend, BaseException)
+    assert not issubclass(zincir.Suspend, Exception)
+
+
+def test_errors_carry_the_run_id() -> None:
+    error = zincir.FencedOut("stop writing", run_id="run-7")
+    assert error.run_id == "run-7" and "run-7" in str(error)
+
+
+def test_core_import_pulls_no_extra() -> None:
+    code = ("import sys, zincir; heavy = [m for m in ('temporalio', 'starlette', 'uvicorn', "
+            "'jinja2', 'mcp') if m in sys.modules]; print(heavy)")
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, env={"PYTHONPATH": str(REPO / "src")}).stdout
+    assert output.strip() == "[]"
