@@ -105,6 +105,19 @@ def runs_show(database: str, run_id: str) -> None:
 main.add_command(worker_command)
 
 
+@main.command("ui")
+@click.option("--db", "db_path", metavar="PATH", default=None,
+              help="SQLite database (default $ZINCIR_DATABASE_PATH, else ./zincir.db).")
+@click.pass_context
+def ui(ctx: click.Context, db_path: str | None) -> None:
+    """Serve the read-only run inspector on http://127.0.0.1:8787 ($ZINCIR_UI_ADDRESS)."""
+    try:
+        from .inspector import ui_command
+    except ImportError as error:
+        raise click.ClickException(str(error)) from None
+    ctx.invoke(ui_command, db_path=db_path)
+
+
 def run() -> None:
     """Console entry point that turns zincir errors into a message and exit code 1."""
     try:

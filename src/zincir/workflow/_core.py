@@ -93,11 +93,13 @@ class Core:
         """Check the lease inside the transaction, extend it and append ``events``."""
         return fenced_append(conn, self.lease, now, events)
 
-    async def write(self, fn: Callable[[apsw.Connection, datetime], T]) -> T:
+    async def write(
+        self, fn: Callable[[apsw.Connection, datetime], T], *, durable: bool = True
+    ) -> T:
         """Run ``fn(conn, now)`` in one write transaction; ``fn`` must call :meth:`fence`."""
         self.check()
         clock = self.store.clock
-        return await self.store.write(lambda conn: fn(conn, clock()))
+        return await self.store.write(lambda conn: fn(conn, clock()), durable=durable)
 
     async def read(self, fn: Callable[[apsw.Connection], T]) -> T:
         return await self.store.read(fn)

@@ -1,0 +1,443 @@
+"""The inspector's Starlette app: run list, run page and their JSON twins, read-only."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from jinja2 import Environment, PackageLoader
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .._errors import NotAZincirDatabase, SchemaTooNew, StoreError
+from ._db import EVENT_PAGE_SIZE, LIST_LIMIT, ROW_LIMIT, InspectorDatabase, Reader, Row
+from ._security import SECURITY_HEADERS, SecurityMiddleware, UIAddress, parse_address
+
+__all__ = ["create_app"]
+
+STATUSES = ("pending", "running", "completed", "failed", "cancelled")
+BADGES = frozenset({*STATUSES, "proposed", "accepted", "rejected"})
+PREVIEW = 140
+MAX_PRETTY = 100_000
+
+
+# -- formatting ---------------------------------------------------------------------------
+
+
+def pretty(value: Any) -> str:
+    """Indented JSON for a <pre> block (escaped by the template)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def pretty_capped(value: Any, limit: int = MAX_PRETTY) -> str:
+    """Indented JSON cut at ``limit`` characters, so one huge event cannot swamp a page."""
+    text = pretty(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n… cut at {limit:,} of {len(text):,} characters (the API has it all)"
+
+
+def preview(value: Any, limit: int = PREVIEW) -> str:
+    """A one-line excerpt of a value for summaries."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def parse_time(text: Any) -> datetime | None:
+    """A stored UTC timestamp as an aware datetime, or None."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def age(text: Any, now: datetime) -> str:
+    """How long ago (or how far ahead) a stored time is, e.g. ``5 min ago`` or ``in 2 h``."""
+    moment = parse_time(text)
+    if moment is None:
+        return ""
+    seconds = (now - moment).total_seconds()
+    future, seconds = seconds < 0, abs(seconds)
+    if seconds < 5:
+        return "just now"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if seconds >= size:
+            amount = int(seconds // size)
+            return f"in {amount} {unit}" if future else f"{amount} {unit} ago"
+    return ""
+
+
+def utc_text(text: Any) -> str:
+    """A stored time as ``YYYY-MM-DD HH:MM:SS UTC`` (converted to local time by local-time.js)."""
+    moment = parse_time(text)
+    return "" if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def iso_text(text: Any) -> str:
+    """A stored time as ISO-8601 with milliseconds and ``Z`` (for ``<time datetime>``)."""
+    moment = parse_time(text)
+    if moment is None:
+        return ""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+EVENT_CLASSES = {"llm_call": "etype-llm", "tool_call": "etype-tool", "tool_result": "etype-result"}
+
+
+def event_class(kind: Any) -> str:
+    """A CSS class for an event type (stored text never reaches the class attribute)."""
+    if isinstance(kind, str) and kind.startswith("checkpoint_"):
+        return "etype-checkpoint"
+    return EVENT_CLASSES.get(kind, "etype-other") if isinstance(kind, str) else "etype-other"
+
+
+def run_url(run_id: Any) -> str:
+    """The run page path; the id is percent-encoded so it is only ever a path segment."""
+    return "/runs/" + quote(str(run_id), safe="")
+
+
+def status_class(status: Any) -> str:
+    """A CSS class for a known status (unknown values never reach the class attribute)."""
+    return f"status-{status}" if status in BADGES else "status-other"
+
+
+def lease_of(run: Row, now: datetime) -> dict[str, Any]:
+    """Lease state: ``held`` by an owner until a time, ``expired``, or ``none``."""
+    owner, expires = run.get("lease_owner"), run.get("lease_expires_at")
+    if owner is None or expires is None:
+        return {"state": "none", "owner": None, "expires_at": None,
+                "token": run.get("lease_token")}
+    moment = parse_time(expires)
+    live = moment is not None and moment > now
+    return {"state": "held" if live else "expired", "owner": owner, "expires_at": expires,
+            "token": run.get("lease_token")}
+
+
+def run_summary(run: Row, now: datetime) -> dict[str, Any]:
+    """The list/API view of an ``agent_runs`` row (stored config and result left out)."""
+    summary = {key: value for key, value in run.items() if key not in ("config", "result")}
+    lease = lease_of(run, now)
+    summary.update(
+        event_count=int(run.get("last_seq") or 0),
+        lease=lease,
+        lease_state=lease["state"],
+        url=run_url(run.get("id")),
+    )
+    return summary
+
+
+def event_view(event: Row, answered: set[str]) -> dict[str, Any]:
+    """An event with a one-line summary and flags for highlighting."""
+    kind, payload = event.get("type"), event.get("payload")
+    body = payload if isinstance(payload, dict) else {}
+    flags: list[str] = []
+    if kind == "llm_call":
+        calls = body.get("tool_calls") or []
+        summary = preview(body.get("content", ""), 100)
+        if calls:
+            names = ", ".join(str(c.get("name")) for c in calls if isinstance(c, dict))
+            summary += f" → {len(calls)} tool call(s): {names}"
+        if body.get("stop_reason"):
+            summary = f"[{body['stop_reason']}] {summary}"
+    elif kind == "tool_call":
+        call_id = event.get("tool_call_id") or body.get("id")
+        summary = f"{body.get('name')}({preview(body.get('arguments', {}), 90)}) id={call_id}"
+        if call_id is not None and str(call_id) not in answered:
+            flags.append("pending")
+    elif kind == "tool_result":
+        summary = f"id={body.get('id')} {preview(body.get('result'), 100)}"
+        if body.get("is_error"):
+            flags.append("error")
+    elif kind == "state_transition":
+        summary = f"{body.get('from')} → {body.get('to')}"
+    elif isinstance(kind, str) and kind.startswith("checkpoint_"):
+        summary = f"round {body.get('round')} · checkpoint {body.get('checkpoint_id')}"
+        if kind == "checkpoint_rejected":
+            flags.append("error")
+    else:
+        summary = preview(payload)
+    return {**event, "summary": summary, "flags": flags}
+
+
+def operation_view(op: Row) -> dict[str, Any]:
+    """An operation row with its decoded outcome detail."""
+    record = op.get("record")
+    outcome = record.get("outcome") if isinstance(record, dict) else None
+    detail: Any = None
+    if isinstance(outcome, dict) and len(outcome) == 1:
+        ((_, detail),) = outcome.items()
+        if isinstance(detail, dict):
+            detail = {
+                key: (_maybe_json(value) if key.endswith("_json") else value)
+                for key, value in detail.items()
+            }
+    return {**op, "outcome_detail": detail}
+
+
+def _maybe_json(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def timer_view(timer: Row, now: datetime) -> dict[str, Any]:
+    """A timer with its state: completed, due (wake time passed) or waiting."""
+    if timer.get("completed_at"):
+        state = "completed"
+    else:
+        wake = parse_time(timer.get("wake_at"))
+        state = "due" if wake is not None and wake <= now else "waiting"
+    return {**timer, "state": state}
+
+
+# -- pages ----------------------------------------------------------------------------------
+
+
+class Pages:
+    """Request handlers bound to one database and template environment."""
+
+    def __init__(self, database: InspectorDatabase, env: Environment) -> None:
+        self.db = database
+        self.env = env
+
+    def html(self, name: str, code: int = 200, **context: Any) -> HTMLResponse:
+        text = self.env.get_template(name).render(db_path=self.db.path, **context)
+        return HTMLResponse(text, status_code=code, headers={"cache-control": "no-store"})
+
+    def error(self, request: Request, status: int, title: str, message: str) -> Response:
+        """An error as JSON under /api/, else as a page; never a stack trace."""
+        if request.url.path.startswith("/api/"):
+            return json_response({"error": title, "message": message, "status": status},
+                                 status)
+        return self.html("error.html", status, title=title, message=message, status=status)
+
+    def guarded(self, request: Request, build: Callable[[Reader, datetime], Response]) -> Response:
+        """Run ``build`` in a read snapshot; turn database problems into readable pages."""
+        try:
+            with self.db.snapshot() as reader:
+                return build(reader, datetime.now(UTC))
+        except SchemaTooNew as error:
+            return self.error(request, 409, "Database schema is newer than this zincir",
+                              error.detail)
+        except NotAZincirDatabase as error:
+            return self.error(request, 500, "Not a zincir database", error.detail)
+        except StoreError as error:
+            return self.error(request, 500, "The database could not be read", error.detail)
+
+    # -- run list -----------------------------------------------------------------------
+
+    def _status_filter(self, request: Request) -> str | None:
+        status = request.query_params.get("status", "").strip()
+        return status[:64] or None
+
+    def list_runs(self, request: Request) -> Response:
+        status = self._status_filter(request)
+
+        def build(reader: Reader, now: datetime) -> Response:
+            runs = [run_summary(run, now) for run in reader.list_runs(status, LIST_LIMIT)]
+            return self.html("runs.html", runs=runs, status=status, statuses=STATUSES,
+                             limit=LIST_LIMIT, now=now)
+
+        return self.guarded(request, build)
+
+    def api_runs(self, request: Request) -> Response:
+        status = self._status_filter(request)
+
+        def build(reader: Reader, now: datetime) -> Response:
+            runs = [run_summary(run, now) for run in reader.list_runs(status, LIST_LIMIT)]
+            return json_response({"runs": runs, "status": status, "limit": LIST_LIMIT})
+
+        return self.guarded(request, build)
+
+    # -- one run ------------------------------------------------------------------------
+
+    def _cursor(self, request: Request) -> int:
+        """The ``after_seq`` of the requested event page (from ?after_seq= or ?page=)."""
+        params = request.query_params
+        for name in ("after_seq", "page"):
+            raw = params.get(name)
+            if raw is None or raw == "":
+                continue
+            if not raw.isdigit() or len(raw) > 18:
+                raise HTTPException(400, f"{name} must be a non-negative integer")
+            value = int(raw)
+            if name == "page":
+                return max(value - 1, 0) * EVENT_PAGE_SIZE
+            return value
+        return 0
+
+    def _run_detail(self, reader: Reader, run: Row, after: int, now: datetime) -> dict[str, Any]:
+        run_id = str(run["id"])
+        events = reader.events(run_id, after)
+        intent_ids = [
+            str(e["tool_call_id"]) for e in events
+            if e.get("type") == "tool_call" and e.get("tool_call_id") is not None
+        ]
+        answered = reader.answered(run_id, intent_ids)
+        last_seq = int(run.get("last_seq") or 0)
+        next_after = events[-1]["seq"] if events and events[-1]["seq"] < last_seq else None
+        parent = reader.get_run(run["parent_id"]) if run.get("parent_id") else None
+        detail = {
+            "run": {**run_summary(run, now), "result": run.get("result")},
+            "config": run.get("config"),
+            "parent": run_summary(parent, now) if parent else None,
+            "children": [run_summary(child, now) for child in reader.children(run_id)],
+            "usage": reader.usage(run),
+            "pending_tools": [
+                {"seq": row["seq"], "created_at": row["created_at"],
+                 **(row["payload"] if isinstance(row["payload"], dict) else
+                    {"id": row.get("tool_call_id"), "payload": row["payload"]})}
+                for row in reader.pending_tools(run_id)
+            ],
+            "checkpoints": reader.checkpoints(run_id),
+            "operations": [operation_view(op) for op in reader.operations(run_id)],
+            "steps": reader.steps(run_id),
+            "timers": [timer_view(timer, now) for timer in reader.timers(run_id)],
+            "messages": reader.messages(run_id),
+            "events": [event_view(event, answered) for event in events],
+            "after_seq": after,
+            "next_after_seq": next_after,
+            "page_size": EVENT_PAGE_SIZE,
+            "row_limit": ROW_LIMIT,
+        }
+        return detail
+
+    def _missing_run(self, request: Request, run_id: str) -> Response:
+        return self.error(request, 404, "Run not found",
+                          f"No run has the id {run_id!r} in this database.")
+
+    def show_run(self, request: Request) -> Response:
+        run_id = str(request.path_params["run_id"])
+        after = self._cursor(request)
+
+        def build(reader: Reader, now: datetime) -> Response:
+            run = reader.get_run(run_id)
+            if run is None:
+                return self._missing_run(request, run_id)
+            detail = self._run_detail(reader, run, after, now)
+            last_seq = detail["run"]["event_count"]
+            pages = max(1, math.ceil(last_seq / EVENT_PAGE_SIZE))
+            nav = {
+                "first": 0 if after > 0 else None,
+                "prev": max(after - EVENT_PAGE_SIZE, 0) if after > 0 else None,
+                "next": detail["next_after_seq"],
+                "last": (pages - 1) * EVENT_PAGE_SIZE
+                if detail["next_after_seq"] is not None else None,
+                "page": after // EVENT_PAGE_SIZE + 1,
+                "pages": pages,
+                "aligned": after % EVENT_PAGE_SIZE == 0,
+            }
+            sections = {
+                "pending tool intents": detail["pending_tools"],
+                "checkpoints": detail["checkpoints"], "operations": detail["operations"],
+                "steps": detail["steps"], "timers": detail["timers"],
+                "messages": detail["messages"], "child runs": detail["children"],
+            }
+            empty = [name for name, rows in sections.items() if not rows]
+            return self.html("run.html", d=detail, nav=nav, now=now, empty=empty,
+                             config_text=pretty_capped(detail["config"]),
+                             result_text=pretty_capped(detail["run"]["result"]),
+                             page_of=lambda seq: (max(int(seq), 1) - 1)
+                             // EVENT_PAGE_SIZE * EVENT_PAGE_SIZE)
+
+        return self.guarded(request, build)
+
+    def api_run(self, request: Request) -> Response:
+        run_id = str(request.path_params["run_id"])
+        after = self._cursor(request)
+
+        def build(reader: Reader, now: datetime) -> Response:
+            run = reader.get_run(run_id)
+            if run is None:
+                return self._missing_run(request, run_id)
+            detail = self._run_detail(reader, run, after, now)
+            for event in detail["events"]:
+                del event["summary"], event["flags"]
+            return json_response(detail)
+
+        return self.guarded(request, build)
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    """JSON that tolerates any stored value (``default=str``)."""
+    body = json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":"))
+    return Response(body, status_code=status, media_type="application/json",
+                    headers={"cache-control": "no-store"})
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("zincir.inspector", "templates"),
+        autoescape=True,  # every {{ value }} is HTML-escaped, in text and in attributes
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(pretty=pretty, pretty_capped=pretty_capped, utc=utc_text, iso=iso_text,
+                       run_url=run_url, status_class=status_class, event_class=event_class,
+                       preview=preview)
+    env.globals.update(age=age)
+    return env
+
+
+def create_app(
+    database: str | os.PathLike[str] | InspectorDatabase,
+    *,
+    address: UIAddress | str | None = None,
+) -> Starlette:
+    """The inspector for a zincir SQLite file, answering only requests addressed to ``address``.
+
+    Raises NotAZincirDatabase when the file is missing or holds no zincir schema; a schema
+    newer than this code is served as a readable 409 page instead.
+    """
+    db = database if isinstance(database, InspectorDatabase) else InspectorDatabase(database)
+    try:
+        db.check()
+    except SchemaTooNew:
+        pass
+    bound = address if isinstance(address, UIAddress) else parse_address(address)
+    pages = Pages(db, _environment())
+
+    def http_error(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        detail = exc.detail if isinstance(exc, HTTPException) else "unexpected error"
+        title = {404: "Not found", 400: "Bad request"}.get(status, "Error")
+        return pages.error(request, status, title, str(detail))
+
+    def crashed(request: Request, exc: Exception) -> Response:
+        response = pages.error(request, 500, "Internal error",
+                               f"The inspector failed to render this page ({type(exc).__name__}).")
+        for name, value in SECURITY_HEADERS:  # this handler runs outside the middleware
+            response.headers[name] = value
+        return response
+
+    app = Starlette(
+        routes=[
+            Route("/", pages.list_runs, methods=["GET"]),
+            Route("/runs/{run_id:path}", pages.show_run, methods=["GET"]),
+            Route("/api/runs", pages.api_runs, methods=["GET"]),
+            Route("/api/runs/{run_id:path}", pages.api_run, methods=["GET"]),
+            Mount("/static", StaticFiles(packages=[("zincir.inspector", "static")]),
+                  name="static"),
+        ],
+        exception_handlers={HTTPException: http_error, Exception: crashed},
+    )
+    app.add_middleware(SecurityMiddleware, allowed_hosts=bound.allowed_hosts())
+    app.state.database = db
+    app.state.address = bound
+    return app
