@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from importlib import resources
@@ -15,7 +16,7 @@ from .._errors import InvalidInput, SchemaTooNew, StoreError
 from .._json import loads_strict
 from .._time import Clock, as_timedelta, from_db, system_clock, to_db
 from ._models import RUN_COLUMNS, RUN_COLUMNS_SQL, Event
-from ._writer import Writer
+from ._writer import Writer, WriterStats
 
 __all__ = ["SQLiteStore", "migrations", "sqlite_path_from_url"]
 
@@ -81,7 +82,7 @@ class SQLiteStore:
         try:
             conn = apsw.Connection(self.path, statementcachesize=256)
             conn.setbusytimeout(busy_ms)
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
+            mode = self._switch_to_wal(conn, busy_ms / 1000)
             if mode != "wal":
                 raise StoreError(f"could not switch {self.path} to WAL (journal_mode={mode})")
             conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
@@ -89,6 +90,18 @@ class SQLiteStore:
         except apsw.Error as error:
             raise StoreError(f"cannot open SQLite database {self.path}: {error}") from None
         return conn
+
+    @staticmethod
+    def _switch_to_wal(conn: apsw.Connection, timeout: float) -> str:
+        """Set WAL mode; SQLite does not call the busy handler for this pragma, so retry."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return str(conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0])
+            except apsw.BusyError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.005)
 
     def _migrate(self, conn: apsw.Connection) -> None:
         known = migrations()
@@ -130,6 +143,11 @@ class SQLiteStore:
         ``synchronous="full"``: the write survives a process crash but maybe not power loss.
         """
         return await self._writer.run(fn, solo=self._active_owners <= 1, durable=durable)
+
+    @property
+    def writer_stats(self) -> WriterStats:
+        """How this store's writes were committed (inline, or in shared batches)."""
+        return self._writer.stats
 
     def owner_started(self) -> None:
         """A context began writing; with more than one, writes always group-commit."""

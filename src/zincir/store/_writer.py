@@ -26,7 +26,7 @@ import apsw
 
 from .._errors import StoreError
 
-__all__ = ["Writer", "WriteFn"]
+__all__ = ["WriteFn", "Writer", "WriterStats"]
 
 T = TypeVar("T")
 WriteFn = Callable[[apsw.Connection], T]
@@ -48,6 +48,18 @@ class _Job:
         self.durable = durable
         self.result: Any = None
         self.error: BaseException | None = None
+
+
+class WriterStats:
+    """Counters for tests and benchmarks: how writes were committed."""
+
+    __slots__ = ("inline_commits", "batch_commits", "batched_jobs", "largest_batch")
+
+    def __init__(self) -> None:
+        self.inline_commits = 0
+        self.batch_commits = 0
+        self.batched_jobs = 0
+        self.largest_batch = 0
 
 
 class _LoopBatch:
@@ -75,6 +87,7 @@ class Writer:
         self._wakeup = threading.Condition(threading.Lock())
         self._batches: dict[asyncio.AbstractEventLoop, _LoopBatch] = {}
         self._closed = False
+        self.stats = WriterStats()
         self._thread = threading.Thread(target=self._serve, name="zincir-writer", daemon=True)
         self._thread.start()
 
@@ -167,6 +180,8 @@ class Writer:
         except apsw.Error as error:
             _safe_rollback(conn)
             job.result, job.error = None, self._store_error(error)
+            return True
+        self.stats.inline_commits += 1
         return True
 
     def _enqueue(self, jobs: list[_Job]) -> None:
@@ -232,6 +247,11 @@ class Writer:
             failure = self._store_error(error)
             for job in jobs:
                 job.result, job.error = None, failure
+            return
+        stats = self.stats
+        stats.batch_commits += 1
+        stats.batched_jobs += len(jobs)
+        stats.largest_batch = max(stats.largest_batch, len(jobs))
 
     def _begin_waiting(self) -> None:
         """BEGIN IMMEDIATE, retrying within the busy timeout while another process writes."""

@@ -1,0 +1,18 @@
+"""Durable runtimes: the DurableRuntime protocol, handlers and the local runtime (SPEC §2)."""
+
+from ._command import CommandHandler
+from ._local import LocalRuntime
+from ._protocol import DurableRuntime
+from ._registry import Handler, HandlerRegistry, dispatch, outcome_of
+from ._retry import RetryPolicy
+
+__all__ = [
+    "CommandHandler",
+    "DurableRuntime",
+    "Handler",
+    "HandlerRegistry",
+    "LocalRuntime",
+    "RetryPolicy",
+    "dispatch",
+    "outcome_of",
+]

@@ -1,0 +1,183 @@
+"""LocalRuntime across real processes: replay, one handler call per identity, SIGKILL recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import zincir
+from tests.conftest import REPO
+from tests.helpers import rows
+from zincir.contract import Success, decode_record
+
+WORKER = REPO / "tests" / "crash" / "runtime_worker.py"
+KEY = ("crash-run", "tool.call", 0)
+
+
+class Worker:
+    """One runtime_worker.py process; its stdout lines are read on a thread."""
+
+    def __init__(self, tmp_path: Path, mode: str, *options: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+        self.process = subprocess.Popen(
+            [sys.executable, str(WORKER), str(tmp_path / "ops.db"), str(tmp_path / "side.jsonl"),
+             mode, *options],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.pump = threading.Thread(target=self._pump, daemon=True)
+        self.pump.start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def expect(self, prefix: str, timeout: float = 30) -> str:
+        """The next stdout line starting with ``prefix``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            if line is None:
+                raise AssertionError(f"worker exited before {prefix!r}: {self.stderr()}")
+            if line.startswith(prefix):
+                return line
+
+    def record(self) -> str:
+        """Wait for the canonical record the worker printed and its clean exit."""
+        text = self.expect("record ").removeprefix("record ")
+        assert self.process.wait(timeout=30) == 0, self.stderr()
+        return text
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        assert self.process.wait(timeout=30) == -signal.SIGKILL
+
+    def stderr(self) -> str:
+        self.process.wait(timeout=30)
+        assert self.process.stderr is not None
+        return self.process.stderr.read()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=30)
+        self.pump.join(timeout=30)
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Any:
+    started: list[Worker] = []
+
+    def start(mode: str, *options: str) -> Worker:
+        worker = Worker(tmp_path, mode, *options)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.close()
+
+
+def side_effects(tmp_path: Path) -> list[dict[str, Any]]:
+    path = tmp_path / "side.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def operation(tmp_path: Path) -> tuple[Any, ...]:
+    [row] = rows(tmp_path / "ops.db",
+                 "SELECT status, outcome, record, attempts FROM operations "
+                 "WHERE run_id = ? AND step_id = ? AND sequence = ?", KEY)
+    return row
+
+
+def test_a_new_process_replays_the_record_without_the_handler(
+    tmp_path: Path, workers: Any
+) -> None:
+    first = workers("ok").record()
+    assert len(side_effects(tmp_path)) == 1
+    assert workers("ok").record() == first
+    assert len(side_effects(tmp_path)) == 1
+    assert operation(tmp_path) == ("completed", "success", first, 1)
+
+
+def test_two_processes_run_one_identity_once(tmp_path: Path, workers: Any) -> None:
+    """Both start together; the handler outlives claim_ttl, so the claim must be renewed."""
+    zincir.open_store(tmp_path / "ops.db").close_sync()  # two first opens race on WAL setup
+    go = tmp_path / "go"
+    options = ("--go", str(go), "--claim-ttl", "0.4", "--sleep", "1.2")
+    first, second = workers("ok", *options), workers("ok", *options)
+    first.expect("ready")
+    second.expect("ready")
+    go.touch()
+    assert first.record() == second.record()
+    assert len(side_effects(tmp_path)) == 1
+    assert operation(tmp_path)[3] == 1
+
+
+@pytest.mark.crash
+def test_a_handler_killed_inside_leaves_no_record_and_runs_again(
+    tmp_path: Path, workers: Any
+) -> None:
+    victim = workers("hang", "--claim-ttl", "1.0")
+    victim.expect("inside")
+    waiter = workers("ok", "--claim-ttl", "1.0", "--go", str(tmp_path / "go"))
+    waiter.expect("ready")
+    (tmp_path / "go").touch()
+    time.sleep(0.5)  # the waiter polls the victim's live, renewed claim
+    assert len(side_effects(tmp_path)) == 1
+    victim.kill()
+    status, outcome, record, attempts = operation(tmp_path)
+    assert (status, outcome, record, attempts) == ("claimed", None, None, 1)
+
+    stored = waiter.record()  # taken over once the dead owner's claim expired
+    assert operation(tmp_path) == ("completed", "success", stored, 2)
+    calls = side_effects(tmp_path)
+    assert len(calls) == 2, "at least once: the interrupted handler ran again"
+    assert calls[0]["pid"] != calls[1]["pid"]
+    assert {(c["key"], c["digest"], c["input"]) for c in calls} == {
+        ("crash-run/tool.call/0", decode_record(stored).input_digest,
+         '{"order":"A1","amount":12}'),
+    }
+    assert workers("ok").record() == stored
+    assert len(side_effects(tmp_path)) == 2
+
+
+@pytest.mark.crash
+def test_a_kill_between_retries_stores_no_failure(tmp_path: Path, workers: Any) -> None:
+    victim = workers("fail-then-hang", "--claim-ttl", "0.5")
+    victim.expect("failing")
+    time.sleep(0.2)  # inside the 60 s retry delay
+    victim.kill()
+    assert operation(tmp_path) == ("claimed", None, None, 1)
+    stored = workers("ok", "--claim-ttl", "0.5").record()
+    assert isinstance(decode_record(stored).outcome, Success)
+    assert operation(tmp_path) == ("completed", "success", stored, 2)
+    assert len(side_effects(tmp_path)) == 2
+
+
+@pytest.mark.crash
+def test_a_kill_after_execute_returned_keeps_the_record(tmp_path: Path, workers: Any) -> None:
+    victim = workers("ok", "--hold")
+    stored = victim.expect("record ").removeprefix("record ")
+    victim.expect("held")
+    victim.kill()
+    assert operation(tmp_path) == ("completed", "success", stored, 1)
+    assert workers("ok").record() == stored
+    assert len(side_effects(tmp_path)) == 1
