@@ -127,17 +127,25 @@ def fenced_append(
     Runs inside the caller's write transaction: the check and the write commit together.
     """
     batch = list(events)
+    stamp = to_db(now)
     row = conn.execute(
         "UPDATE agent_runs SET last_seq = last_seq + ?, lease_expires_at = ?, updated_at = ? "
         "WHERE id = ? AND lease_owner = ? AND lease_token = ? "
         "AND status IN ('pending', 'running') RETURNING last_seq",
-        (len(batch), lease.expiry(now), to_db(now), lease.run_id, lease.owner, lease.token),
+        (len(batch), lease.expiry(now), stamp, lease.run_id, lease.owner, lease.token),
     ).fetchone()
     if row is None:
         raise diagnose(conn, lease.run_id, lease.token)
     last_seq: int = row[0]
-    if batch:
-        created = to_db(now)
+    if len(batch) == 1:
+        kind, payload, call_id = batch[0]
+        conn.execute(
+            "INSERT INTO events (run_id, seq, type, payload, created_at, tool_call_id) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (lease.run_id, last_seq, kind, payload, stamp, call_id),
+        )
+    elif batch:
+        created = stamp
         first = last_seq - len(batch) + 1
         conn.executemany(
             "INSERT INTO events (run_id, seq, type, payload, created_at, tool_call_id) "

@@ -9,6 +9,7 @@ one, so only the caller, who knows the old process is gone, may allow a second e
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -17,7 +18,7 @@ from typing import Any
 import apsw
 
 from .._errors import InvalidInput, StepInProgress
-from .._json import dumps, loads_strict
+from .._json import dumps
 from .._time import to_db
 from ._core import Core, check_name
 
@@ -56,25 +57,27 @@ async def run_step(core: Core, name: str, fn: Callable[[], Any]) -> Any:
     lease = core.lease
 
     def claim(conn: apsw.Connection, now: datetime) -> str | None:
-        row = _stored(conn, run_id, name)
-        if row is not None:
-            if row[0] == "completed":
-                return str(row[1])
-            raise _in_progress(run_id, name, row[2])
-        core.fence(conn, now)
-        conn.execute(
+        inserted = conn.execute(
             "INSERT INTO steps (run_id, name, status, claim_owner, claim_token, started_at) "
-            "VALUES (?, ?, 'running', ?, ?, ?)",
+            "VALUES (?, ?, 'running', ?, ?, ?) ON CONFLICT (run_id, name) DO NOTHING "
+            "RETURNING 1",
             (run_id, name, lease.owner, lease.token, to_db(now)),
-        )
-        return None
+        ).fetchone()
+        if inserted is not None:
+            core.fence(conn, now)  # a fenced owner's claim is rolled back with this error
+            return None
+        row = _stored(conn, run_id, name)
+        assert row is not None
+        if row[0] == "completed":
+            return str(row[1])
+        raise _in_progress(run_id, name, row[2])
 
     # One transaction either returns the stored result (replay) or writes the claim. The
     # claim need not be fsynced: it survives a process crash, and after a power loss the
     # body's effect is as uncertain as the claim (steps are at least once).
     replayed = await core.write(claim, durable=False)
     if replayed is not None:
-        return loads_strict(replayed)
+        return json.loads(replayed)
     try:
         value = fn()
         if inspect.isawaitable(value):
@@ -101,7 +104,7 @@ async def run_step(core: Core, name: str, fn: Callable[[], Any]) -> Any:
 
     await core.write(finish)
     # Return the stored form, so a first run and a replay see the same value.
-    return loads_strict(result_json)
+    return json.loads(result_json)
 
 
 async def _abandon(core: Core, name: str) -> None:
