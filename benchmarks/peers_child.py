@@ -1,0 +1,102 @@
+"""One peer measured in its own virtualenv: N sequential durable steps, per-step cost in µs.
+
+    .venv-peers/bin/python benchmarks/peers_child.py dbos|langgraph DB_PATH N
+
+DBOS runs on a SQLite file switched to WAL before DBOS opens it (DBOS leaves the rollback
+journal otherwise); LangGraph uses SqliteSaver with ``durability="sync"``, so each step's
+checkpoint is persisted before the next step starts. Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import time
+from typing import Any, TypedDict
+
+PAYLOAD = "x" * 100
+
+
+def step_result(i: int) -> dict[str, Any]:
+    return {"i": i, "payload": PAYLOAD}
+
+
+class GraphState(TypedDict):
+    """LangGraph's state: the counter and the last result, so checkpoints stay O(1)."""
+
+    i: int
+    last: dict[str, Any]
+
+
+def dbos_us(path: str, n: int) -> float:
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    from dbos import DBOS, SetWorkflowID
+
+    DBOS(config={"name": "zincir-bench", "system_database_url": "sqlite:///" + path,
+                 "log_level": "WARNING"})
+
+    @DBOS.step()
+    def one_step(i: int) -> dict[str, Any]:
+        return step_result(i)
+
+    @DBOS.workflow()
+    def steps(count: int) -> int:
+        for i in range(count):
+            one_step(i)
+        return count
+
+    DBOS.launch()
+    try:
+        with SetWorkflowID("warm-up"):
+            steps(20)
+        with SetWorkflowID("measured"):
+            started = time.perf_counter()
+            steps(n)
+            return (time.perf_counter() - started) / n * 1e6
+    finally:
+        DBOS.destroy(destroy_registry=True)
+
+
+def langgraph_us(path: str, n: int) -> float:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import END, START, StateGraph
+
+    limit = {"n": 0}
+
+    def step(state: GraphState) -> GraphState:
+        return {"i": state["i"] + 1, "last": step_result(state["i"])}
+
+    def more(state: GraphState) -> str:
+        return "step" if state["i"] < limit["n"] else END
+
+    builder = StateGraph(GraphState)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_conditional_edges("step", more, ["step", END])
+    conn = sqlite3.connect(path, check_same_thread=False)
+    graph = builder.compile(checkpointer=SqliteSaver(conn))
+
+    def run(thread: str, count: int) -> None:
+        limit["n"] = count
+        config = {"configurable": {"thread_id": thread}, "recursion_limit": count + 10}
+        graph.invoke({"i": 0, "last": {}}, config, durability="sync")
+
+    run("warm-up", 20)
+    started = time.perf_counter()
+    run("measured", n)
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return elapsed / n * 1e6
+
+
+def main() -> None:
+    system, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    measure = {"dbos": dbos_us, "langgraph": langgraph_us}[system]
+    print(json.dumps({"system": system, "n": n, "us_per_step": measure(path, n)}))
+
+
+if __name__ == "__main__":
+    main()

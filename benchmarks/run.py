@@ -1,0 +1,413 @@
+"""zincir's benchmark suite: every figure beside its baseline, measured in the same run.
+
+    python benchmarks/run.py [--quick] [--json PATH] [--peers] [--temporal]
+
+The raw APSW loop (one INSERT + COMMIT per step into a WAL database) is the physical limit
+each durable step is compared with. Peers (DBOS, LangGraph) run in their own virtualenv
+(``make bench-peers``) as child processes, on the same number of sequential steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "src"))
+
+import zincir  # noqa: E402
+from zincir import AgentContext, CheckpointCandidate, ToolCall, Verification  # noqa: E402
+from zincir.contract import Invocation, OperationKind  # noqa: E402
+from zincir.durable import HandlerRegistry, LocalRuntime, RetryPolicy  # noqa: E402
+from zincir.workflow import WorkflowContext  # noqa: E402
+
+PAYLOAD = "x" * 100
+
+
+def step_result(i: int) -> dict[str, Any]:
+    """What every benchmarked step returns (the same as the peers script)."""
+    return {"i": i, "payload": PAYLOAD}
+
+
+class Bench:
+    """Holds the temporary folder, the sizes and the collected figures."""
+
+    def __init__(self, quick: bool, repeat: int) -> None:
+        self.quick = quick
+        self.repeat = repeat
+        self.folder = Path(tempfile.mkdtemp(prefix="zincir-bench-"))
+        self.figures: dict[str, float] = {}
+        self.notes: dict[str, str] = {}
+        self._count = 0
+
+    def db(self, label: str) -> str:
+        self._count += 1
+        return str(self.folder / f"{self._count:03d}-{label}.db")
+
+    def n(self, full: int, quick: int) -> int:
+        return quick if self.quick else full
+
+
+def median_of(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+# -- the physical limit --------------------------------------------------------------------
+
+def raw_step_us(path: str, synchronous: str, n: int) -> float:
+    """APSW: per step json.dumps + BEGIN IMMEDIATE + INSERT + COMMIT into a WAL database."""
+    conn = apsw.Connection(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("CREATE TABLE IF NOT EXISTS steps (id INTEGER PRIMARY KEY, result TEXT)")
+    for i in range(50):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO steps (result) VALUES (?)", (json.dumps(step_result(i)),))
+        conn.execute("COMMIT")
+    started = time.perf_counter()
+    for i in range(n):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO steps (result) VALUES (?)", (json.dumps(step_result(i)),))
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return elapsed / n * 1e6
+
+
+# -- zincir scenarios ----------------------------------------------------------------------
+
+async def step_us(path: str, synchronous: str, n: int) -> float:
+    """WorkflowContext.step, sequentially, one run."""
+    store = zincir.open_store(path, synchronous=synchronous)  # type: ignore[arg-type]
+    try:
+        async with await WorkflowContext.open(store, f"steps-{synchronous}") as wf:
+            for i in range(50):
+                await wf.step(f"warm-{i}", lambda i=i: step_result(i))
+            started = time.perf_counter()
+            for i in range(n):
+                await wf.step(f"step-{i}", lambda i=i: step_result(i))
+            return (time.perf_counter() - started) / n * 1e6
+    finally:
+        await store.close()
+
+
+async def agent_cycle_us(path: str, n: int) -> float:
+    """record_response with one tool call, then record_tool_result (FULL)."""
+    store = zincir.open_store(path)
+    try:
+        ctx = await AgentContext.create(store, name="cycle")
+        started = time.perf_counter()
+        for i in range(n):
+            call = ToolCall(f"call-{i}", "lookup", {"i": i})
+            await ctx.record_response("calling lookup", [call], "tool_use")
+            await ctx.record_tool_result(call.id, step_result(i))
+        elapsed = time.perf_counter() - started
+        await ctx.close()
+        return elapsed / n * 1e6
+    finally:
+        await store.close()
+
+
+async def runtime_us(path: str, n: int) -> tuple[float, float]:
+    """LocalRuntime.execute of n new identities, then of the same n stored ones."""
+    registry = HandlerRegistry()
+
+    @registry.handler(OperationKind.TOOL_CALL, "bench")
+    async def handle(invocation: Invocation, request: Any) -> Any:
+        return step_result(invocation.sequence)
+
+    store = zincir.open_store(path)
+    try:
+        runtime = LocalRuntime(store, registry, retry=RetryPolicy(max_attempts=1))
+        invocations = [
+            Invocation("bench-run", "tool.call", i, OperationKind.TOOL_CALL, "bench",
+                       json.dumps({"i": i}))
+            for i in range(n)
+        ]
+        started = time.perf_counter()
+        for invocation in invocations:
+            await runtime.execute(invocation)
+        execute = (time.perf_counter() - started) / n * 1e6
+        started = time.perf_counter()
+        for invocation in invocations:
+            await runtime.execute(invocation)
+        replay = (time.perf_counter() - started) / n * 1e6
+        return execute, replay
+    finally:
+        await store.close()
+
+
+async def concurrent_steps_per_s(path: str, runs: int, steps: int) -> float:
+    """``runs`` workflows of ``steps`` steps each, concurrently in one process (FULL)."""
+    store = zincir.open_store(path)
+    try:
+        contexts = [await WorkflowContext.open(store, f"run-{r}") for r in range(runs)]
+
+        async def drive(wf: WorkflowContext) -> None:
+            for i in range(steps):
+                await wf.step(f"step-{i}", lambda i=i: step_result(i))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(drive(wf) for wf in contexts))
+        elapsed = time.perf_counter() - started
+        for wf in contexts:
+            await wf.close()
+        return runs * steps / elapsed
+    finally:
+        await store.close()
+
+
+async def build_long_run(path: str, events: int, checkpoint_at: int) -> str:
+    """A run of ``events`` events with an accepted checkpoint at ``checkpoint_at``."""
+    store = zincir.open_store(path, synchronous="normal")
+    try:
+        ctx = await AgentContext.create(store, name="long", config={"goal": "resume"})
+        calls_per_response = 9
+
+        async def fill(until: int) -> None:
+            state_seq = (await store.get_run(ctx.run_id) or {})["last_seq"]
+            counter = state_seq
+            while counter < until:
+                room = until - counter - 1
+                calls = [ToolCall(f"c{counter}-{k}", "t", {"k": k})
+                         for k in range(min(calls_per_response, room))]
+                await ctx.record_response(PAYLOAD, calls, "tool_use")
+                counter += 1 + len(calls)
+
+        async def accept(candidate: CheckpointCandidate) -> Verification:
+            return Verification(True, {"ok": True})
+
+        await fill(checkpoint_at - 2)
+        await ctx.checkpoint({"completed": ["first 90%"], "remaining": ["the rest"]}, accept)
+        await fill(events)
+        await ctx.release()
+        return ctx.run_id
+    finally:
+        await store.close()
+
+
+RESUME_CHILD = """
+import asyncio, json, resource, sys, time
+sys.path.insert(0, sys.argv[3])
+import zincir
+async def main():
+    store = zincir.open_store(sys.argv[1])
+    ctx = await zincir.AgentContext.recover(store, sys.argv[2])
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.perf_counter()
+    state = await ctx.state()
+    elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    await ctx.close(); await store.close()
+    print(json.dumps({"ms": elapsed * 1e3, "rss_mb": (after - before) / 1024,
+                      "events": len(state.events), "round": state.checkpoint.round}))
+asyncio.run(main())
+"""
+
+
+def resume_figures(path: str, run_id: str) -> dict[str, float]:
+    """state() in a fresh process: latency and peak RSS growth."""
+    output = subprocess.run(
+        [sys.executable, "-c", RESUME_CHILD, path, run_id, str(HERE.parent / "src")],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    return dict(json.loads(output))
+
+
+async def claims_per_s(path: str, runs: int) -> float:
+    """A ResumeWorker claiming ``runs`` expired runs (handlers complete at once)."""
+    store = zincir.open_store(path, synchronous="normal")
+    try:
+        for r in range(runs):
+            ctx = await AgentContext.create(store, name=f"abandoned-{r}",
+                                            lease_ttl=timedelta(milliseconds=30))
+            await ctx._heartbeat.stop()
+        await asyncio.sleep(0.1)
+        done = asyncio.Event()
+        claimed = 0
+
+        async def handler(ctx: AgentContext) -> None:
+            nonlocal claimed
+            claimed += 1
+            await ctx.complete()
+            if claimed == runs:
+                done.set()
+
+        worker = (zincir.ResumeWorker(store, lease_ttl=timedelta(seconds=30))
+                  .poll_interval(timedelta(milliseconds=5)).max_concurrency(64))
+        started = time.perf_counter()
+        await worker.run(handler, done.wait())
+        return runs / (time.perf_counter() - started)
+    finally:
+        await store.close()
+
+
+# -- peers ---------------------------------------------------------------------------------
+
+def peer_us(python: str, system: str, path: str, n: int) -> float:
+    """Per-step cost of a peer, measured by benchmarks/peers_child.py in its own venv."""
+    output = subprocess.run(
+        [python, str(HERE / "peers_child.py"), system, path, str(n)],
+        capture_output=True, text=True, check=True, timeout=600,
+    ).stdout
+    return float(json.loads(output.strip().splitlines()[-1])["us_per_step"])
+
+
+# -- the run ------------------------------------------------------------------------------
+
+def timed(label: str, action: Callable[[], Any]) -> Any:
+    started = time.perf_counter()
+    value = action()
+    print(f"  {label:<28} {time.perf_counter() - started:6.1f} s", file=sys.stderr)
+    return value
+
+
+def run_async(coroutine: Awaitable[Any]) -> Any:
+    async def wrap() -> Any:
+        return await coroutine
+    return asyncio.run(wrap())
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    bench = Bench(args.quick, 1 if args.quick else args.repeat)
+    figures = bench.figures
+    n_seq = bench.n(2000, 500)
+
+    def paired(name_raw: str, name_ours: str, sync: str) -> None:
+        raws, ours = [], []
+        for _ in range(bench.repeat):
+            raws.append(raw_step_us(bench.db(f"raw-{sync}"), sync, n_seq))
+            ours.append(run_async(step_us(bench.db(f"step-{sync}"), sync, n_seq)))
+        figures[name_raw] = median_of(raws)
+        figures[name_ours] = median_of(ours)
+
+    timed("raw + step FULL", lambda: paired("raw_full_us", "step_full_us", "full"))
+    timed("raw + step NORMAL", lambda: paired("raw_normal_us", "step_normal_us", "normal"))
+    figures["agent_cycle_us"] = timed(
+        "agent cycle", lambda: run_async(agent_cycle_us(bench.db("cycle"), bench.n(1000, 300))))
+    execute, replay = timed(
+        "runtime", lambda: run_async(runtime_us(bench.db("runtime"), bench.n(2000, 500))))
+    figures["runtime_execute_us"], figures["runtime_replay_us"] = execute, replay
+    figures["concurrent64_steps_per_s"] = timed(
+        "64 concurrent runs",
+        lambda: run_async(concurrent_steps_per_s(bench.db("concurrent"), 64,
+                                                 bench.n(200, 50))))
+    events = bench.n(100_000, 20_000)
+    long_db = bench.db("long")
+    run_id = timed("build 100k-event run",
+                   lambda: run_async(build_long_run(long_db, events, events * 9 // 10)))
+    resumed = timed("resume", lambda: resume_figures(long_db, run_id))
+    figures["resume_100k_ms"] = resumed["ms"]
+    figures["resume_100k_rss_mb"] = resumed["rss_mb"]
+    figures["claims_per_s"] = timed(
+        "claims", lambda: run_async(claims_per_s(bench.db("claims"), bench.n(1000, 300))))
+
+    ratios: dict[str, float] = {
+        "step_full_over_raw_full": figures["step_full_us"] / figures["raw_full_us"],
+        "step_normal_over_raw_normal": figures["step_normal_us"] / figures["raw_normal_us"],
+        "concurrent64_over_raw_full_seq":
+            figures["concurrent64_steps_per_s"] / (1e6 / figures["raw_full_us"]),
+    }
+    if args.peers:
+        python = args.peers_python
+        n_peer = bench.n(2000, 300)
+        figures["dbos_step_us"] = timed(
+            "dbos", lambda: peer_us(python, "dbos", bench.db("dbos"), n_peer))
+        figures["langgraph_step_us"] = timed(
+            "langgraph", lambda: peer_us(python, "langgraph", bench.db("langgraph"), n_peer))
+        ratios["dbos_over_step_full"] = figures["dbos_step_us"] / figures["step_full_us"]
+        ratios["langgraph_over_step_full"] = (
+            figures["langgraph_step_us"] / figures["step_full_us"])
+        ratios["dbos_over_step_normal"] = figures["dbos_step_us"] / figures["step_normal_us"]
+        ratios["langgraph_over_step_normal"] = (
+            figures["langgraph_step_us"] / figures["step_normal_us"])
+    if args.temporal:
+        from temporal_bench import measure as temporal_measure
+
+        temporal = timed("temporal", lambda: run_async(temporal_measure(bench.n(30, 10))))
+        figures.update({f"temporal_{k}": v for k, v in temporal.items()})
+        if "runtime_over_raw" in temporal:
+            ratios["temporal_execute_over_raw"] = temporal["runtime_over_raw"]
+    return {
+        "figures": figures,
+        "ratios": ratios,
+        "machine": {
+            "python": platform.python_version(),
+            "sqlite": apsw.sqlite_lib_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "quick": args.quick,
+        },
+    }
+
+
+TARGETS = {
+    "step_full_over_raw_full": ("<=", 1.3),
+    "step_normal_over_raw_normal": ("<=", 2.0),
+    "concurrent64_over_raw_full_seq": (">=", 10.0),
+    "dbos_over_step_full": (">=", 5.0),
+    "langgraph_over_step_full": (">=", 4.0),
+    "dbos_over_step_normal": (">=", 20.0),
+    "langgraph_over_step_normal": (">=", 20.0),
+    "temporal_execute_over_raw": ("<=", 1.2),
+}
+FIGURE_TARGETS = {
+    "resume_100k_ms": ("<", 500.0),
+    "resume_100k_rss_mb": ("<", 50.0),
+    "claims_per_s": (">=", 2000.0),
+}
+
+
+def verdict(value: float, target: tuple[str, float] | None) -> str:
+    if target is None:
+        return ""
+    op, bound = target
+    ok = {"<=": value <= bound, ">=": value >= bound, "<": value < bound}[op]
+    return f"{op} {bound:g}  {'met' if ok else 'MISSED'}"
+
+
+def print_table(result: dict[str, Any]) -> None:
+    print(f"{'figure':<34} {'value':>12}  target")
+    for name, value in result["figures"].items():
+        print(f"{name:<34} {value:>12.1f}  {verdict(value, FIGURE_TARGETS.get(name))}")
+    print()
+    print(f"{'ratio':<34} {'value':>12}  target")
+    for name, value in result["ratios"].items():
+        print(f"{name:<34} {value:>12.2f}  {verdict(value, TARGETS.get(name))}")
+    machine = result["machine"]
+    print(f"\nPython {machine['python']}, SQLite {machine['sqlite']}, {machine['cpus']} CPUs, "
+          f"{machine['platform']}{' (quick)' if machine['quick'] else ''}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, under 60 s")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per paired figure")
+    parser.add_argument("--peers", action="store_true", help="DBOS and LangGraph (bench-peers)")
+    parser.add_argument("--peers-python", default=str(HERE.parent / ".venv-peers/bin/python"))
+    parser.add_argument("--temporal", action="store_true", help="TemporalRuntime vs raw")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(HERE))
+    result = measure(args)
+    print_table(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
