@@ -407,6 +407,10 @@ def main(argv: list[str] | None = None) -> None:
     print_table(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
+    sys.stdout.flush()
+    if args.temporal:
+        # temporalio's background threads can abort interpreter shutdown (sdk-python#300).
+        os._exit(0)
 
 
 if __name__ == "__main__":

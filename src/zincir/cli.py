@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import sys
 
@@ -19,7 +20,36 @@ DB_OPTION = click.option(
 )
 
 
-@click.group()
+class _Commands(click.Group):
+    """The CLI group; commands of an extra are imported only when they are called."""
+
+    lazy = {"temporal-worker": ("zincir.temporal._cli", "temporal_worker_command")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.lazy:
+            return super().get_command(ctx, name)
+        module, attribute = self.lazy[name]
+        try:
+            command: click.Command = getattr(importlib.import_module(module), attribute)
+        except ImportError as error:
+            return _missing_extra(name, str(error))
+        return command
+
+
+def _missing_extra(name: str, reason: str) -> click.Command:
+    @click.command(name, context_settings={"ignore_unknown_options": True},
+                   help="Not available: " + reason)
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def missing(args: tuple[str, ...]) -> None:
+        raise click.ClickException(reason)
+
+    return missing
+
+
+@click.group(cls=_Commands)
 @click.version_option(package_name="zincir")
 def main() -> None:
     """zincir: durable, resumable execution for long-horizon AI agents."""

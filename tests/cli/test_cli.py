@@ -48,8 +48,10 @@ def test_migrate_creates_schema(tmp_path: Path) -> None:
 
 def _commands(group: click.Group, prefix: str = "zincir") -> list[str]:
     names = []
-    for name, command in group.commands.items():
+    context = click.Context(group)
+    for name in group.list_commands(context):
         names.append(f"{prefix} {name}")
+        command = group.get_command(context, name)
         if isinstance(command, click.Group):
             names.extend(_commands(command, f"{prefix} {name}"))
     return names

@@ -33,7 +33,6 @@ from .._errors import (
     InputDrift,
     InvalidInput,
     InvalidInvocation,
-    RecordFormatError,
     StoreError,
 )
 from .._json import dumps
@@ -51,7 +50,7 @@ from ..contract import (
     encode_record,
 )
 from ..store import SQLiteStore
-from ._registry import Handler, HandlerRegistry, dispatch
+from ._registry import Handler, HandlerRegistry, attempt_outcome
 from ._retry import RetryPolicy
 
 __all__ = ["DEFAULT_CLAIM_TTL", "DEFAULT_POLL_INTERVAL", "DEFAULT_RETRY", "LocalRuntime"]
@@ -220,7 +219,7 @@ class LocalRuntime:
         """Retry retryable failures in place under the RetryPolicy; the last outcome wins."""
         attempt = 1
         while True:
-            outcome = await _attempt(inv, handler)
+            outcome = await attempt_outcome(handler, inv)
             retry = isinstance(outcome, Failure) and outcome.retryable
             if not retry or attempt >= self.retry.max_attempts:
                 return outcome
@@ -263,37 +262,7 @@ class LocalRuntime:
         return await self.store.write(guarded, durable=durable)
 
 
-async def _attempt(inv: Invocation, handler: Handler) -> Outcome:
-    """One call of the handler; an outcome that cannot be stored becomes ``InvalidOutcome``."""
-    try:
-        outcome = await dispatch(handler, inv)
-    except (DigestMismatch, InputDrift):
-        raise
-    except (InvalidInput, RecordFormatError) as error:
-        return _invalid(inv, error.detail)
-    if isinstance(outcome, Failure) and isinstance(outcome.message, str):
-        outcome = Failure(outcome.error, outcome.retryable, _printable(outcome.message))
-    try:
-        Record.for_invocation(inv, outcome).validate()
-    except (InvalidInput, RecordFormatError) as error:
-        return _invalid(inv, error.detail)
-    return outcome
 
-
-def _invalid(inv: Invocation, detail: str) -> Failure:
-    return Failure(
-        "InvalidOutcome",
-        False,
-        _printable(
-            f"the handler {inv.handler_id!r} for {OperationKind(inv.kind).value} produced an "
-            f"outcome that cannot be stored: {detail}"
-        )[:4000],
-    )
-
-
-def _printable(text: str) -> str:
-    """``text`` with lone surrogates escaped, so it is valid UTF-8."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _positive(value: timedelta | float, name: str) -> timedelta:

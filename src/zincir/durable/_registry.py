@@ -14,12 +14,15 @@ from .._errors import (
     MissingDurableHandler,
     NotJsonSerializable,
     OperationFailed,
+    RecordFormatError,
     Suspend,
 )
 from .._json import StrictJsonError, dumps, loads_strict
 from ..contract import Failure, Invocation, OperationKind, Outcome, Record, Success, Suspended
 
-__all__ = ["Handler", "HandlerRegistry", "dispatch", "outcome_of"]
+__all__ = [
+    "Handler", "HandlerRegistry", "attempt_outcome", "dispatch", "outcome_of", "printable",
+]
 
 Handler = Callable[[Invocation, Any], Awaitable[Any] | Any]
 H = TypeVar("H", bound=Handler)
@@ -155,3 +158,37 @@ async def dispatch(handler: Handler, invocation: Invocation) -> Outcome:
     except Exception as error:
         return _failure_from(error)
     return outcome_of(invocation, result)
+
+
+async def attempt_outcome(handler: Handler, invocation: Invocation) -> Outcome:
+    """One attempt, as every runtime stores it: an outcome that cannot be stored (a bad
+    suspend reason, an empty error name) becomes a non-retryable ``InvalidOutcome``."""
+    try:
+        outcome = await dispatch(handler, invocation)
+    except (DigestMismatch, InputDrift):
+        raise
+    except (InvalidInput, RecordFormatError) as error:
+        return _invalid(invocation, error.detail)
+    if isinstance(outcome, Failure) and isinstance(outcome.message, str):
+        outcome = Failure(outcome.error, outcome.retryable, printable(outcome.message))
+    try:
+        Record.for_invocation(invocation, outcome).validate()
+    except (InvalidInput, RecordFormatError) as error:
+        return _invalid(invocation, error.detail)
+    return outcome
+
+
+def _invalid(invocation: Invocation, detail: str) -> Failure:
+    return Failure(
+        "InvalidOutcome",
+        False,
+        printable(
+            f"the handler {invocation.handler_id!r} for {OperationKind(invocation.kind).value} "
+            f"produced an outcome that cannot be stored: {detail}"
+        )[:4000],
+    )
+
+
+def printable(text: str) -> str:
+    """``text`` with lone surrogates escaped, so it is valid UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

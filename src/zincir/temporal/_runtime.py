@@ -1,0 +1,448 @@
+"""TemporalRuntime: the DurableRuntime contract on a Temporal service (SPEC §2, §9)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.common import RetryPolicy as TemporalRetryPolicy
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import (
+    ApplicationError,
+    FailureError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from .._errors import (
+    DigestMismatch,
+    InputDrift,
+    InvalidInput,
+    InvalidInvocation,
+    MissingDurableHandler,
+    RecordFormatError,
+    StoreError,
+    WorkerError,
+    ZincirError,
+)
+from .._time import as_timedelta
+from ..contract import DEFAULT_MAX_INPUT_BYTES, Invocation, OperationKind, Record
+from ..durable._registry import HandlerRegistry
+from ..durable._retry import RetryPolicy
+from ._record_store import load_record, save_record
+from ._wire import DEFAULT_MAX_RECORD_BYTES, decode_wire
+from ._workflow import FAIL_CLOSED, WORKFLOW_NAME
+
+__all__ = ["ActivityTimeouts", "TemporalRuntime", "workflow_id_for"]
+
+DEFAULT_WORKFLOW_ID_PREFIX: Final = "zincir-op-"
+
+_LOOKUP_TIMEOUT: Final = timedelta(seconds=10)
+_MEMO_DIGEST: Final = "zincir_input_digest"
+_MEMO_KEY: Final = "zincir_stable_key"
+_ERRORS: Final[dict[str, type[ZincirError]]] = {
+    "DigestMismatch": DigestMismatch,
+    "InputDrift": InputDrift,
+    "MissingDurableHandler": MissingDurableHandler,
+    "InvalidInvocation": InvalidInvocation,
+}
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class ActivityTimeouts:
+    """Timeouts of activity ``zincir.execute.v1`` (a float of seconds is accepted too).
+
+    ``start_to_close`` bounds one attempt; ``heartbeat`` (optional) makes the worker heartbeat
+    while the handler runs, so a dead worker is noticed within it and the attempt retried.
+    """
+
+    start_to_close: timedelta | None
+    schedule_to_close: timedelta | None
+    schedule_to_start: timedelta | None
+    heartbeat: timedelta | None
+
+    def __init__(
+        self,
+        start_to_close: timedelta | float | None = timedelta(minutes=10),
+        schedule_to_close: timedelta | float | None = None,
+        schedule_to_start: timedelta | float | None = None,
+        heartbeat: timedelta | float | None = None,
+    ) -> None:
+        for name, value in (
+            ("start_to_close", start_to_close),
+            ("schedule_to_close", schedule_to_close),
+            ("schedule_to_start", schedule_to_start),
+            ("heartbeat", heartbeat),
+        ):
+            if value is not None:
+                value = as_timedelta(value, name=name)
+                if value <= timedelta(0):
+                    raise InvalidInput(f"the {name} timeout must be positive, not {value}")
+            object.__setattr__(self, name, value)
+        if self.start_to_close is None and self.schedule_to_close is None:
+            raise InvalidInput("set start_to_close or schedule_to_close: Temporal needs one")
+
+    def to_options(self) -> dict[str, float | None]:
+        """The JSON form the workflow reads (seconds)."""
+        return {
+            name: None if value is None else value.total_seconds()
+            for name, value in (
+                ("start_to_close", self.start_to_close),
+                ("schedule_to_close", self.schedule_to_close),
+                ("schedule_to_start", self.schedule_to_start),
+                ("heartbeat", self.heartbeat),
+            )
+        }
+
+
+def workflow_id_for(invocation: Invocation, prefix: str = DEFAULT_WORKFLOW_ID_PREFIX) -> str:
+    """``prefix`` + the SHA-256 hex of the stable key: fixed length, safe for any id characters."""
+    return prefix + hashlib.sha256(invocation.stable_key().encode("utf-8")).hexdigest()
+
+
+def _retry_options(retry: RetryPolicy | TemporalRetryPolicy) -> dict[str, Any]:
+    if isinstance(retry, RetryPolicy):
+        return {
+            "initial_interval": retry.initial_interval.total_seconds(),
+            "backoff": float(retry.backoff),
+            "maximum_interval": retry.max_interval.total_seconds(),
+            "maximum_attempts": retry.max_attempts,
+        }
+    if isinstance(retry, TemporalRetryPolicy):
+        return {
+            "initial_interval": retry.initial_interval.total_seconds(),
+            "backoff": float(retry.backoff_coefficient),
+            "maximum_interval": None
+            if retry.maximum_interval is None
+            else retry.maximum_interval.total_seconds(),
+            "maximum_attempts": retry.maximum_attempts,
+            "non_retryable_error_types": list(retry.non_retryable_error_types or []),
+        }
+    raise InvalidInput(
+        "retry must be a zincir.durable.RetryPolicy or a temporalio.common.RetryPolicy, "
+        f"not {type(retry).__name__}"
+    )
+
+
+def _timeouts(value: ActivityTimeouts | Mapping[str, Any] | timedelta | float | None) -> (
+    ActivityTimeouts
+):
+    if value is None:
+        return ActivityTimeouts()
+    if isinstance(value, ActivityTimeouts):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return ActivityTimeouts(**value)
+        except TypeError as error:
+            raise InvalidInput(
+                f"activity timeouts take start_to_close, schedule_to_close, schedule_to_start "
+                f"and heartbeat: {error}"
+            ) from None
+    return ActivityTimeouts(start_to_close=as_timedelta(value, name="start_to_close"))
+
+
+def _registrations(items: Iterable[Any]) -> frozenset[tuple[OperationKind, str]]:
+    found: set[tuple[OperationKind, str]] = set()
+    for item in items:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise InvalidInput(f"registrations are (kind, handler_id) pairs, not {item!r}")
+        kind, handler_id = item
+        try:
+            kind = OperationKind(kind)
+        except ValueError:
+            raise InvalidInput(
+                f"unknown operation kind {kind!r}; use one of {[k.value for k in OperationKind]}"
+            ) from None
+        if not isinstance(handler_id, str) or not handler_id:
+            raise InvalidInput(f"handler_id must be a non-empty str, not {handler_id!r}")
+        found.add((kind, handler_id))
+    return frozenset(found)
+
+
+class TemporalRuntime:
+    """Runs each invocation as workflow ``zincir.operation.v1`` on a Temporal service.
+
+    ``registrations`` lists the (kind, handler_id) pairs the workers of ``task_queue`` serve
+    (a ``HandlerRegistry`` works too, read at each call). It is checked first: an
+    unregistered pair never starts a workflow; it returns the record of an existing workflow
+    for the identity, else raises ``MissingDurableHandler``. ``retry`` is a zincir
+    ``RetryPolicy`` or a temporalio ``RetryPolicy`` for the activity; ``activity_timeouts``
+    (alias ``timeouts``) an ``ActivityTimeouts``, a mapping of its fields, or a start-to-close
+    duration. With ``record_store`` (a zincir store), every terminal record is also kept in
+    its ``operations`` table and read from it before any workflow start, so replay outlives
+    Temporal's retention.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        task_queue: str,
+        registrations: Iterable[tuple[OperationKind | str, str]],
+        retry: RetryPolicy | TemporalRetryPolicy | None = None,
+        activity_timeouts: ActivityTimeouts | Mapping[str, Any] | timedelta | float | None = None,
+        timeouts: ActivityTimeouts | Mapping[str, Any] | timedelta | float | None = None,
+        max_input_bytes: int | None = DEFAULT_MAX_INPUT_BYTES,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        record_store: Any = None,
+        workflow_id_prefix: str = DEFAULT_WORKFLOW_ID_PREFIX,
+    ) -> None:
+        if not isinstance(task_queue, str) or not task_queue:
+            raise InvalidInput("task_queue must be a non-empty str")
+        if not isinstance(workflow_id_prefix, str) or not 0 < len(workflow_id_prefix) <= 200 \
+                or not workflow_id_prefix.isprintable():
+            raise InvalidInput(
+                f"workflow_id_prefix must be 1-200 printable characters, not {workflow_id_prefix!r}"
+            )
+        if activity_timeouts is not None and timeouts is not None:
+            raise InvalidInput("pass activity_timeouts or timeouts (its alias), not both")
+        for name, value in (("max_input_bytes", max_input_bytes),
+                            ("max_record_bytes", max_record_bytes)):
+            if name == "max_input_bytes" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInput(f"{name} must be a positive int, not {value!r}")
+        self.client = client
+        self.task_queue = task_queue
+        self.registrations: HandlerRegistry | frozenset[tuple[OperationKind, str]] = (
+            registrations if isinstance(registrations, HandlerRegistry)
+            else _registrations(registrations)
+        )
+        self.retry = RetryPolicy() if retry is None else retry
+        self.timeouts = _timeouts(activity_timeouts if activity_timeouts is not None else timeouts)
+        self.max_input_bytes = max_input_bytes
+        self.max_record_bytes = max_record_bytes
+        self.record_store = record_store
+        self.workflow_id_prefix = workflow_id_prefix
+        self._options = {
+            "version": 1,
+            "retry": _retry_options(self.retry),
+            "timeouts": self.timeouts.to_options(),
+            "max_record_bytes": max_record_bytes,
+        }
+
+    def _registered(self, invocation: Invocation) -> bool:
+        return (OperationKind(invocation.kind), invocation.handler_id) in self.registrations
+
+    def workflow_id(self, invocation: Invocation) -> str:
+        """The workflow id of an invocation: the prefix and the SHA-256 of its stable key."""
+        return workflow_id_for(invocation, self.workflow_id_prefix)
+
+    async def execute(self, invocation: Invocation) -> Record:
+        """Run ``invocation`` once and return its persisted record (the stored one on replay)."""
+        if not isinstance(invocation, Invocation):
+            raise InvalidInvocation(
+                f"execute() takes an Invocation, not {type(invocation).__name__}"
+            )
+        invocation.validate(self.max_input_bytes)
+        if self.record_store is not None:
+            stored = await load_record(
+                self.record_store, invocation.run_id, invocation.step_id, invocation.sequence
+            )
+            if stored is not None:
+                return _checked(invocation, stored)
+        found = await self._run_workflow(invocation, start=self._registered(invocation))
+        if found is None:
+            raise MissingDurableHandler(
+                f"no handler registered for kind {invocation.kind!s} and handler id "
+                f"{invocation.handler_id!r} and no record exists: add it to registrations= "
+                f"and register it with the workers of task queue {self.task_queue!r}; no "
+                "workflow was started",
+                run_id=invocation.run_id,
+            )
+        record = _checked(invocation, found)
+        if self.record_store is not None:
+            stored_record = await save_record(self.record_store, record)
+            if stored_record is None:
+                raise InputDrift(
+                    f"identity {invocation.stable_key()} is held in the record store by an "
+                    "unfinished operation with different input",
+                    run_id=invocation.run_id,
+                )
+            record = _checked(invocation, stored_record)
+        return record
+
+    async def _run_workflow(self, invocation: Invocation, *, start: bool) -> Record | None:
+        """The record of the identity's workflow: an existing one's, else (``start``) a new one's.
+
+        Without ``start`` (an unregistered pair) nothing is started and None means no record.
+        """
+        workflow_id = self.workflow_id(invocation)
+        digest = invocation.input_digest()
+        for _ in range(3):
+            try:
+                existing = await self._existing(invocation, workflow_id, start=start)
+                if existing is not None:
+                    return await self._result(invocation, workflow_id, existing)
+                if not start:
+                    return None
+                return await self._start_or_attach(invocation, workflow_id, digest)
+            except RPCError as error:
+                if error.status == RPCStatusCode.NOT_FOUND:
+                    continue  # deleted between two calls: look again
+                if not start:
+                    return None
+                raise _rpc_error(invocation, self.task_queue, error) from None
+            except RuntimeError as error:  # the SDK's "Failed client connect"
+                if not start:
+                    return None
+                raise StoreError(
+                    f"cannot reach the Temporal service for {invocation.stable_key()}: {error}; "
+                    "check the client's address and credentials, then execute again",
+                    run_id=invocation.run_id,
+                ) from None
+        raise StoreError(
+            f"workflow {workflow_id} kept disappearing while being read; try again",
+            run_id=invocation.run_id,
+        )
+
+    async def _existing(
+        self, invocation: Invocation, workflow_id: str, *, start: bool
+    ) -> WorkflowHandle[Any, str] | None:
+        """The workflow holding a record (completed) or making one (running), drift-checked.
+
+        None when there is none, or its last run closed without a record (failed closed,
+        terminated, cancelled, timed out): then a new run may start under the same id.
+        """
+        handle: WorkflowHandle[Any, str] = self.client.get_workflow_handle(
+            workflow_id, result_type=str
+        )
+        try:
+            description = await handle.describe(rpc_timeout=None if start else _LOOKUP_TIMEOUT)
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+        if description.status not in (
+            WorkflowExecutionStatus.COMPLETED,
+            WorkflowExecutionStatus.RUNNING,
+        ):
+            return None
+        await self._check_memo(invocation, workflow_id, description)
+        return handle
+
+    async def _start_or_attach(
+        self, invocation: Invocation, workflow_id: str, digest: str
+    ) -> Record:
+        """Start the workflow, or attach to the one holding the id; wait for its record."""
+        try:
+            started: WorkflowHandle[Any, str] = await self.client.start_workflow(
+                WORKFLOW_NAME,
+                args=[invocation.to_dict(), self._options],
+                id=workflow_id,
+                task_queue=self.task_queue,
+                result_type=str,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+                memo={_MEMO_KEY: invocation.stable_key(), _MEMO_DIGEST: digest},
+            )
+        except WorkflowAlreadyStartedError:
+            pass
+        else:
+            return await self._result(invocation, workflow_id, started)
+        handle: WorkflowHandle[Any, str] = self.client.get_workflow_handle(
+            workflow_id, result_type=str
+        )
+        # The stored result (immediate for a closed workflow) is read while the memo is
+        # checked, so drift against a running workflow is refused without waiting for it.
+        result = asyncio.ensure_future(self._result(invocation, workflow_id, handle))
+        try:
+            await self._check_memo(invocation, workflow_id, await handle.describe())
+        except BaseException:
+            result.cancel()
+            await asyncio.gather(result, return_exceptions=True)
+            raise
+        return await result
+
+    async def _check_memo(
+        self, invocation: Invocation, workflow_id: str, description: WorkflowExecutionDescription
+    ) -> None:
+        """Refuse drifted input before waiting on a workflow started for other input."""
+        memo = await description.memo()
+        stored, digest = memo.get(_MEMO_DIGEST), invocation.input_digest()
+        if isinstance(stored, str) and stored != digest:
+            raise InputDrift(
+                f"operation {invocation.stable_key()} was started as workflow {workflow_id} "
+                f"with input {stored} but arrived with {digest}; an identity's input never "
+                "changes (use a new sequence for new input)",
+                run_id=invocation.run_id,
+            )
+
+    async def _result(
+        self, invocation: Invocation, workflow_id: str, handle: WorkflowHandle[Any, str]
+    ) -> Record:
+        """Wait for the workflow's record (raises RPCError for the caller to map)."""
+        try:
+            wire = await handle.result()
+        except WorkflowFailureError as error:
+            raise _closed_error(invocation, workflow_id, error.cause) from None
+        try:
+            return decode_wire(wire, limit=2 * self.max_record_bytes)
+        except RecordFormatError as error:
+            raise type(error)(
+                f"workflow {workflow_id} returned a bad record for "
+                f"{invocation.stable_key()}: {error.detail}",
+                run_id=invocation.run_id,
+            ) from None
+
+
+def _checked(invocation: Invocation, record: Record) -> Record:
+    """The record if it belongs to exactly this invocation; otherwise fail closed."""
+    if record.invocation == invocation and record.input_digest == invocation.input_digest():
+        return record
+    stored = record.invocation
+    if stored.stable_key() == invocation.stable_key():
+        if stored.input_digest() != invocation.input_digest():
+            raise InputDrift(
+                f"operation {invocation.stable_key()} was recorded with input "
+                f"{stored.input_digest()} but arrived with {invocation.input_digest()}; an "
+                "identity's input never changes (use a new sequence for new input)",
+                run_id=invocation.run_id,
+            )
+        raise InputDrift(
+            f"operation {invocation.stable_key()} was recorded for {stored.kind!s}/"
+            f"{stored.handler_id} but arrived for {invocation.kind!s}/{invocation.handler_id}; "
+            "an identity's kind and handler never change",
+            run_id=invocation.run_id,
+        )
+    raise DigestMismatch(
+        f"the record returned for {invocation.stable_key()} belongs to "
+        f"{record.invocation.stable_key()} ({record.invocation.kind!s}/"
+        f"{record.invocation.handler_id}); refusing it",
+        run_id=invocation.run_id,
+    )
+
+
+def _closed_error(invocation: Invocation, workflow_id: str, cause: BaseException) -> ZincirError:
+    """A zincir error for a workflow that closed without a record."""
+    if isinstance(cause, ApplicationError) and cause.type in FAIL_CLOSED:
+        return _ERRORS[cause.type](
+            f"{cause.message} (workflow {workflow_id}; nothing was persisted)",
+            run_id=invocation.run_id,
+        )
+    what = cause.message if isinstance(cause, FailureError) else str(cause)
+    return WorkerError(
+        f"workflow {workflow_id} for {invocation.stable_key()} closed without a record "
+        f"({type(cause).__name__}: {what}); execute again to start it anew",
+        run_id=invocation.run_id,
+    )
+
+
+def _rpc_error(invocation: Invocation, task_queue: str, error: RPCError) -> StoreError:
+    return StoreError(
+        f"the Temporal service failed ({error.status.name}: {error.message}) for "
+        f"{invocation.stable_key()} on task queue {task_queue!r}; check the client's address, "
+        "namespace and credentials, then execute again",
+        run_id=invocation.run_id,
+    )
