@@ -36,6 +36,7 @@ __all__ = [
     "Lease",
     "NewEvent",
     "acquire",
+    "check_fence",
     "check_run_id",
     "fenced_append",
     "new_owner_id",
@@ -114,6 +115,17 @@ def diagnose(conn: apsw.Connection, run_id: str, token: int) -> Exception:
         "this context no longer holds the lease (released or lost); recover the run to write",
         run_id=run_id,
     )
+
+
+def check_fence(conn: apsw.Connection, lease: Lease) -> None:
+    """Raise unless ``lease`` still owns its run; a read, for marks that extend nothing."""
+    held = conn.execute(
+        "SELECT 1 FROM agent_runs WHERE id = ? AND lease_owner = ? AND lease_token = ? "
+        "AND status IN ('pending', 'running')",
+        (lease.run_id, lease.owner, lease.token),
+    ).fetchone()
+    if held is None:
+        raise diagnose(conn, lease.run_id, lease.token)
 
 
 def fenced_append(

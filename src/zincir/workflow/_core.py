@@ -19,7 +19,7 @@ import apsw
 from .._errors import InvalidInput, WorkflowSuspended
 from .._time import to_db
 from ..runs._context import AgentContext
-from ..runs._lease import Lease, NewEvent, fenced_append
+from ..runs._lease import Lease, NewEvent, check_fence, fenced_append
 from ..store import SQLiteStore
 
 __all__ = ["Core", "Sleeper", "WaitKind", "WorkflowSuspended", "check_name"]
@@ -88,6 +88,10 @@ class Core:
     def check(self) -> None:
         """Raise LeaseLost if the shared heartbeat failed; called before every write."""
         self.agent.check_lease()
+
+    def check_fence(self, conn: apsw.Connection) -> None:
+        """Check the lease inside the transaction without writing to the run's row."""
+        check_fence(conn, self.lease)
 
     def fence(self, conn: apsw.Connection, now: datetime, events: Iterable[NewEvent] = ()) -> int:
         """Check the lease inside the transaction, extend it and append ``events``."""
