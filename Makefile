@@ -33,7 +33,7 @@ test: $(DEV) system-deps lint
 	$(BIN)/python -m pytest
 
 bench: $(DEV)
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/run.py --temporal
 
 bench-quick: $(DEV)
 	$(BIN)/python benchmarks/run.py --quick

@@ -283,17 +283,21 @@ def run_async(coroutine: Awaitable[Any]) -> Any:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    bench = Bench(args.quick, 1 if args.quick else args.repeat)
+    bench = Bench(args.quick, 3 if args.quick else args.repeat)
     figures = bench.figures
-    n_seq = bench.n(2000, 500)
+    n_seq = bench.n(1000, 300)
+
+    pair_ratios: dict[str, float] = {}
 
     def paired(name_raw: str, name_ours: str, sync: str) -> None:
+        """Alternate baseline and zincir runs; fsync cost drifts, so pair them up."""
         raws, ours = [], []
         for _ in range(bench.repeat):
             raws.append(raw_step_us(bench.db(f"raw-{sync}"), sync, n_seq))
             ours.append(run_async(step_us(bench.db(f"step-{sync}"), sync, n_seq)))
         figures[name_raw] = median_of(raws)
         figures[name_ours] = median_of(ours)
+        pair_ratios[sync] = median_of([o / r for o, r in zip(ours, raws, strict=True)])
 
     timed("raw + step FULL", lambda: paired("raw_full_us", "step_full_us", "full"))
     timed("raw + step NORMAL", lambda: paired("raw_normal_us", "step_normal_us", "normal"))
@@ -317,24 +321,31 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "claims", lambda: run_async(claims_per_s(bench.db("claims"), bench.n(1000, 300))))
 
     ratios: dict[str, float] = {
-        "step_full_over_raw_full": figures["step_full_us"] / figures["raw_full_us"],
-        "step_normal_over_raw_normal": figures["step_normal_us"] / figures["raw_normal_us"],
+        "step_full_over_raw_full": pair_ratios["full"],
+        "step_normal_over_raw_normal": pair_ratios["normal"],
         "concurrent64_over_raw_full_seq":
             figures["concurrent64_steps_per_s"] / (1e6 / figures["raw_full_us"]),
     }
     if args.peers:
         python = args.peers_python
-        n_peer = bench.n(2000, 300)
-        figures["dbos_step_us"] = timed(
-            "dbos", lambda: peer_us(python, "dbos", bench.db("dbos"), n_peer))
-        figures["langgraph_step_us"] = timed(
-            "langgraph", lambda: peer_us(python, "langgraph", bench.db("langgraph"), n_peer))
-        ratios["dbos_over_step_full"] = figures["dbos_step_us"] / figures["step_full_us"]
-        ratios["langgraph_over_step_full"] = (
-            figures["langgraph_step_us"] / figures["step_full_us"])
-        ratios["dbos_over_step_normal"] = figures["dbos_step_us"] / figures["step_normal_us"]
-        ratios["langgraph_over_step_normal"] = (
-            figures["langgraph_step_us"] / figures["step_normal_us"])
+        n_peer = bench.n(1000, 300)
+        for peer in ("dbos", "langgraph"):
+            def adjacent(peer: str = peer) -> tuple[float, dict[str, float]]:
+                """Each peer run sits between two zincir runs of the same steps."""
+                costs, ratios_by_sync = [], {"full": [], "normal": []}
+                for _ in range(bench.repeat if not bench.quick else 1):
+                    full = run_async(step_us(bench.db("adj-full"), "full", n_peer))
+                    normal = run_async(step_us(bench.db("adj-normal"), "normal", n_peer))
+                    cost = peer_us(python, peer, bench.db(peer), n_peer)
+                    costs.append(cost)
+                    ratios_by_sync["full"].append(cost / full)
+                    ratios_by_sync["normal"].append(cost / normal)
+                return median_of(costs), {k: median_of(v) for k, v in ratios_by_sync.items()}
+
+            cost, peer_ratios = timed(peer, adjacent)
+            figures[f"{peer}_step_us"] = cost
+            ratios[f"{peer}_over_step_full"] = peer_ratios["full"]
+            ratios[f"{peer}_over_step_normal"] = peer_ratios["normal"]
     if args.temporal:
         from temporal_bench import measure as temporal_measure
 
@@ -397,7 +408,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, under 60 s")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per paired figure")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per paired figure")
     parser.add_argument("--peers", action="store_true", help="DBOS and LangGraph (bench-peers)")
     parser.add_argument("--peers-python", default=str(HERE.parent / ".venv-peers/bin/python"))
     parser.add_argument("--temporal", action="store_true", help="TemporalRuntime vs raw")
