@@ -148,18 +148,24 @@ async def run_demo(
             lease_ttl=LEASE_TTL,
         )
         print(f"[demo] created run {ctx.run_id} in {store.path}", file=out, flush=True)
-        try:
-            await drive(ctx, folder, out)
-        finally:
-            await ctx.close()
-        print(await format_run(store, ctx.run_id), file=out)
+        await _finish_and_show(ctx, folder, out)
         return 0
     finally:
         await store.close()
 
 
+async def _finish_and_show(ctx: AgentContext, folder: Path, out: TextIO) -> None:
+    """Drive the run to its end, release it, and print it with its event log."""
+    try:
+        await drive(ctx, folder, out)
+    finally:
+        await ctx.close()
+    print(await format_run(ctx.store, ctx.run_id), file=out)
+
+
 async def _resume_all(store: SQLiteStore, folder: Path, out: TextIO) -> int:
-    runs = [r for r in await store.list_runs(limit=10_000) if r["status"] in ("pending", "running")]
+    runs = [run for status in ("pending", "running")
+            for run in await store.list_runs(limit=1_000_000, status=status)]
     if not runs:
         print("[demo] nothing to resume", file=out)
         return 0
@@ -167,11 +173,7 @@ async def _resume_all(store: SQLiteStore, folder: Path, out: TextIO) -> int:
         ctx = await AgentContext.force_recover(store, run["id"], lease_ttl=LEASE_TTL)
         print(f"[demo] resuming run {ctx.run_id} (lease token {ctx.lease_token})", file=out,
               flush=True)
-        try:
-            await drive(ctx, folder, out)
-        finally:
-            await ctx.close()
-        print(await format_run(store, ctx.run_id), file=out)
+        await _finish_and_show(ctx, folder, out)
     return 0
 
 

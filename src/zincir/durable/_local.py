@@ -53,7 +53,10 @@ from ..store import SQLiteStore
 from ._registry import Handler, HandlerRegistry, attempt_outcome
 from ._retry import RetryPolicy
 
-__all__ = ["DEFAULT_CLAIM_TTL", "DEFAULT_POLL_INTERVAL", "DEFAULT_RETRY", "LocalRuntime"]
+__all__ = [
+    "DEFAULT_CLAIM_TTL", "DEFAULT_POLL_INTERVAL", "DEFAULT_RETRY", "LocalRuntime",
+    "append_operation_event",
+]
 
 T = TypeVar("T")
 
@@ -434,11 +437,11 @@ def _finish(
             f"WHERE {_WHERE} RETURNING attempts",
             (name, text, owner, stamp, stamp, *_key(inv)),
         )
-    _append_event(conn, record, name, attempts, stamp)
+    append_operation_event(conn, record, name, attempts, stamp)
     return None
 
 
-def _append_event(
+def append_operation_event(
     conn: apsw.Connection, record: Record, name: str, attempts: int, stamp: str
 ) -> None:
     """``operation_completed`` in the run's log, when the run exists (gapless seq)."""

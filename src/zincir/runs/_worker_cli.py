@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
-import os
 import signal
 import sys
 from datetime import timedelta
-from typing import Any, cast
+from typing import cast
 
 import click
 
 from .._errors import ZincirError
+from .._target import import_target
 from ..store import open_store
 from ._worker import Handler, ResumeWorker
 
@@ -22,25 +21,7 @@ __all__ = ["load_handler", "worker_command"]
 
 def load_handler(target: str) -> Handler:
     """Import ``module:function`` (the current folder is importable) and return the function."""
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise click.BadParameter(
-            f"expected module:function (e.g. myapp.agents:resume), not {target!r}",
-            param_hint="TARGET",
-        )
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise click.BadParameter(f"cannot import {module_name!r}: {error}",
-                                 param_hint="TARGET") from None
-    handler: Any = module
-    for part in attribute.split("."):
-        handler = getattr(handler, part, None)
-        if handler is None:
-            raise click.BadParameter(f"{module_name!r} has no attribute {attribute!r}",
-                                     param_hint="TARGET")
+    handler = import_target(target, example="myapp.agents:resume")
     if not callable(handler):
         raise click.BadParameter(f"{target!r} is not callable", param_hint="TARGET")
     return cast(Handler, handler)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import os
 import signal
@@ -17,6 +16,7 @@ import click
 from temporalio.client import Client
 from temporalio.service import RPCError, TLSConfig
 
+from .._target import import_target
 from ..durable._registry import HandlerRegistry
 from ._worker import Worker
 
@@ -25,26 +25,7 @@ __all__ = ["exit_now", "load_registry", "temporal_worker_command"]
 
 def load_registry(target: str) -> HandlerRegistry:
     """Import ``module:attribute``: a HandlerRegistry, or a callable that returns one."""
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise click.BadParameter(
-            f"{target!r} is not module:attribute (e.g. myapp.workers:registry)",
-            param_hint="TARGET",
-        )
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise click.BadParameter(
-            f"cannot import {module_name!r}: {error}", param_hint="TARGET"
-        ) from None
-    try:
-        value = getattr(module, attribute)
-    except AttributeError:
-        raise click.BadParameter(
-            f"module {module_name!r} has no attribute {attribute!r}", param_hint="TARGET"
-        ) from None
+    value = import_target(target, example="myapp.workers:registry")
     if not isinstance(value, HandlerRegistry) and callable(value) and _takes_no_arguments(value):
         value = value()
     if not isinstance(value, HandlerRegistry):

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import RecordFormatError, StoreError
-from .._json import dumps
-from ..contract import Failure, OperationKind, Record, Suspended, decode_record, encode_record
+from ..contract import OperationKind, Record, decode_record, encode_record
+from ..durable._local import append_operation_event
 
 __all__ = ["load_record", "save_record"]
 
@@ -97,41 +97,10 @@ async def save_record(store: Any, record: Record) -> Record | None:
                 f"completed_at = ? WHERE {_WHERE}",
                 (outcome, text, stamp, stamp, *_key(invocation)),
             )
-        _append_event(conn, record, outcome, stamp)
+        append_operation_event(conn, record, outcome, 1, stamp)
         return text
 
     stored = await store.write(write)
     if stored is None:
         return None
     return record if stored == text else _decode(stored, invocation.run_id)
-
-
-def _append_event(conn: Any, record: Record, outcome: str, stamp: str) -> None:
-    """``operation_completed`` in the run's log, when the run exists (as LocalRuntime does)."""
-    invocation = record.invocation
-    row = conn.execute(
-        "UPDATE agent_runs SET last_seq = last_seq + 1, updated_at = ? WHERE id = ? "
-        "RETURNING last_seq",
-        (stamp, invocation.run_id),
-    ).fetchone()
-    if row is None:
-        return
-    payload: dict[str, Any] = {
-        "step_id": invocation.step_id,
-        "sequence": invocation.sequence,
-        "kind": OperationKind(invocation.kind).value,
-        "handler_id": invocation.handler_id,
-        "outcome": outcome,
-        "input_digest": record.input_digest,
-        "attempts": 1,
-    }
-    if isinstance(record.outcome, Failure):
-        payload["error"] = record.outcome.error
-        payload["retryable"] = record.outcome.retryable
-    elif isinstance(record.outcome, Suspended):
-        payload["reason"] = str(record.outcome.reason)
-    conn.execute(
-        "INSERT INTO events (run_id, seq, type, payload, created_at) "
-        "VALUES (?, ?, 'operation_completed', ?, ?)",
-        (invocation.run_id, row[0], dumps(payload, what="event payload"), stamp),
-    )
