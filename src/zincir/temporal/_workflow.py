@@ -125,8 +125,8 @@ def _record_after(invocation: dict[str, Any], error: ActivityError) -> str:
     return _failure_wire(invocation, failure)
 
 
-def _failure_wire(invocation: dict[str, Any], failure: Failure) -> str:
-    """The wire text of a failure record built in the workflow; never fails the task."""
+def _parse_invocation(invocation: dict[str, Any]) -> Invocation:
+    """The invocation a workflow or activity received; a malformed one is not retried."""
     try:
         request = Invocation.from_dict(invocation)
         request.validate(max_input_bytes=None)
@@ -134,6 +134,12 @@ def _failure_wire(invocation: dict[str, Any], failure: Failure) -> str:
         raise ApplicationError(
             error.detail, type="InvalidInvocation", non_retryable=True
         ) from None
+    return request
+
+
+def _failure_wire(invocation: dict[str, Any], failure: Failure) -> str:
+    """The wire text of a failure record built in the workflow; never fails the task."""
+    request = _parse_invocation(invocation)
     message = printable(str(failure.message))[:4000]
     try:
         return encode_wire(Record.for_invocation(request, Failure(
@@ -156,13 +162,7 @@ class OperationActivities:
         """One attempt: dispatch, then return the record (or raise for Temporal to retry)."""
         options = options or {}
         max_record_bytes = int(options.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES))
-        try:
-            request = Invocation.from_dict(invocation)
-            request.validate(max_input_bytes=None)
-        except InvalidInvocation as error:
-            raise ApplicationError(
-                error.detail, type="InvalidInvocation", non_retryable=True
-            ) from None
+        request = _parse_invocation(invocation)
         handler = self.registry.get(request.kind, request.handler_id)
         if handler is None:
             raise ApplicationError(
