@@ -5,7 +5,9 @@ BIN    := $(VENV)/bin
 BASE   := $(VENV)/.installed-base
 DEV    := $(VENV)/.installed-dev
 
-.PHONY: demo test lint bench bench-quick bench-peers system-deps clean
+UI     := $(VENV)/.installed-ui
+
+.PHONY: demo ui test lint bench bench-quick bench-peers system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,10 +19,17 @@ $(BASE): pyproject.toml | $(BIN)/python
 
 $(DEV): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev,ui,temporal]'
+	touch $@ $(BASE) $(UI)
+
+$(UI): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[ui]'
 	touch $@ $(BASE)
 
 demo: $(BASE)
 	$(BIN)/zincir demo
+
+ui: $(UI)
+	$(BIN)/zincir ui
 
 system-deps:
 	@scripts/install-system-deps.sh
