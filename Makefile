@@ -4,7 +4,6 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 BASE   := $(VENV)/.installed-base
 DEV    := $(VENV)/.installed-dev
-
 UI     := $(VENV)/.installed-ui
 
 .PHONY: demo ui test lint bench bench-quick bench-peers system-deps clean
