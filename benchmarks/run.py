@@ -88,6 +88,79 @@ def raw_step_us(path: str, synchronous: str, n: int) -> float:
     return elapsed / n * 1e6
 
 
+# -- the floor of zincir's own schema -----------------------------------------------------
+
+_FENCE = ("UPDATE agent_runs SET last_seq = last_seq + 1, lease_expires_at = ?, updated_at = ? "
+          "WHERE id = ? AND lease_owner = ? AND lease_token = ? "
+          "AND status IN ('pending', 'running') RETURNING last_seq")
+
+
+def _schema_db(path: str, synchronous: str, runs: int) -> apsw.Connection:
+    """A migrated zincir database with ``runs`` leased runs, opened with bare APSW."""
+    zincir.open_store(path).close_sync()
+    conn = apsw.Connection(path, statementcachesize=256)
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    for r in range(runs):
+        conn.execute(
+            "INSERT INTO agent_runs (id, name, status, lease_owner, lease_token, created_at, "
+            "updated_at) VALUES (?, 'floor', 'running', 'owner', 1, 'now', 'now')", (f"r{r}",))
+    return conn
+
+
+def _claim_sql(conn: apsw.Connection, run: str, name: str) -> None:
+    conn.execute(
+        "INSERT INTO steps (run_id, name, status, claim_owner, claim_token, started_at) "
+        "VALUES (?, ?, 'running', 'owner', 1, 'now') ON CONFLICT (run_id, name) DO NOTHING "
+        "RETURNING 1", (run, name)).fetchone()
+    conn.execute("SELECT 1 FROM agent_runs WHERE id = ? AND lease_owner = 'owner' "
+                 "AND lease_token = 1 AND status IN ('pending', 'running')", (run,)).fetchone()
+
+
+def _finish_sql(conn: apsw.Connection, run: str, name: str, result: str) -> None:
+    seq = conn.execute(_FENCE, ("later", "now", run, "owner", 1)).fetchone()[0]
+    conn.execute("INSERT INTO events (run_id, seq, type, payload, created_at) "
+                 "VALUES (?, ?, 'step_completed', ?, 'now')", (run, seq, json.dumps(name)))
+    conn.execute("UPDATE steps SET status = 'completed', result = ?, completed_at = 'now' "
+                 "WHERE run_id = ? AND name = ? AND status = 'running' "
+                 "AND claim_owner = 'owner' AND claim_token = 1 RETURNING 1",
+                 (result, run, name)).fetchone()
+
+
+def step_sql_us(path: str, synchronous: str, n: int) -> float:
+    """The statements of one claimed step (claim commit, result commit) in a bare APSW loop:
+    what SQLite alone charges for zincir's schema, with no zincir code running."""
+    conn = _schema_db(path, synchronous, 1)
+    started = time.perf_counter()
+    for i in range(n):
+        conn.execute("BEGIN IMMEDIATE")
+        _claim_sql(conn, "r0", f"step-{i}")
+        conn.execute("COMMIT")
+        conn.execute("BEGIN IMMEDIATE")
+        _finish_sql(conn, "r0", f"step-{i}", json.dumps(step_result(i)))
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return elapsed / n * 1e6
+
+
+def concurrent_sql_steps_per_s(path: str, runs: int, steps: int) -> float:
+    """The same statements for ``runs`` runs batched into one commit per phase (FULL)."""
+    conn = _schema_db(path, "FULL", runs)
+    started = time.perf_counter()
+    for i in range(steps):
+        conn.execute("BEGIN IMMEDIATE")
+        for r in range(runs):
+            _claim_sql(conn, f"r{r}", f"step-{i}")
+        conn.execute("COMMIT")
+        conn.execute("BEGIN IMMEDIATE")
+        for r in range(runs):
+            _finish_sql(conn, f"r{r}", f"step-{i}", json.dumps(step_result(i)))
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return runs * steps / elapsed
+
+
 # -- zincir scenarios ----------------------------------------------------------------------
 
 async def step_us(path: str, synchronous: str, n: int) -> float:
@@ -301,6 +374,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     timed("raw + step FULL", lambda: paired("raw_full_us", "step_full_us", "full"))
     timed("raw + step NORMAL", lambda: paired("raw_normal_us", "step_normal_us", "normal"))
+    figures["step_sql_normal_us"] = timed(
+        "schema floor, one step",
+        lambda: median_of([step_sql_us(bench.db("floor"), "NORMAL", n_seq)
+                           for _ in range(bench.repeat)]))
+    figures["concurrent64_sql_steps_per_s"] = timed(
+        "schema floor, 64 runs",
+        lambda: concurrent_sql_steps_per_s(bench.db("floor64"), 64, bench.n(200, 50)))
     figures["agent_cycle_us"] = timed(
         "agent cycle", lambda: run_async(agent_cycle_us(bench.db("cycle"), bench.n(1000, 300))))
     execute, replay = timed(
@@ -325,6 +405,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "step_normal_over_raw_normal": pair_ratios["normal"],
         "concurrent64_over_raw_full_seq":
             figures["concurrent64_steps_per_s"] / (1e6 / figures["raw_full_us"]),
+        "step_sql_normal_over_raw_normal":
+            figures["step_sql_normal_us"] / figures["raw_normal_us"],
+        "concurrent64_sql_over_raw_full_seq":
+            figures["concurrent64_sql_steps_per_s"] / (1e6 / figures["raw_full_us"]),
     }
     if args.peers:
         python = args.peers_python
