@@ -245,21 +245,22 @@ async def concurrent_steps_per_s(path: str, runs: int, steps: int) -> float:
 
 
 async def build_long_run(path: str, events: int, checkpoint_at: int) -> str:
-    """A run of ``events`` events with an accepted checkpoint at ``checkpoint_at``."""
+    """A run of ``events`` events with an accepted checkpoint at ``checkpoint_at``: rounds of
+    a model response asking for tools, then each tool's result, as an agent loop records."""
     store = zincir.open_store(path, synchronous="normal")
     try:
         ctx = await AgentContext.create(store, name="long", config={"goal": "resume"})
-        calls_per_response = 9
 
         async def fill(until: int) -> None:
-            state_seq = (await store.get_run(ctx.run_id) or {})["last_seq"]
-            counter = state_seq
+            counter = (await store.get_run(ctx.run_id) or {})["last_seq"]
             while counter < until:
-                room = until - counter - 1
-                calls = [ToolCall(f"c{counter}-{k}", "t", {"k": k})
-                         for k in range(min(calls_per_response, room))]
+                room = max((until - counter - 1) // 2, 0)
+                calls = [ToolCall(f"c{counter}-{k}", "lookup", {"k": k})
+                         for k in range(min(4, room))]
                 await ctx.record_response(PAYLOAD, calls, "tool_use")
-                counter += 1 + len(calls)
+                for call in calls:
+                    await ctx.record_tool_result(call.id, step_result(counter))
+                counter += 1 + 2 * len(calls)
 
         async def accept(candidate: CheckpointCandidate) -> Verification:
             return Verification(True, {"ok": True})
@@ -299,6 +300,44 @@ def resume_figures(path: str, run_id: str) -> dict[str, float]:
         capture_output=True, text=True, check=True,
     ).stdout
     return dict(json.loads(output))
+
+
+def inspector_page_ms(path: str, run_id: str, events: int) -> dict[str, float]:
+    """The inspector's run page of a long run (first and deepest event page, in-process
+    ASGI), beside the bare SQL of one page of events read by sequence number."""
+    from starlette.testclient import TestClient
+
+    from zincir.inspector import create_app
+    from zincir.inspector._db import EVENT_PAGE_SIZE
+
+    address = "127.0.0.1:8787"
+    figures: dict[str, float] = {}
+    app = create_app(path, address=address)
+    with TestClient(app, base_url=f"http://{address}") as client:
+        deep = events - EVENT_PAGE_SIZE
+        urls = {"first": f"/runs/{run_id}", "deep": f"/runs/{run_id}?after_seq={deep}"}
+        for label, url in urls.items():
+            assert client.get(url).status_code == 200
+            samples = []
+            for _ in range(10):
+                started = time.perf_counter()
+                response = client.get(url)
+                samples.append((time.perf_counter() - started) * 1e3)
+                assert response.status_code == 200
+            figures[f"inspector_{label}_page_ms"] = median_of(samples)
+    conn = apsw.Connection(f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY
+                           | apsw.SQLITE_OPEN_URI)
+    samples = []
+    for _ in range(10):
+        started = time.perf_counter()
+        rows = conn.execute(
+            "SELECT seq, type, payload, created_at FROM events WHERE run_id = ? AND seq > ? "
+            "ORDER BY seq LIMIT ?", (run_id, deep, EVENT_PAGE_SIZE)).fetchall()
+        [json.loads(payload) for _, _, payload, _ in rows]
+        samples.append((time.perf_counter() - started) * 1e3)
+    conn.close()
+    figures["inspector_page_sql_ms"] = median_of(samples)
+    return figures
 
 
 async def claims_per_s(path: str, runs: int) -> float:
@@ -397,6 +436,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     resumed = timed("resume", lambda: resume_figures(long_db, run_id))
     figures["resume_100k_ms"] = resumed["ms"]
     figures["resume_100k_rss_mb"] = resumed["rss_mb"]
+    figures.update(timed("inspector pages", lambda: inspector_page_ms(long_db, run_id, events)))
     figures["claims_per_s"] = timed(
         "claims", lambda: run_async(claims_per_s(bench.db("claims"), bench.n(1000, 300))))
 
