@@ -84,9 +84,26 @@ def runs() -> None:
 
 
 def _existing(database: str) -> str:
+    """A path to an existing zincir database; the read commands never create or migrate one."""
+    import apsw
+
     if not os.path.exists(database):
         raise click.ClickException(
             f"no database at {database}; run `zincir demo` or your application first"
+        )
+    try:
+        conn = apsw.Connection(database, flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+            ).fetchone()
+        finally:
+            conn.close()
+    except apsw.Error as error:
+        raise click.ClickException(f"{database} is not a readable SQLite file: {error}") from None
+    if found is None:
+        raise click.ClickException(
+            f"{database} holds no zincir schema; run `zincir demo` or your application first"
         )
     return database
 

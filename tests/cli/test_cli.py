@@ -39,6 +39,19 @@ def test_runs_list_refuses_missing_database(tmp_path: Path) -> None:
     assert not db.exists()
 
 
+def test_runs_list_leaves_a_foreign_database_alone(tmp_path: Path) -> None:
+    import apsw
+
+    db = tmp_path / "other.db"
+    conn = apsw.Connection(str(db))
+    conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.close()
+    before = db.read_bytes()
+    code, output = invoke("runs", "list", "--db", str(db))
+    assert code != 0 and "no zincir schema" in output
+    assert db.read_bytes() == before
+
+
 def test_migrate_creates_schema(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     code, output = invoke("migrate", "--db", str(db))
