@@ -10,14 +10,13 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 import zincir
-from tests.conftest import REPO
+from tests.conftest import REPO, START, FakeClock
 from tests.helpers import event_types, rows
 from zincir import AgentContext, SQLiteStore
 from zincir.runs._worker import ResumeWorker
@@ -25,30 +24,9 @@ from zincir.workflow import WorkflowContext, send_message
 
 CHILD = REPO / "tests" / "crash" / "workflow_child.py"
 ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-START = datetime(2030, 1, 1, tzinfo=UTC)
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = START
 
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-async def fake_store(db_path: Path, clock: FakeClock) -> AsyncIterator[SQLiteStore]:
-    opened = zincir.open_store(db_path, clock=clock)
-    yield opened
-    await opened.close()
 
 
 def an_hour_later() -> datetime:

@@ -3,47 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 import zincir
+from tests.conftest import START, FakeClock
 from tests.helpers import event_types, rows
 from zincir import FencedOut, InvalidInput, NotJsonSerializable, RunNotFound, SQLiteStore
 from zincir.workflow import WorkflowContext, WorkflowSuspended, send_message
-
-START = datetime(2030, 1, 1, tzinfo=UTC)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = START
-        self.slept: list[float] = []
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.advance(seconds)
-        await asyncio.sleep(0)
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-async def fake_store(db_path: Path, clock: FakeClock) -> AsyncIterator[SQLiteStore]:
-    opened = zincir.open_store(db_path, clock=clock)
-    yield opened
-    await opened.close()
 
 
 async def make_runs(store: SQLiteStore, *run_ids: str) -> None:

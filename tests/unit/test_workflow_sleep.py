@@ -3,49 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 import zincir
+from tests.conftest import START, FakeClock
 from tests.helpers import event_types, rows
 from zincir import FencedOut, InvalidInput, SQLiteStore
 from zincir.workflow import WorkflowContext, WorkflowSuspended
-
-START = datetime(2030, 1, 1, tzinfo=UTC)
-
-
-class FakeClock:
-    """The store's clock and the workflow's sleeper: sleeping moves the clock."""
-
-    def __init__(self) -> None:
-        self.now = START
-        self.slept: list[float] = []
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.advance(seconds)
-        await asyncio.sleep(0)
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-async def fake_store(db_path: Path, clock: FakeClock) -> AsyncIterator[SQLiteStore]:
-    opened = zincir.open_store(db_path, clock=clock)
-    yield opened
-    await opened.close()
 
 
 def stamp(moment: datetime) -> str:
