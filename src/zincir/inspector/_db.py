@@ -200,6 +200,15 @@ class Reader:
 
     def pending_tools(self, run_id: str, limit: int = ROW_LIMIT) -> list[Row]:
         """Tool intents without a result (in doubt after a crash), oldest first."""
+        try:  # schema 4 keeps the open intents apart: O(pending), not O(intents)
+            return self.rows(
+                "SELECT intent.seq, intent.payload, intent.created_at, intent.tool_call_id "
+                "FROM open_intents AS open JOIN events AS intent ON intent.run_id = open.run_id "
+                "AND intent.seq = open.seq WHERE open.run_id = ? ORDER BY open.seq LIMIT ?",
+                (run_id, limit),
+            )
+        except apsw.SQLError:
+            pass
         sql = (
             "SELECT intent.seq, intent.payload, intent.created_at, intent.tool_call_id "
             "FROM events AS intent {hint} WHERE intent.run_id = ? AND intent.type = 'tool_call' "

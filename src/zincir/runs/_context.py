@@ -177,8 +177,15 @@ class AgentContext:
 
     # -- writes -------------------------------------------------------------------------
 
-    async def _append(self, events: list[NewEvent], extra: Callable[[apsw.Connection], None]
-                      | None = None) -> int:
+    async def _append(
+        self,
+        events: list[NewEvent],
+        extra: Callable[[apsw.Connection], None] | None = None,
+        *,
+        after: Callable[[apsw.Connection, int], None] | None = None,
+    ) -> int:
+        """Append ``events`` fenced; ``extra`` runs before and ``after(conn, last_seq)`` after,
+        in the same transaction."""
         self._heartbeat.check()
         lease, clock = self._lease, self.store.clock
 
@@ -186,7 +193,10 @@ class AgentContext:
             now = clock()
             if extra is not None:
                 extra(conn)
-            return fenced_append(conn, lease, now, events)
+            last_seq = fenced_append(conn, lease, now, events)
+            if after is not None:
+                after(conn, last_seq)
+            return last_seq
 
         return await self.store.write(write)
 
@@ -228,8 +238,17 @@ class AgentContext:
             ("tool_call", dumps(call.to_json(), what="tool arguments", run_id=run_id), call.id)
             for call in calls
         ]
+        ids = [call.id for call in calls]
+
+        def open_intents(conn: apsw.Connection, last_seq: int) -> None:
+            first = last_seq - len(ids) + 1
+            conn.executemany(
+                "INSERT INTO open_intents (run_id, tool_call_id, seq) VALUES (?, ?, ?)",
+                [(run_id, call_id, first + i) for i, call_id in enumerate(ids)],
+            )
+
         try:
-            last = await self._append(events)
+            last = await self._append(events, after=open_intents if ids else None)
         except apsw.ConstraintError:
             raise DuplicateToolCall(
                 "a tool call id in this response already has an intent in the run; "
@@ -260,8 +279,16 @@ class AgentContext:
                     run_id=run_id,
                 )
 
+        def close_intent(conn: apsw.Connection, last_seq: int) -> None:
+            conn.execute(
+                "DELETE FROM open_intents WHERE run_id = ? AND tool_call_id = ?",
+                (run_id, call_id),
+            )
+
         try:
-            return await self._append([("tool_result", body, call_id)], check_intent)
+            return await self._append(
+                [("tool_result", body, call_id)], check_intent, after=close_intent
+            )
         except apsw.ConstraintError:
             raise DuplicateToolCall(
                 f"tool call {call_id!r} already has a result", run_id=run_id
@@ -443,10 +470,9 @@ class AgentContext:
 
         def read(conn: apsw.Connection) -> list[ToolCall]:
             rows = conn.execute(
-                "SELECT payload FROM events AS intent WHERE run_id = ? AND type = 'tool_call' "
-                "AND NOT EXISTS (SELECT 1 FROM events AS outcome WHERE outcome.run_id = "
-                "intent.run_id AND outcome.type = 'tool_result' "
-                "AND outcome.tool_call_id = intent.tool_call_id) ORDER BY seq",
+                "SELECT intent.payload FROM open_intents AS open JOIN events AS intent "
+                "ON intent.run_id = open.run_id AND intent.seq = open.seq "
+                "WHERE open.run_id = ? ORDER BY open.seq",
                 (run_id,),
             )
             calls = []
