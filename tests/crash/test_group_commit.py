@@ -114,3 +114,20 @@ def test_sigkill_during_batches_loses_only_unacknowledged_writes(tmp_path: Path)
         seqs = [s for (s,) in rows(db, "SELECT seq FROM events WHERE run_id = ? ORDER BY seq",
                                    (f"ack-{r}",))]
         assert seqs == list(range(1, len(seqs) + 1))
+
+
+@pytest.mark.parametrize("writers", [1, 4])
+async def test_close_with_writes_in_flight_answers_every_caller(db_path: Path,
+                                                                writers: int) -> None:
+    """A close that lands between a write's submit and its batch fails the write cleanly."""
+    store = zincir.open_store(db_path)
+    contexts = [await AgentContext.create(store, name="late", run_id=f"late-{i}")
+                for i in range(4)]  # four live owners: writes are batched, not solo
+    writes = [asyncio.ensure_future(ctx.record_response("racing close"))
+              for ctx in contexts[:writers]]
+    await asyncio.sleep(0)  # the writes are submitted, their batch not yet flushed
+    await store.close()
+    results = await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), 5)
+    assert all(isinstance(result, zincir.StoreError) for result in results), results
+    for ctx in contexts:
+        await ctx._heartbeat.stop()

@@ -151,6 +151,11 @@ class Writer:
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
         batch = self._batches.pop(loop)
         jobs = batch.jobs
+        if self._closed:  # closed between the submit and this pass of the loop
+            error = StoreError(f"the store at {self._path} was closed before this write ran")
+            for job in jobs:
+                _settle(job.future, None, error)
+            return
         if len(jobs) == 1 and not self._queue and self._conn_lock.acquire(blocking=False):
             job = jobs[0]
             try:
