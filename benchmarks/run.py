@@ -305,7 +305,11 @@ def resume_figures(path: str, run_id: str) -> dict[str, float]:
 def inspector_page_ms(path: str, run_id: str, events: int) -> dict[str, float]:
     """The inspector's run page of a long run (first and deepest event page, in-process
     ASGI), beside the bare SQL of one page of events read by sequence number."""
-    from starlette.testclient import TestClient
+    import warnings
+
+    with warnings.catch_warnings():  # starlette's TestClient warns about httpx at import
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
 
     from zincir.inspector import create_app
     from zincir.inspector._db import EVENT_PAGE_SIZE
