@@ -91,12 +91,12 @@ class AgentContext:
     async def create(
         cls,
         store: SQLiteStore,
-        *,
         name: str,
         provider: str = "",
         config: Any = None,
         lease_ttl: timedelta | float = DEFAULT_LEASE_TTL,
         run_id: str | None = None,
+        *,
         parent_id: str | None = None,
     ) -> AgentContext:
         """Create a run (status ``running``) and take its lease."""
