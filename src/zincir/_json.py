@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._errors import NotJsonSerializable
+from ._errors import NotJsonSerializable, PayloadTooLarge
 
-__all__ = ["StrictJsonError", "dumps", "loads_strict"]
+__all__ = ["MAX_DOCUMENT_BYTES", "StrictJsonError", "dumps", "loads_strict"]
+
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+"""The largest JSON document zincir stores for a caller (a response, a result, a config)."""
 
 
 class StrictJsonError(ValueError):
@@ -45,11 +48,21 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(","
 
 
 def dumps(value: Any, *, what: str = "value", run_id: str | None = None) -> str:
-    """Compact JSON; a value JSON cannot hold raises NotJsonSerializable before any write."""
+    """Compact JSON; a value JSON cannot hold raises NotJsonSerializable, one over
+    MAX_DOCUMENT_BYTES raises PayloadTooLarge, both before any write."""
     try:
-        return _ENCODER.encode(value)
+        text: str = _ENCODER.encode(value)
     except (TypeError, ValueError, RecursionError) as error:
         raise NotJsonSerializable(
             f"{what} must be JSON-serialisable (dict, list, str, int, float, bool, None): {error}",
             run_id=run_id,
         ) from None
+    if len(text) > MAX_DOCUMENT_BYTES // 4:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > MAX_DOCUMENT_BYTES:
+            raise PayloadTooLarge(
+                f"{what} is {size:,} bytes as JSON, over the {MAX_DOCUMENT_BYTES:,}-byte limit; "
+                "store large data elsewhere and record a reference to it",
+                run_id=run_id,
+            )
+    return text

@@ -381,3 +381,27 @@ async def test_errors_name_the_run(store: SQLiteStore) -> None:
     with pytest.raises(DuplicateToolCall, match=r"\[run run-42\]"):
         await ctx.record_response("x", [ToolCall("a", "t"), ToolCall("a", "t")])
     await ctx.close()
+
+
+async def test_oversized_payloads_are_refused_before_any_write(store: SQLiteStore,
+                                                               db_path: Path) -> None:
+    from zincir._json import MAX_DOCUMENT_BYTES
+
+    huge = "x" * (MAX_DOCUMENT_BYTES + 1)
+    with pytest.raises(zincir.PayloadTooLarge):
+        await AgentContext.create(store, name="n", config={"blob": huge})
+    assert count(db_path, "agent_runs") == 0
+    ctx = await AgentContext.create(store, name="n")
+    await ctx.record_response("x", [ToolCall("a", "t")])
+    before = rows(db_path, "SELECT seq, payload FROM events ORDER BY seq")
+    with pytest.raises(zincir.PayloadTooLarge, match="limit") as raised:
+        await ctx.record_response(huge)
+    assert raised.value.run_id == ctx.run_id
+    with pytest.raises(zincir.PayloadTooLarge):
+        await ctx.record_tool_result("a", huge)
+    with pytest.raises(zincir.PayloadTooLarge):
+        await ctx.checkpoint({"completed": [huge]}, accept)
+    assert rows(db_path, "SELECT seq, payload FROM events ORDER BY seq") == before
+    assert [call.id for call in await ctx.pending_tools()] == ["a"]
+    await ctx.record_response("é" * (MAX_DOCUMENT_BYTES // 4))  # under the limit in bytes
+    await ctx.close()

@@ -215,3 +215,14 @@ async def test_pending_run_opened_becomes_running(store: SQLiteStore, db_path: P
         assert run is not None and run["status"] == "running"
     events = await store.list_events(child_id)
     assert [e.payload for e in events] == [{"from": "pending", "to": "running"}]
+
+
+async def test_oversized_step_result_stores_nothing(store: SQLiteStore, db_path: Path) -> None:
+    from zincir import PayloadTooLarge
+    from zincir._json import MAX_DOCUMENT_BYTES
+
+    async with await WorkflowContext.open(store, "big") as wf:
+        with pytest.raises(PayloadTooLarge):
+            await wf.step("huge", lambda: "x" * (MAX_DOCUMENT_BYTES + 1))
+        assert rows(db_path, "SELECT COUNT(*) FROM steps") == [(0,)]
+        assert await wf.step("huge", lambda: "fits") == "fits"
