@@ -7,7 +7,7 @@ from typing import Any
 
 from ._errors import NotJsonSerializable, PayloadTooLarge
 
-__all__ = ["MAX_DOCUMENT_BYTES", "StrictJsonError", "dumps", "loads_strict"]
+__all__ = ["MAX_DOCUMENT_BYTES", "StrictJsonError", "dumps", "loads_strict", "loads_strict_text"]
 
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 """The largest JSON document zincir stores for a caller (a response, a result, a config)."""
@@ -42,6 +42,18 @@ def loads_strict(text: str) -> Any:
         raise
     except (ValueError, RecursionError) as error:
         raise StrictJsonError(str(error)) from None
+
+
+def loads_strict_text(text: object) -> Any:
+    """Like :func:`loads_strict`, also taking UTF-8 bytes; anything else is a StrictJsonError."""
+    if isinstance(text, bytes | bytearray | memoryview):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise StrictJsonError(f"not UTF-8 text: {error}") from None
+    if not isinstance(text, str):
+        raise StrictJsonError(f"expected JSON text (str or bytes), got {type(text).__name__}")
+    return loads_strict(text)
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))

@@ -32,7 +32,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from ._errors import InvalidDocument, SensitiveHeader
-from ._json import StrictJsonError, dumps, loads_strict
+from ._json import StrictJsonError, dumps, loads_strict_text
 from .contract._invocation import OperationKind
 
 __all__ = [
@@ -197,15 +197,8 @@ class _Strict(BaseModel):
 
 
 def _strict_json(what: str, text: object) -> Any:
-    if isinstance(text, bytes | bytearray):
-        try:
-            text = bytes(text).decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise InvalidDocument(f"{what}: not UTF-8 text: {error}") from None
-    if not isinstance(text, str):
-        raise InvalidDocument(f"{what}: expected JSON text, got {type(text).__name__}")
     try:
-        return loads_strict(text)
+        return loads_strict_text(text)
     except StrictJsonError as error:
         raise InvalidDocument(f"{what}: not one strict JSON document: {error}") from None
 

@@ -26,7 +26,7 @@ from .._errors import (
     UnknownField,
     UnsupportedVersion,
 )
-from .._json import StrictJsonError, dumps, loads_strict
+from .._json import StrictJsonError, dumps, loads_strict_text
 from ._invocation import INVOCATION_FIELDS, Invocation, name_problem
 from ._record import Failure, Outcome, Record, Success, Suspended
 
@@ -100,15 +100,8 @@ def decode_record(text: str | bytes | bytearray) -> Record:
 
 
 def _parse(text: object) -> dict[str, Any]:
-    if isinstance(text, bytes | bytearray | memoryview):
-        try:
-            text = bytes(text).decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise InvalidPayload(f"a record must be UTF-8 text: {error}") from None
-    if not isinstance(text, str):
-        raise InvalidPayload(f"a record is JSON text (str or bytes), got {type(text).__name__}")
     try:
-        data = loads_strict(text)
+        data = loads_strict_text(text)
     except StrictJsonError as error:
         raise InvalidPayload(f"a record must be one strict JSON document: {error}") from None
     if not isinstance(data, dict):

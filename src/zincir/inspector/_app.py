@@ -322,7 +322,10 @@ class Pages:
         return self.error(request, 404, "Run not found",
                           f"No run has the id {run_id!r} in this database.")
 
-    def show_run(self, request: Request) -> Response:
+    def _with_run(
+        self, request: Request, render: Callable[[dict[str, Any], int, datetime], Response]
+    ) -> Response:
+        """Look the run up (404 if absent), build its detail page of events, then ``render``."""
         run_id = str(request.path_params["run_id"])
         after = self._cursor(request)
 
@@ -330,7 +333,12 @@ class Pages:
             run = reader.get_run(run_id)
             if run is None:
                 return self._missing_run(request, run_id)
-            detail = self._run_detail(reader, run, after, now)
+            return render(self._run_detail(reader, run, after, now), after, now)
+
+        return self.guarded(request, build)
+
+    def show_run(self, request: Request) -> Response:
+        def render(detail: dict[str, Any], after: int, now: datetime) -> Response:
             last_seq = detail["run"]["event_count"]
             pages = max(1, math.ceil(last_seq / EVENT_PAGE_SIZE))
             nav = {
@@ -356,22 +364,15 @@ class Pages:
                              page_of=lambda seq: (max(int(seq), 1) - 1)
                              // EVENT_PAGE_SIZE * EVENT_PAGE_SIZE)
 
-        return self.guarded(request, build)
+        return self._with_run(request, render)
 
     def api_run(self, request: Request) -> Response:
-        run_id = str(request.path_params["run_id"])
-        after = self._cursor(request)
-
-        def build(reader: Reader, now: datetime) -> Response:
-            run = reader.get_run(run_id)
-            if run is None:
-                return self._missing_run(request, run_id)
-            detail = self._run_detail(reader, run, after, now)
+        def render(detail: dict[str, Any], after: int, now: datetime) -> Response:
             for event in detail["events"]:
                 del event["summary"], event["flags"]
             return json_response(detail)
 
-        return self.guarded(request, build)
+        return self._with_run(request, render)
 
 
 def json_response(data: Any, status: int = 200) -> Response:
