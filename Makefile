@@ -6,7 +6,7 @@ BASE   := $(VENV)/.installed-base
 DEV    := $(VENV)/.installed-dev
 UI     := $(VENV)/.installed-ui
 
-.PHONY: demo ui test lint bench bench-quick bench-peers system-deps clean
+.PHONY: demo ui test test-quick lint bench bench-quick bench-peers system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,10 +35,15 @@ system-deps:
 
 lint: $(DEV)
 	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff format --check src tests examples benchmarks
 	$(BIN)/mypy
 
 test: $(DEV) system-deps lint
 	$(BIN)/python -m pytest
+
+# The edit loop: no root, no browser, no Temporal server (`make test` runs everything).
+test-quick: $(DEV)
+	$(BIN)/python -m pytest -m "not browser and not temporal"
 
 bench: $(DEV)
 	$(BIN)/python benchmarks/run.py --temporal

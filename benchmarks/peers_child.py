@@ -35,8 +35,13 @@ def dbos_us(path: str, n: int) -> float:
     conn.close()
     from dbos import DBOS, SetWorkflowID
 
-    DBOS(config={"name": "zincir-bench", "system_database_url": "sqlite:///" + path,
-                 "log_level": "WARNING"})
+    DBOS(
+        config={
+            "name": "zincir-bench",
+            "system_database_url": "sqlite:///" + path,
+            "log_level": "WARNING",
+        }
+    )
 
     @DBOS.step()
     def one_step(i: int) -> dict[str, Any]:

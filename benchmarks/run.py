@@ -68,6 +68,7 @@ def median_of(samples: list[float]) -> float:
 
 # -- the physical limit --------------------------------------------------------------------
 
+
 def raw_step_us(path: str, synchronous: str, n: int) -> float:
     """APSW: per step json.dumps + BEGIN IMMEDIATE + INSERT + COMMIT into a WAL database."""
     conn = apsw.Connection(path)
@@ -90,9 +91,11 @@ def raw_step_us(path: str, synchronous: str, n: int) -> float:
 
 # -- the floor of zincir's own schema -----------------------------------------------------
 
-_FENCE = ("UPDATE agent_runs SET last_seq = last_seq + 1, lease_expires_at = ?, updated_at = ? "
-          "WHERE id = ? AND lease_owner = ? AND lease_token = ? "
-          "AND status IN ('pending', 'running') RETURNING last_seq")
+_FENCE = (
+    "UPDATE agent_runs SET last_seq = last_seq + 1, lease_expires_at = ?, updated_at = ? "
+    "WHERE id = ? AND lease_owner = ? AND lease_token = ? "
+    "AND status IN ('pending', 'running') RETURNING last_seq"
+)
 
 
 def _schema_db(path: str, synchronous: str, runs: int) -> apsw.Connection:
@@ -103,7 +106,9 @@ def _schema_db(path: str, synchronous: str, runs: int) -> apsw.Connection:
     for r in range(runs):
         conn.execute(
             "INSERT INTO agent_runs (id, name, status, lease_owner, lease_token, created_at, "
-            "updated_at) VALUES (?, 'floor', 'running', 'owner', 1, 'now', 'now')", (f"r{r}",))
+            "updated_at) VALUES (?, 'floor', 'running', 'owner', 1, 'now', 'now')",
+            (f"r{r}",),
+        )
     return conn
 
 
@@ -111,19 +116,29 @@ def _claim_sql(conn: apsw.Connection, run: str, name: str) -> None:
     conn.execute(
         "INSERT INTO steps (run_id, name, status, claim_owner, claim_token, started_at) "
         "VALUES (?, ?, 'running', 'owner', 1, 'now') ON CONFLICT (run_id, name) DO NOTHING "
-        "RETURNING 1", (run, name)).fetchone()
-    conn.execute("SELECT 1 FROM agent_runs WHERE id = ? AND lease_owner = 'owner' "
-                 "AND lease_token = 1 AND status IN ('pending', 'running')", (run,)).fetchone()
+        "RETURNING 1",
+        (run, name),
+    ).fetchone()
+    conn.execute(
+        "SELECT 1 FROM agent_runs WHERE id = ? AND lease_owner = 'owner' "
+        "AND lease_token = 1 AND status IN ('pending', 'running')",
+        (run,),
+    ).fetchone()
 
 
 def _finish_sql(conn: apsw.Connection, run: str, name: str, result: str) -> None:
     seq = conn.execute(_FENCE, ("later", "now", run, "owner", 1)).fetchone()[0]
-    conn.execute("INSERT INTO events (run_id, seq, type, payload, created_at) "
-                 "VALUES (?, ?, 'step_completed', ?, 'now')", (run, seq, json.dumps(name)))
-    conn.execute("UPDATE steps SET status = 'completed', result = ?, completed_at = 'now' "
-                 "WHERE run_id = ? AND name = ? AND status = 'running' "
-                 "AND claim_owner = 'owner' AND claim_token = 1 RETURNING 1",
-                 (result, run, name)).fetchone()
+    conn.execute(
+        "INSERT INTO events (run_id, seq, type, payload, created_at) "
+        "VALUES (?, ?, 'step_completed', ?, 'now')",
+        (run, seq, json.dumps(name)),
+    )
+    conn.execute(
+        "UPDATE steps SET status = 'completed', result = ?, completed_at = 'now' "
+        "WHERE run_id = ? AND name = ? AND status = 'running' "
+        "AND claim_owner = 'owner' AND claim_token = 1 RETURNING 1",
+        (result, run, name),
+    ).fetchone()
 
 
 def step_sql_us(path: str, synchronous: str, n: int) -> float:
@@ -162,6 +177,7 @@ def concurrent_sql_steps_per_s(path: str, runs: int, steps: int) -> float:
 
 
 # -- zincir scenarios ----------------------------------------------------------------------
+
 
 async def step_us(path: str, synchronous: str, n: int) -> float:
     """WorkflowContext.step, sequentially, one run."""
@@ -207,8 +223,9 @@ async def runtime_us(path: str, n: int) -> tuple[float, float]:
     try:
         runtime = LocalRuntime(store, registry, retry=RetryPolicy(max_attempts=1))
         invocations = [
-            Invocation("bench-run", "tool.call", i, OperationKind.TOOL_CALL, "bench",
-                       json.dumps({"i": i}))
+            Invocation(
+                "bench-run", "tool.call", i, OperationKind.TOOL_CALL, "bench", json.dumps({"i": i})
+            )
             for i in range(n)
         ]
         started = time.perf_counter()
@@ -255,8 +272,9 @@ async def build_long_run(path: str, events: int, checkpoint_at: int) -> str:
             counter = (await store.get_run(ctx.run_id) or {})["last_seq"]
             while counter < until:
                 room = max((until - counter - 1) // 2, 0)
-                calls = [ToolCall(f"c{counter}-{k}", "lookup", {"k": k})
-                         for k in range(min(4, room))]
+                calls = [
+                    ToolCall(f"c{counter}-{k}", "lookup", {"k": k}) for k in range(min(4, room))
+                ]
                 await ctx.record_response(PAYLOAD, calls, "tool_use")
                 for call in calls:
                     await ctx.record_tool_result(call.id, step_result(counter))
@@ -297,7 +315,9 @@ def resume_figures(path: str, run_id: str) -> dict[str, float]:
     """state() in a fresh process: latency and peak RSS growth."""
     output = subprocess.run(
         [sys.executable, "-c", RESUME_CHILD, path, run_id, str(HERE.parent / "src")],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return dict(json.loads(output))
 
@@ -329,14 +349,17 @@ def inspector_page_ms(path: str, run_id: str, events: int) -> dict[str, float]:
                 samples.append((time.perf_counter() - started) * 1e3)
                 assert response.status_code == 200
             figures[f"inspector_{label}_page_ms"] = median_of(samples)
-    conn = apsw.Connection(f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY
-                           | apsw.SQLITE_OPEN_URI)
+    conn = apsw.Connection(
+        f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
     samples = []
     for _ in range(10):
         started = time.perf_counter()
         rows = conn.execute(
             "SELECT seq, type, payload, created_at FROM events WHERE run_id = ? AND seq > ? "
-            "ORDER BY seq LIMIT ?", (run_id, deep, EVENT_PAGE_SIZE)).fetchall()
+            "ORDER BY seq LIMIT ?",
+            (run_id, deep, EVENT_PAGE_SIZE),
+        ).fetchall()
         [json.loads(payload) for _, _, payload, _ in rows]
         samples.append((time.perf_counter() - started) * 1e3)
     conn.close()
@@ -349,8 +372,9 @@ async def claims_per_s(path: str, runs: int) -> float:
     store = zincir.open_store(path, synchronous="normal")
     try:
         for r in range(runs):
-            ctx = await AgentContext.create(store, name=f"abandoned-{r}",
-                                            lease_ttl=timedelta(milliseconds=30))
+            ctx = await AgentContext.create(
+                store, name=f"abandoned-{r}", lease_ttl=timedelta(milliseconds=30)
+            )
             await ctx._heartbeat.stop()
         await asyncio.sleep(0.1)
         done = asyncio.Event()
@@ -363,8 +387,11 @@ async def claims_per_s(path: str, runs: int) -> float:
             if claimed == runs:
                 done.set()
 
-        worker = (zincir.ResumeWorker(store, lease_ttl=timedelta(seconds=30))
-                  .poll_interval(timedelta(milliseconds=5)).max_concurrency(64))
+        worker = (
+            zincir.ResumeWorker(store, lease_ttl=timedelta(seconds=30))
+            .poll_interval(timedelta(milliseconds=5))
+            .max_concurrency(64)
+        )
         started = time.perf_counter()
         await worker.run(handler, done.wait())
         return runs / (time.perf_counter() - started)
@@ -374,16 +401,21 @@ async def claims_per_s(path: str, runs: int) -> float:
 
 # -- peers ---------------------------------------------------------------------------------
 
+
 def peer_us(python: str, system: str, path: str, n: int) -> float:
     """Per-step cost of a peer, measured by benchmarks/peers_child.py in its own venv."""
     output = subprocess.run(
         [python, str(HERE / "peers_child.py"), system, path, str(n)],
-        capture_output=True, text=True, check=True, timeout=600,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
     ).stdout
     return float(json.loads(output.strip().splitlines()[-1])["us_per_step"])
 
 
 # -- the run ------------------------------------------------------------------------------
+
 
 def timed(label: str, action: Callable[[], Any]) -> Any:
     started = time.perf_counter()
@@ -395,6 +427,7 @@ def timed(label: str, action: Callable[[], Any]) -> Any:
 def run_async(coroutine: Awaitable[Any]) -> Any:
     async def wrap() -> Any:
         return await coroutine
+
     return asyncio.run(wrap())
 
 
@@ -419,45 +452,52 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     timed("raw + step NORMAL", lambda: paired("raw_normal_us", "step_normal_us", "normal"))
     figures["step_sql_normal_us"] = timed(
         "schema floor, one step",
-        lambda: median_of([step_sql_us(bench.db("floor"), "NORMAL", n_seq)
-                           for _ in range(bench.repeat)]))
+        lambda: median_of(
+            [step_sql_us(bench.db("floor"), "NORMAL", n_seq) for _ in range(bench.repeat)]
+        ),
+    )
     figures["concurrent64_sql_steps_per_s"] = timed(
         "schema floor, 64 runs",
-        lambda: concurrent_sql_steps_per_s(bench.db("floor64"), 64, bench.n(200, 50)))
+        lambda: concurrent_sql_steps_per_s(bench.db("floor64"), 64, bench.n(200, 50)),
+    )
     figures["agent_cycle_us"] = timed(
-        "agent cycle", lambda: run_async(agent_cycle_us(bench.db("cycle"), bench.n(1000, 300))))
+        "agent cycle", lambda: run_async(agent_cycle_us(bench.db("cycle"), bench.n(1000, 300)))
+    )
     execute, replay = timed(
-        "runtime", lambda: run_async(runtime_us(bench.db("runtime"), bench.n(2000, 500))))
+        "runtime", lambda: run_async(runtime_us(bench.db("runtime"), bench.n(2000, 500)))
+    )
     figures["runtime_execute_us"], figures["runtime_replay_us"] = execute, replay
     figures["concurrent64_steps_per_s"] = timed(
         "64 concurrent runs",
-        lambda: run_async(concurrent_steps_per_s(bench.db("concurrent"), 64,
-                                                 bench.n(200, 50))))
+        lambda: run_async(concurrent_steps_per_s(bench.db("concurrent"), 64, bench.n(200, 50))),
+    )
     events = bench.n(100_000, 20_000)
     long_db = bench.db("long")
-    run_id = timed("build 100k-event run",
-                   lambda: run_async(build_long_run(long_db, events, events * 9 // 10)))
+    run_id = timed(
+        "build 100k-event run", lambda: run_async(build_long_run(long_db, events, events * 9 // 10))
+    )
     resumed = timed("resume", lambda: resume_figures(long_db, run_id))
     figures["resume_100k_ms"] = resumed["ms"]
     figures["resume_100k_rss_mb"] = resumed["rss_mb"]
     figures.update(timed("inspector pages", lambda: inspector_page_ms(long_db, run_id, events)))
     figures["claims_per_s"] = timed(
-        "claims", lambda: run_async(claims_per_s(bench.db("claims"), bench.n(1000, 300))))
+        "claims", lambda: run_async(claims_per_s(bench.db("claims"), bench.n(1000, 300)))
+    )
 
     ratios: dict[str, float] = {
         "step_full_over_raw_full": pair_ratios["full"],
         "step_normal_over_raw_normal": pair_ratios["normal"],
-        "concurrent64_over_raw_full_seq":
-            figures["concurrent64_steps_per_s"] / (1e6 / figures["raw_full_us"]),
-        "step_sql_normal_over_raw_normal":
-            figures["step_sql_normal_us"] / figures["raw_normal_us"],
-        "concurrent64_sql_over_raw_full_seq":
-            figures["concurrent64_sql_steps_per_s"] / (1e6 / figures["raw_full_us"]),
+        "concurrent64_over_raw_full_seq": figures["concurrent64_steps_per_s"]
+        / (1e6 / figures["raw_full_us"]),
+        "step_sql_normal_over_raw_normal": figures["step_sql_normal_us"] / figures["raw_normal_us"],
+        "concurrent64_sql_over_raw_full_seq": figures["concurrent64_sql_steps_per_s"]
+        / (1e6 / figures["raw_full_us"]),
     }
     if args.peers:
         python = args.peers_python
         n_peer = bench.n(1000, 300)
         for peer in ("dbos", "langgraph"):
+
             def adjacent(peer: str = peer) -> tuple[float, dict[str, float]]:
                 """Each peer run sits between two zincir runs of the same steps."""
                 costs, ratios_by_sync = [], {"full": [], "normal": []}
@@ -528,8 +568,10 @@ def print_table(result: dict[str, Any]) -> None:
     for name, value in result["ratios"].items():
         print(f"{name:<34} {value:>12.2f}  {verdict(value, TARGETS.get(name))}")
     machine = result["machine"]
-    print(f"\nPython {machine['python']}, SQLite {machine['sqlite']}, {machine['cpus']} CPUs, "
-          f"{machine['platform']}{' (quick)' if machine['quick'] else ''}")
+    print(
+        f"\nPython {machine['python']}, SQLite {machine['sqlite']}, {machine['cpus']} CPUs, "
+        f"{machine['platform']}{' (quick)' if machine['quick'] else ''}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -31,7 +31,8 @@ with workflow.unsafe.imports_passed_through():
     import zincir
     from zincir.contract import Invocation, OperationKind
     from zincir.durable import HandlerRegistry
-    from zincir.temporal import DevServer, TemporalRuntime, Worker
+    from zincir.temporal import TemporalRuntime, Worker
+    from zincir.temporal.testing import DevServer
 
 __all__ = ["measure"]
 
@@ -91,15 +92,20 @@ async def measure(n: int) -> dict[str, float]:
         zincir_queue, raw_queue = f"bench-zincir-{tag}", f"bench-raw-{tag}"
         registry = _registry()
         await stack.enter_async_context(Worker(client, registry, zincir_queue))
-        await stack.enter_async_context(TemporalWorker(
-            client, task_queue=raw_queue, workflows=[RawOperation], activities=[raw_step]))
+        await stack.enter_async_context(
+            TemporalWorker(
+                client, task_queue=raw_queue, workflows=[RawOperation], activities=[raw_step]
+            )
+        )
         runtime = TemporalRuntime(client, task_queue=zincir_queue, registrations=registry)
-        stored = TemporalRuntime(client, task_queue=zincir_queue, registrations=registry,
-                                 record_store=store)
+        stored = TemporalRuntime(
+            client, task_queue=zincir_queue, registrations=registry, record_store=store
+        )
 
         async def raw(i: int) -> None:
-            await client.execute_workflow(RawOperation.run, i, id=f"bench-raw-{tag}-{i}",
-                                          task_queue=raw_queue)
+            await client.execute_workflow(
+                RawOperation.run, i, id=f"bench-raw-{tag}-{i}", task_queue=raw_queue
+            )
 
         for i in range(5):  # warm-up
             await runtime.execute(_invocation(f"warm-{tag}", i))
@@ -114,9 +120,7 @@ async def measure(n: int) -> dict[str, float]:
                 baseline.append(await _ms(raw(i)))
             with_store.append(await _ms(stored.execute(_invocation(f"store-{tag}", i))))
         replay = [await _ms(runtime.execute(_invocation(f"run-{tag}", i))) for i in range(n)]
-        replay_store = [
-            await _ms(stored.execute(_invocation(f"store-{tag}", i))) for i in range(n)
-        ]
+        replay_store = [await _ms(stored.execute(_invocation(f"store-{tag}", i))) for i in range(n)]
     execute_ms, raw_ms = statistics.median(execute), statistics.median(baseline)
     return {
         "execute_ms": execute_ms,

@@ -34,8 +34,11 @@ async def approve(db_path: str, run_id: str) -> None:
         decision = {"approved": True, "by": "alice@example.com"}
         first = await zincir.send_message(store, run_id, "approval", decision, key="ticket-7")
         again = await zincir.send_message(store, run_id, "approval", decision, key="ticket-7")
-        print(f"[approver] sent the approval as message {first}; a retried click returned "
-              f"message {again}", flush=True)
+        print(
+            f"[approver] sent the approval as message {first}; a retried click returned "
+            f"message {again}",
+            flush=True,
+        )
     finally:
         await store.close()
 
@@ -74,7 +77,8 @@ def main() -> None:
         asyncio.run(approve(sys.argv[2], sys.argv[3]))
         return
     db_path = os.environ.get("ZINCIR_DATABASE_PATH") or os.path.join(
-        tempfile.mkdtemp(prefix="zincir-approval-"), "zincir.db")
+        tempfile.mkdtemp(prefix="zincir-approval-"), "zincir.db"
+    )
     print(f"database: {db_path}")
     asyncio.run(run_workflow(db_path))
 

@@ -42,7 +42,8 @@ async def run_tool(invocation: Invocation, request: dict[str, Any]) -> dict[str,
     calls.append(invocation.stable_key())
     if request["tool"] == "refund" and request["amount"] > 100:
         raise zincir.OperationFailed(
-            "RefundTooLarge", retryable=False,
+            "RefundTooLarge",
+            retryable=False,
             message=f"refunds above 100 need a human ({request['amount']})",
         )
     if request["tool"] == "refund":
@@ -53,14 +54,38 @@ async def run_tool(invocation: Invocation, request: dict[str, Any]) -> dict[str,
 def operations(run_id: str) -> list[Invocation]:
     """Four invocations of one agent run; their identities are what replay keys on."""
     return [
-        Invocation(run_id, "model.request", 0, OperationKind.MODEL_REQUEST, "support-model",
-                   '{"order":"A-1042","prompt":"Where is my order?"}'),
-        Invocation(run_id, "tool.call", 0, OperationKind.TOOL_CALL, "support-tools",
-                   '{"tool":"lookup","order":"A-1042"}'),
-        Invocation(run_id, "tool.call", 1, OperationKind.TOOL_CALL, "support-tools",
-                   '{"tool":"refund","order":"A-1042","amount":250}'),
-        Invocation(run_id, "tool.call", 2, OperationKind.TOOL_CALL, "support-tools",
-                   '{"tool":"refund","order":"A-1042","amount":40}'),
+        Invocation(
+            run_id,
+            "model.request",
+            0,
+            OperationKind.MODEL_REQUEST,
+            "support-model",
+            '{"order":"A-1042","prompt":"Where is my order?"}',
+        ),
+        Invocation(
+            run_id,
+            "tool.call",
+            0,
+            OperationKind.TOOL_CALL,
+            "support-tools",
+            '{"tool":"lookup","order":"A-1042"}',
+        ),
+        Invocation(
+            run_id,
+            "tool.call",
+            1,
+            OperationKind.TOOL_CALL,
+            "support-tools",
+            '{"tool":"refund","order":"A-1042","amount":250}',
+        ),
+        Invocation(
+            run_id,
+            "tool.call",
+            2,
+            OperationKind.TOOL_CALL,
+            "support-tools",
+            '{"tool":"refund","order":"A-1042","amount":40}',
+        ),
     ]
 
 
@@ -79,7 +104,7 @@ def show(name: str, records: list[Record]) -> None:
     print(f"\n{name}:")
     for record in records:
         text = encode_record(record)
-        outcome = text[text.index('"outcome":') + len('"outcome":'):-1]
+        outcome = text[text.index('"outcome":') + len('"outcome":') : -1]
         print(f"  {record.invocation.stable_key():<32} {outcome[:88]}")
 
 
@@ -91,15 +116,20 @@ async def on_temporal(invocations: list[Invocation], address: str) -> list[Recor
     client = await Client.connect(address)
     task_queue = f"zincir-example-{uuid.uuid4().hex[:8]}"
     async with Worker(client, registry, task_queue):
-        runtime = TemporalRuntime(client, task_queue=task_queue,
-                                  registrations=[(OperationKind.MODEL_REQUEST, "support-model"),
-                                                 (OperationKind.TOOL_CALL, "support-tools")])
+        runtime = TemporalRuntime(
+            client,
+            task_queue=task_queue,
+            registrations=[
+                (OperationKind.MODEL_REQUEST, "support-model"),
+                (OperationKind.TOOL_CALL, "support-tools"),
+            ],
+        )
         return await execute_all(runtime, invocations)
 
 
 async def main() -> int:
     try:
-        from zincir.temporal import DevServer
+        from zincir.temporal.testing import DevServer
     except ImportError as error:
         print(error, file=sys.stderr)
         return 1

@@ -2,37 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 import zincir
 from zincir import SQLiteStore
+from zincir.testing import FakeClock
 
 REPO = Path(__file__).resolve().parents[1]
 START = datetime(2030, 1, 1, tzinfo=UTC)
 
 
-class FakeClock:
-    """The store's clock and a workflow's sleeper: sleeping moves the clock, nothing waits."""
-
-    def __init__(self) -> None:
-        self.now = START
-        self.slept: list[float] = []
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.advance(seconds)
-        await asyncio.sleep(0)
+def dunder_all_order(names: list[str]) -> list[str]:
+    """``names`` in the order ruff's RUF022 keeps ``__all__``: CONSTANTS, Classes, the rest."""
+    return sorted(names, key=lambda name: (not name.isupper(), not name[:1].isupper(), name))
 
 
 @pytest.fixture
@@ -49,7 +35,7 @@ async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(START)
 
 
 @pytest.fixture

@@ -10,8 +10,9 @@ import apsw
 
 def rows(db_path: Path | str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """Run a read-only query on a separate connection."""
-    conn = apsw.Connection(f"file:{db_path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY
-                           | apsw.SQLITE_OPEN_URI)
+    conn = apsw.Connection(
+        f"file:{db_path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
     try:
         return list(conn.execute(sql, params))
     finally:
@@ -19,13 +20,19 @@ def rows(db_path: Path | str, sql: str, params: tuple[Any, ...] = ()) -> list[tu
 
 
 def event_types(db_path: Path | str, run_id: str) -> list[str]:
-    return [t for (t,) in rows(db_path, "SELECT type FROM events WHERE run_id = ? ORDER BY seq",
-                               (run_id,))]
+    return [
+        t
+        for (t,) in rows(
+            db_path, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+    ]
 
 
 def seqs(db_path: Path | str, run_id: str) -> list[int]:
-    return [s for (s,) in rows(db_path, "SELECT seq FROM events WHERE run_id = ? ORDER BY seq",
-                               (run_id,))]
+    return [
+        s
+        for (s,) in rows(db_path, "SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+    ]
 
 
 def count(db_path: Path | str, table: str) -> int:

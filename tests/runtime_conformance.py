@@ -56,8 +56,9 @@ def make_invocation(
     input_json: str | None = None,
 ) -> Invocation:
     document = json.dumps({"order": "A1"} if request is None else request)
-    return Invocation(run_id, step_id, sequence, kind, handler_id,
-                      document if input_json is None else input_json)
+    return Invocation(
+        run_id, step_id, sequence, kind, handler_id, document if input_json is None else input_json
+    )
 
 
 class Calls:
@@ -79,8 +80,9 @@ class Calls:
         return len(self.calls)
 
 
-def registry_with(handler: Any, handler_id: str = HANDLER_ID,
-                  kind: OperationKind = OperationKind.TOOL_CALL) -> HandlerRegistry:
+def registry_with(
+    handler: Any, handler_id: str = HANDLER_ID, kind: OperationKind = OperationKind.TOOL_CALL
+) -> HandlerRegistry:
     registry = HandlerRegistry()
     registry.register(kind, handler_id, handler)
     return registry
@@ -107,7 +109,9 @@ class RuntimeConformance:
         assert record.input_digest == invocation.input_digest()
         assert isinstance(record.outcome, Success)
         assert json.loads(record.outcome.output_json) == {
-            "handled": {"order": "A1", "qty": 2}, "step": "tool.call", "seq": 0,
+            "handled": {"order": "A1", "qty": 2},
+            "step": "tool.call",
+            "seq": 0,
         }
         # (3) the handler saw the invocation and its parsed request
         assert handler.calls == [(invocation, {"order": "A1", "qty": 2})]
@@ -166,9 +170,7 @@ class RuntimeConformance:
         assert handler.count == 1
         assert await runtime.execute(original) == first
 
-    async def test_operation_failed_is_a_persisted_failure(
-        self, make_runtime: MakeRuntime
-    ) -> None:
+    async def test_operation_failed_is_a_persisted_failure(self, make_runtime: MakeRuntime) -> None:
         def refuse(invocation: Invocation, request: Any) -> Any:
             raise OperationFailed("OrderNotFound", retryable=False, message="no order A1")
 
@@ -247,10 +249,14 @@ class RuntimeConformance:
         runtime = await make_runtime(registry)
         run_id = new_run_id()
         tool_record = await runtime.execute(make_invocation(run_id, sequence=0))
-        model_record = await runtime.execute(make_invocation(
-            run_id, step_id="model.request", kind=OperationKind.MODEL_REQUEST,
-            handler_id="conformance-model",
-        ))
+        model_record = await runtime.execute(
+            make_invocation(
+                run_id,
+                step_id="model.request",
+                kind=OperationKind.MODEL_REQUEST,
+                handler_id="conformance-model",
+            )
+        )
         assert tool_record.outcome == Success('"tools"')
         assert model_record.outcome == Success('"model"')
         assert (tools.count, model.count) == (1, 1)

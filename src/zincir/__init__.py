@@ -6,6 +6,8 @@ The public API is re-exported here; implementation lives in the subpackages.
 from ._errors import (
     AmbiguousOutcome,
     CheckpointError,
+    DatabaseCorrupt,
+    DatabaseReadOnly,
     DigestMismatch,
     DuplicateToolCall,
     FencedOut,
@@ -34,6 +36,7 @@ from ._errors import (
     SensitiveHeader,
     StepInProgress,
     StoreError,
+    StoreUnavailable,
     Suspend,
     UnknownField,
     UnknownToolCall,
@@ -43,6 +46,7 @@ from ._errors import (
     ZincirError,
     ZincirSignal,
 )
+from ._version import __version__ as __version__
 from .contract import (
     Failure,
     Invocation,
@@ -73,9 +77,7 @@ from .runs import (
     Verification,
 )
 from .store import Event, SQLiteStore, open_store
-from .workflow import ChildResult, Message, WorkflowContext, send_message
-
-__version__ = "0.1.0"
+from .workflow import ChildResult, ReceivedMessage, WorkflowContext, send_message
 
 __all__ = [
     "AgentContext",
@@ -86,6 +88,8 @@ __all__ = [
     "CheckpointOutcome",
     "ChildResult",
     "CommandHandler",
+    "DatabaseCorrupt",
+    "DatabaseReadOnly",
     "DigestMismatch",
     "DuplicateToolCall",
     "DurableRuntime",
@@ -105,7 +109,6 @@ __all__ = [
     "LeaseHeld",
     "LeaseLost",
     "LocalRuntime",
-    "Message",
     "MissingDurableHandler",
     "MissingDurableToolsetOrigins",
     "NotAZincirDatabase",
@@ -115,6 +118,7 @@ __all__ = [
     "OperationKind",
     "PayloadTooLarge",
     "PendingCheckpoint",
+    "ReceivedMessage",
     "Record",
     "RecordFormatError",
     "ResumeWorker",
@@ -128,6 +132,7 @@ __all__ = [
     "SensitiveHeader",
     "StepInProgress",
     "StoreError",
+    "StoreUnavailable",
     "Success",
     "Suspend",
     "SuspendReason",

@@ -9,8 +9,11 @@
     │   ├── NotJsonSerializable
     │   └── PayloadTooLarge
     ├── StoreError                   the database could not do what was asked
+    │   ├── StoreUnavailable         transient: locked past the busy timeout, I/O, disk full
+    │   ├── DatabaseCorrupt          damaged pages: restore from a backup
+    │   ├── DatabaseReadOnly         the file or its folder cannot be written
     │   ├── SchemaTooNew
-    │   └── NotAZincirDatabase
+    │   └── NotAZincirDatabase       missing, not SQLite, or another application's database
     ├── RunNotFound
     ├── RunExists
     ├── RunTerminal
@@ -51,6 +54,8 @@ from typing import Any
 __all__ = [
     "AmbiguousOutcome",
     "CheckpointError",
+    "DatabaseCorrupt",
+    "DatabaseReadOnly",
     "DigestMismatch",
     "DuplicateToolCall",
     "FencedOut",
@@ -79,6 +84,7 @@ __all__ = [
     "SensitiveHeader",
     "StepInProgress",
     "StoreError",
+    "StoreUnavailable",
     "Suspend",
     "UnknownField",
     "UnknownToolCall",
@@ -144,12 +150,25 @@ class StoreError(ZincirError):
     """The database failed or is not usable."""
 
 
+class StoreUnavailable(StoreError):
+    """A transient failure (a lock held past the busy timeout, an I/O error, a full disk);
+    nothing of the failed write was stored and it may be tried again."""
+
+
+class DatabaseCorrupt(StoreError):
+    """The database file is damaged; restore it from a backup (``PRAGMA integrity_check``)."""
+
+
+class DatabaseReadOnly(StoreError):
+    """The database (or its folder) cannot be written; fix its permissions or mount."""
+
+
 class SchemaTooNew(StoreError):
     """The database was migrated by a newer zincir than this one."""
 
 
 class NotAZincirDatabase(StoreError):
-    """The file is missing or holds no zincir schema."""
+    """The file is missing, is not SQLite, or holds another application's tables."""
 
 
 class RunNotFound(ZincirError, LookupError):

@@ -7,10 +7,20 @@ from typing import Any
 
 from ._errors import NotJsonSerializable, PayloadTooLarge
 
-__all__ = ["MAX_DOCUMENT_BYTES", "StrictJsonError", "dumps", "loads_strict", "loads_strict_text"]
+__all__ = [
+    "MAX_DOCUMENT_BYTES",
+    "MAX_NESTING",
+    "StrictJsonError",
+    "dumps",
+    "loads_strict",
+    "loads_strict_text",
+]
 
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 """The largest JSON document zincir stores for a caller (a response, a result, a config)."""
+
+MAX_NESTING = 256
+"""The deepest nesting of arrays and objects zincir writes (and so can always read back)."""
 
 
 class StrictJsonError(ValueError):
@@ -30,14 +40,15 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+
+
 def loads_strict(text: str) -> Any:
     """Parse exactly one JSON document; raise StrictJsonError on anything RFC 8259 forbids."""
     if not isinstance(text, str):
         raise StrictJsonError(f"expected JSON text, got {type(text).__name__}")
     try:
-        return json.loads(
-            text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant
-        )
+        return _DECODER.decode(text)
     except StrictJsonError:
         raise
     except (ValueError, RecursionError) as error:
@@ -57,20 +68,59 @@ def loads_strict_text(text: object) -> Any:
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_CONTAINERS = (dict, list, tuple)
+
+
+def _structure_problem(value: Any) -> str | None:
+    """Why ``value`` would not read back as itself: a non-str object key (``{1: "a",
+    "1": "b"}`` would encode one key twice) or nesting past MAX_NESTING."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_NESTING:
+            return f"it is nested deeper than {MAX_NESTING} arrays or objects"
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return (
+                        f"object keys must be str (JSON has no other keys), "
+                        f"not {type(key).__name__} {key!r}"
+                    )
+                if isinstance(child, _CONTAINERS) and child:
+                    stack.append((child, depth + 1))
+        else:
+            for child in item:
+                if isinstance(child, _CONTAINERS) and child:
+                    stack.append((child, depth + 1))
+    return None
 
 
 def dumps(value: Any, *, what: str = "value", run_id: str | None = None) -> str:
-    """Compact JSON; a value JSON cannot hold raises NotJsonSerializable, one over
-    MAX_DOCUMENT_BYTES raises PayloadTooLarge, both before any write."""
+    """Compact JSON that :func:`loads_strict` reads back as the same value.
+
+    A value JSON cannot hold (a non-str key, a lone surrogate, NaN, too deep a nesting)
+    raises NotJsonSerializable and one over MAX_DOCUMENT_BYTES raises PayloadTooLarge,
+    both before any write.
+    """
+    problem: str | None = None
     try:
         text: str = _ENCODER.encode(value)
     except (TypeError, ValueError, RecursionError) as error:
+        problem = str(error) or type(error).__name__
+    if problem is None and isinstance(value, _CONTAINERS) and value:
+        problem = _structure_problem(value)  # acyclic: the encoder refuses cycles
+    if problem is None:
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            problem = "it holds a lone surrogate, which is not valid Unicode text"
+    if problem is not None:
         raise NotJsonSerializable(
-            f"{what} must be JSON-serialisable (dict, list, str, int, float, bool, None): {error}",
+            f"{what} must be JSON-serialisable (dict with str keys, list, str, int, float, "
+            f"bool, None): {problem}",
             run_id=run_id,
-        ) from None
-    if len(text) > MAX_DOCUMENT_BYTES // 4:
-        size = len(text.encode("utf-8", "surrogatepass"))
+        )
+    if size > MAX_DOCUMENT_BYTES // 4:
         if size > MAX_DOCUMENT_BYTES:
             raise PayloadTooLarge(
                 f"{what} is {size:,} bytes as JSON, over the {MAX_DOCUMENT_BYTES:,}-byte limit; "

@@ -25,8 +25,9 @@ def import_target(target: str, *, example: str) -> Any:
     try:
         value: Any = importlib.import_module(module_name)
     except ImportError as error:
-        raise click.BadParameter(f"cannot import {module_name!r}: {error}",
-                                 param_hint="TARGET") from None
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {error}", param_hint="TARGET"
+        ) from None
     for part in attribute.split("."):
         try:
             value = getattr(value, part)

@@ -7,11 +7,11 @@ that SQL string comparison orders them like the instants they name.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from ._errors import InvalidInput
 
-__all__ = ["Clock", "as_timedelta", "from_db", "system_clock", "to_db"]
+__all__ = ["Clock", "from_db", "system_clock", "to_db"]
 
 Clock = Callable[[], datetime]
 
@@ -33,14 +33,3 @@ def to_db(moment: datetime) -> str:
 def from_db(text: str) -> datetime:
     """Decode a stored timestamp."""
     return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
-
-
-def as_timedelta(value: timedelta | float | int, *, name: str = "duration") -> timedelta:
-    """Accept a timedelta or a number of seconds; reject anything else."""
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInput(f"{name} must be a datetime.timedelta or seconds, not {value!r}")
-    if value != value or value in (float("inf"), float("-inf")):
-        raise InvalidInput(f"{name} must be finite, not {value!r}")
-    return timedelta(seconds=value)

@@ -4,26 +4,37 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import os
 import sys
+from typing import Any
 
 import click
 
-from ._errors import ZincirError
+from ._cli_options import database_option, read_only_database
+from ._errors import RunNotFound, ZincirError
+from ._validate import check_id
 from .runs._worker_cli import worker_command
+from .store.sqlite import ReadOnlyDatabase
 
 __all__ = ["main"]
 
-DB_OPTION = click.option(
-    "--db", "database", envvar="ZINCIR_DATABASE_PATH", default="zincir.db", show_default=True,
-    help="SQLite database path (or $ZINCIR_DATABASE_PATH).",
-)
+STATUSES = ("pending", "running", "completed", "failed", "cancelled")
+MAX_LIST_LIMIT = 1_000_000
 
 
 class _Commands(click.Group):
-    """The CLI group; commands of an extra are imported only when they are called."""
+    """The CLI group; commands of an extra are imported only when they are called.
+
+    A zincir error raised by any command is printed as one line (exit code 1), never as a
+    traceback.
+    """
 
     lazy = {"temporal-worker": ("zincir.temporal._cli", "temporal_worker_command")}
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ZincirError as error:
+            raise click.ClickException(str(error)) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.lazy])
@@ -40,8 +51,9 @@ class _Commands(click.Group):
 
 
 def _missing_extra(name: str, reason: str) -> click.Command:
-    @click.command(name, context_settings={"ignore_unknown_options": True},
-                   help="Not available: " + reason)
+    @click.command(
+        name, context_settings={"ignore_unknown_options": True}, help="Not available: " + reason
+    )
     @click.argument("args", nargs=-1, type=click.UNPROCESSED)
     def missing(args: tuple[str, ...]) -> None:
         raise click.ClickException(reason)
@@ -56,9 +68,13 @@ def main() -> None:
 
 
 @main.command()
-@DB_OPTION
-@click.option("--resume", is_flag=True, envvar="ZINCIR_RESUME",
-              help="Finish pending or running runs instead of creating one.")
+@database_option
+@click.option(
+    "--resume",
+    is_flag=True,
+    envvar="ZINCIR_RESUME",
+    help="Finish pending or running runs instead of creating one.",
+)
 @click.option("--output-dir", envvar="ZINCIR_OUTPUT_DIR", default="output", show_default=True)
 def demo(database: str, resume: bool, output_dir: str) -> None:
     """Run the reference durable agent (examples/durable_agent.py)."""
@@ -68,14 +84,14 @@ def demo(database: str, resume: bool, output_dir: str) -> None:
 
 
 @main.command()
-@DB_OPTION
+@database_option
 def migrate(database: str) -> None:
     """Create the database if needed and apply every migration."""
     from .store import migrations, open_store
 
     store = open_store(database)
     store.close_sync()
-    click.echo(f"{os.path.abspath(database)}: schema version {migrations()[-1][0]}")
+    click.echo(f"{store.path}: schema version {migrations()[-1][0]}")
 
 
 @main.group()
@@ -83,86 +99,66 @@ def runs() -> None:
     """List runs and show their event logs."""
 
 
-def _existing(database: str) -> str:
-    """A path to an existing zincir database; the read commands never create or migrate one."""
-    import apsw
-
-    if not os.path.exists(database):
-        raise click.ClickException(
-            f"no database at {database}; run `zincir demo` or your application first"
-        )
-    try:
-        conn = apsw.Connection(database, flags=apsw.SQLITE_OPEN_READONLY)
-        try:
-            found = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
-            ).fetchone()
-        finally:
-            conn.close()
-    except apsw.Error as error:
-        raise click.ClickException(f"{database} is not a readable SQLite file: {error}") from None
-    if found is None:
-        raise click.ClickException(
-            f"{database} holds no zincir schema; run `zincir demo` or your application first"
-        )
-    return database
+def _existing(database: str) -> ReadOnlyDatabase:
+    """The read-only view of an existing zincir database; the read commands never create,
+    migrate or write one (a missing, foreign or damaged file is a one-line error)."""
+    return read_only_database(database)
 
 
 @runs.command("list")
-@DB_OPTION
-@click.option("--status", type=click.Choice(["pending", "running", "completed", "failed",
-                                             "cancelled"]))
-@click.option("--limit", default=100, show_default=True)
+@database_option
+@click.option("--status", type=click.Choice(STATUSES))
+@click.option(
+    "--limit",
+    type=click.IntRange(1, MAX_LIST_LIMIT),
+    default=100,
+    show_default=True,
+    help="Show at most this many runs.",
+)
 def runs_list(database: str, status: str | None, limit: int) -> None:
     """The latest runs, newest first."""
-    from .store import open_store
     from .store.report import format_runs
 
-    async def show() -> str:
-        store = open_store(_existing(database))
-        try:
-            return format_runs(await store.list_runs(limit=limit, status=status))
-        finally:
-            await store.close()
-
-    click.echo(asyncio.run(show()))
+    with _existing(database).snapshot() as reader:
+        text = format_runs(reader.list_runs(status, limit))
+    click.echo(text)
 
 
 @runs.command("show")
-@DB_OPTION
+@database_option
 @click.argument("run_id")
 def runs_show(database: str, run_id: str) -> None:
     """A run's summary and event log."""
-    from .store import open_store
-    from .store.report import format_run
+    from .store.report import format_run_log
 
-    async def show() -> str:
-        store = open_store(_existing(database))
-        try:
-            return await format_run(store, run_id)
-        finally:
-            await store.close()
-
-    try:
-        click.echo(asyncio.run(show()))
-    except ZincirError as error:
-        raise click.ClickException(str(error)) from None
+    check_id(run_id, "RUN_ID")
+    with _existing(database).snapshot() as reader:
+        run = reader.get_run(run_id)
+        if run is None:
+            raise RunNotFound(f"no run {run_id!r} in {reader.path}", run_id=run_id)
+        text = format_run_log(
+            run,
+            (
+                (event["seq"], event["type"], event["payload"])
+                for event in reader.iter_events(run_id)
+            ),
+        )
+    click.echo(text)
 
 
 main.add_command(worker_command)
 
 
 @main.command("ui")
-@click.option("--db", "db_path", metavar="PATH", default=None,
-              help="SQLite database (default $ZINCIR_DATABASE_PATH, else ./zincir.db).")
+@database_option
 @click.pass_context
-def ui(ctx: click.Context, db_path: str | None) -> None:
+def ui(ctx: click.Context, database: str) -> None:
     """Serve the read-only run inspector on http://127.0.0.1:8787 ($ZINCIR_UI_ADDRESS)."""
     try:
         from .inspector import ui_command
     except ImportError as error:
         raise click.ClickException(str(error)) from None
-    ctx.invoke(ui_command, db_path=db_path)
+    ctx.invoke(ui_command, database=database)
 
 
 def run() -> None:

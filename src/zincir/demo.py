@@ -27,10 +27,14 @@ from .store.report import format_run
 __all__ = ["main", "publish_atomically", "run_demo"]
 
 MODEL_TEXT = "I will write the report with write_file."
-TOOL_CALL = ToolCall("call_1", "write_file", {
-    "path": "call_1.json",
-    "content": {"report": "zincir demo", "status": "ok", "items": [1, 2, 3]},
-})
+TOOL_CALL = ToolCall(
+    "call_1",
+    "write_file",
+    {
+        "path": "call_1.json",
+        "content": {"report": "zincir demo", "status": "ok", "items": [1, 2, 3]},
+    },
+)
 LEASE_TTL = timedelta(seconds=2)
 
 
@@ -81,8 +85,9 @@ def _candidate(output_dir: Path) -> CheckpointCandidate:
     return CheckpointCandidate(
         completed=["write call_1.json"],
         remaining=[],
-        artifacts=[{"path": str(output_dir / "call_1.json"),
-                    "sha256": hashlib.sha256(data).hexdigest()}],
+        artifacts=[
+            {"path": str(output_dir / "call_1.json"), "sha256": hashlib.sha256(data).hexdigest()}
+        ],
         failed_attempts=[],
         evidence={"tool_call_id": TOOL_CALL.id},
     )
@@ -108,8 +113,9 @@ async def drive(ctx: AgentContext, output_dir: Path, out: TextIO) -> None:
     if state.checkpoint is None and not await ctx.pending_checkpoint():
         events = await ctx.store.list_events(ctx.run_id)
         if not any(event.type == "llm_call" for event in events):
-            await ctx.record_response(MODEL_TEXT, [TOOL_CALL], "tool_use",
-                                      usage={"input_tokens": 42, "output_tokens": 17})
+            await ctx.record_response(
+                MODEL_TEXT, [TOOL_CALL], "tool_use", usage={"input_tokens": 42, "output_tokens": 17}
+            )
         for call in await ctx.pending_tools():
             await _pause("ZINCIR_PAUSE_BEFORE_TOOL_MS", out)
             result = write_file(output_dir, call)
@@ -143,7 +149,9 @@ async def run_demo(
         if resume:
             return await _resume_all(store, folder, out)
         ctx = await AgentContext.create(
-            store, name="durable-demo", provider="synthetic",
+            store,
+            name="durable-demo",
+            provider="synthetic",
             config={"goal": "publish call_1.json and verify it", "output_dir": str(folder)},
             lease_ttl=LEASE_TTL,
         )
@@ -164,15 +172,21 @@ async def _finish_and_show(ctx: AgentContext, folder: Path, out: TextIO) -> None
 
 
 async def _resume_all(store: SQLiteStore, folder: Path, out: TextIO) -> int:
-    runs = [run for status in ("pending", "running")
-            for run in await store.list_runs(limit=1_000_000, status=status)]
+    runs = [
+        run
+        for status in ("pending", "running")
+        for run in await store.list_runs(limit=1_000_000, status=status)
+    ]
     if not runs:
         print("[demo] nothing to resume", file=out)
         return 0
     for run in runs:
         ctx = await AgentContext.force_recover(store, run["id"], lease_ttl=LEASE_TTL)
-        print(f"[demo] resuming run {ctx.run_id} (lease token {ctx.lease_token})", file=out,
-              flush=True)
+        print(
+            f"[demo] resuming run {ctx.run_id} (lease token {ctx.lease_token})",
+            file=out,
+            flush=True,
+        )
         await _finish_and_show(ctx, folder, out)
     return 0
 

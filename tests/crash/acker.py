@@ -14,8 +14,10 @@ import zincir
 
 async def main(db_path: str, runs: int) -> None:
     store = zincir.open_store(db_path)
-    contexts = [await zincir.AgentContext.create(store, name="acker", run_id=f"ack-{r}")
-                for r in range(runs)]
+    contexts = [
+        await zincir.AgentContext.create(store, name="acker", run_id=f"ack-{r}")
+        for r in range(runs)
+    ]
     print("ready", flush=True)
 
     async def write_forever(ctx: zincir.AgentContext) -> None:

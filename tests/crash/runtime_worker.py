@@ -25,8 +25,12 @@ from zincir.contract import Invocation, OperationKind, encode_record
 from zincir.durable import HandlerRegistry, LocalRuntime, RetryPolicy
 
 INVOCATION = Invocation(
-    run_id="crash-run", step_id="tool.call", sequence=0, kind=OperationKind.TOOL_CALL,
-    handler_id="crash-tools", input_json='{"order":"A1","amount":12}',
+    run_id="crash-run",
+    step_id="tool.call",
+    sequence=0,
+    kind=OperationKind.TOOL_CALL,
+    handler_id="crash-tools",
+    input_json='{"order":"A1","amount":12}',
 )
 
 
@@ -42,10 +46,17 @@ async def main(args: argparse.Namespace) -> None:
         nonlocal attempts
         attempts += 1
         with open(args.side_file, "a", encoding="utf-8") as side:
-            side.write(json.dumps({
-                "pid": os.getpid(), "key": invocation.stable_key(),
-                "digest": invocation.input_digest(), "input": invocation.input_json,
-            }) + "\n")
+            side.write(
+                json.dumps(
+                    {
+                        "pid": os.getpid(),
+                        "key": invocation.stable_key(),
+                        "digest": invocation.input_digest(),
+                        "input": invocation.input_json,
+                    }
+                )
+                + "\n"
+            )
         if args.mode == "hang":
             say("inside")
             await asyncio.sleep(3600)
@@ -60,8 +71,11 @@ async def main(args: argparse.Namespace) -> None:
     store = zincir.open_store(args.db)
     try:
         runtime = LocalRuntime(
-            store, registry, RetryPolicy(max_attempts=3, initial_interval=timedelta(seconds=60)),
-            claim_ttl=args.claim_ttl, poll_interval=0.02,
+            store,
+            registry,
+            RetryPolicy(max_attempts=3, initial_interval=timedelta(seconds=60)),
+            claim_ttl=args.claim_ttl,
+            poll_interval=0.02,
         )
         if args.go:
             say("ready")

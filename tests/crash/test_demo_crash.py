@@ -18,8 +18,13 @@ pytestmark = pytest.mark.crash
 
 DEMO = REPO / "examples" / "durable_agent.py"
 COMPLETE_LOG = [
-    "state_transition", "llm_call", "tool_call", "tool_result",
-    "checkpoint_proposed", "checkpoint_accepted", "state_transition",
+    "state_transition",
+    "llm_call",
+    "tool_call",
+    "tool_result",
+    "checkpoint_proposed",
+    "checkpoint_accepted",
+    "state_transition",
 ]
 
 
@@ -36,16 +41,27 @@ def demo_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def run_demo(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(DEMO)], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, str(DEMO)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def kill_at(boundary: str, tmp_path: Path) -> None:
     """Start the demo paused at ``boundary`` and SIGKILL it once it reports the pause."""
     variable = f"ZINCIR_PAUSE_{boundary}_MS"
     env = demo_env(tmp_path, **{variable: "60000"})
-    process = subprocess.Popen([sys.executable, str(DEMO)], env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, str(DEMO)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert process.stdout is not None
     try:
         for line in process.stdout:
@@ -68,8 +84,9 @@ def check_completed(tmp_path: Path) -> str:
     assert len(runs) == 1
     run_id, status, owner = runs[0]
     assert (status, owner) == ("completed", None)
-    log = rows(db, "SELECT seq, type, tool_call_id FROM events WHERE run_id = ? ORDER BY seq",
-               (run_id,))
+    log = rows(
+        db, "SELECT seq, type, tool_call_id FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+    )
     assert [seq for seq, _, _ in log] == list(range(1, len(log) + 1)), "seq must be gapless"
     assert [kind for _, kind, _ in log] == COMPLETE_LOG
     intents = [call for _, kind, call in log if kind == "tool_call"]
@@ -99,8 +116,9 @@ def test_demo_runs_to_completion(tmp_path: Path) -> None:
         ("AFTER_CHECKPOINT", COMPLETE_LOG[:-1], True),
     ],
 )
-def test_kill_and_resume(tmp_path: Path, boundary: str, log_at_kill: list[str],
-                         file_at_kill: bool) -> None:
+def test_kill_and_resume(
+    tmp_path: Path, boundary: str, log_at_kill: list[str], file_at_kill: bool
+) -> None:
     kill_at(boundary, tmp_path)
     db = tmp_path / "agent.db"
     assert [t for (t,) in rows(db, "SELECT type FROM events ORDER BY seq")] == log_at_kill
@@ -119,7 +137,8 @@ def test_kill_and_resume(tmp_path: Path, boundary: str, log_at_kill: list[str],
     assert again.returncode == 0, again.stderr
     assert "nothing to resume" in again.stdout
     assert rows(db, "SELECT run_id, seq, type, payload FROM events ORDER BY run_id, seq") == (
-        snapshot)
+        snapshot
+    )
     check_completed(tmp_path)
 
 

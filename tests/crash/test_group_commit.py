@@ -21,10 +21,15 @@ from zincir import AgentContext, FencedOut, SQLiteStore
 pytestmark = pytest.mark.crash
 
 
-async def test_fenced_writer_in_a_batch_is_rejected_alone(store: SQLiteStore,
-                                                          db_path: Path) -> None:
-    contexts = [await AgentContext.create(store, name="batch", run_id=f"run-{i}",
-                                          lease_ttl=timedelta(seconds=30)) for i in range(64)]
+async def test_fenced_writer_in_a_batch_is_rejected_alone(
+    store: SQLiteStore, db_path: Path
+) -> None:
+    contexts = [
+        await AgentContext.create(
+            store, name="batch", run_id=f"run-{i}", lease_ttl=timedelta(seconds=30)
+        )
+        for i in range(64)
+    ]
     victim = contexts[17]
     other_store = zincir.open_store(db_path)
     fenced_at = asyncio.Event()
@@ -52,22 +57,31 @@ async def test_fenced_writer_in_a_batch_is_rejected_alone(store: SQLiteStore,
     stats = store.writer_stats
     assert stats.largest_batch > 1, "the writes were never group-committed"
     for ctx in contexts:
-        payloads = [json.loads(p)["content"]["n"] for (p,) in rows(
-            db_path, "SELECT payload FROM events WHERE run_id = ? AND type = 'llm_call' "
-            "ORDER BY seq", (ctx.run_id,))]
+        payloads = [
+            json.loads(p)["content"]["n"]
+            for (p,) in rows(
+                db_path,
+                "SELECT payload FROM events WHERE run_id = ? AND type = 'llm_call' ORDER BY seq",
+                (ctx.run_id,),
+            )
+        ]
         expected = list(range(10)) if ctx is victim else list(range(writes_per_run))
         assert payloads == expected, ctx.run_id
-        seqs = [s for (s,) in rows(db_path, "SELECT seq FROM events WHERE run_id = ? "
-                                   "ORDER BY seq", (ctx.run_id,))]
+        seqs = [
+            s
+            for (s,) in rows(
+                db_path, "SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (ctx.run_id,)
+            )
+        ]
         assert seqs == list(range(1, len(seqs) + 1))
     for ctx in contexts:
         await ctx.close()
 
 
-async def test_one_callers_error_rolls_back_only_its_work(store: SQLiteStore,
-                                                          db_path: Path) -> None:
-    contexts = [await AgentContext.create(store, name="batch", run_id=f"r{i}")
-                for i in range(16)]
+async def test_one_callers_error_rolls_back_only_its_work(
+    store: SQLiteStore, db_path: Path
+) -> None:
+    contexts = [await AgentContext.create(store, name="batch", run_id=f"r{i}") for i in range(16)]
     await contexts[3].record_response("first", [zincir.ToolCall("dup", "t")])
     results = await asyncio.gather(
         *(ctx.record_response("second", [zincir.ToolCall("dup", "t")]) for ctx in contexts),
@@ -86,7 +100,10 @@ def test_sigkill_during_batches_loses_only_unacknowledged_writes(tmp_path: Path)
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     child = subprocess.Popen(
         [sys.executable, str(REPO / "tests" / "crash" / "acker.py"), str(db), "32"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert child.stdout is not None and child.stderr is not None
     acked: list[tuple[str, int, int]] = []
@@ -105,26 +122,34 @@ def test_sigkill_during_batches_loses_only_unacknowledged_writes(tmp_path: Path)
     assert child.returncode == -signal.SIGKILL
     stored = {
         (run_id, seq): json.loads(payload)["content"]["n"]
-        for run_id, seq, payload in rows(db, "SELECT run_id, seq, payload FROM events "
-                                         "WHERE type = 'llm_call'")
+        for run_id, seq, payload in rows(
+            db, "SELECT run_id, seq, payload FROM events WHERE type = 'llm_call'"
+        )
     }
     missing = [ack for ack in acked if stored.get((ack[0], ack[1])) != ack[2]]
     assert missing == [], f"{len(missing)} acknowledged writes were lost"
     for r in range(32):
-        seqs = [s for (s,) in rows(db, "SELECT seq FROM events WHERE run_id = ? ORDER BY seq",
-                                   (f"ack-{r}",))]
+        seqs = [
+            s
+            for (s,) in rows(
+                db, "SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (f"ack-{r}",)
+            )
+        ]
         assert seqs == list(range(1, len(seqs) + 1))
 
 
 @pytest.mark.parametrize("writers", [1, 4])
-async def test_close_with_writes_in_flight_answers_every_caller(db_path: Path,
-                                                                writers: int) -> None:
+async def test_close_with_writes_in_flight_answers_every_caller(
+    db_path: Path, writers: int
+) -> None:
     """A close that lands between a write's submit and its batch fails the write cleanly."""
     store = zincir.open_store(db_path)
-    contexts = [await AgentContext.create(store, name="late", run_id=f"late-{i}")
-                for i in range(4)]  # four live owners: writes are batched, not solo
-    writes = [asyncio.ensure_future(ctx.record_response("racing close"))
-              for ctx in contexts[:writers]]
+    contexts = [
+        await AgentContext.create(store, name="late", run_id=f"late-{i}") for i in range(4)
+    ]  # four live owners: writes are batched, not solo
+    writes = [
+        asyncio.ensure_future(ctx.record_response("racing close")) for ctx in contexts[:writers]
+    ]
     await asyncio.sleep(0)  # the writes are submitted, their batch not yet flushed
     await store.close()
     results = await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), 5)

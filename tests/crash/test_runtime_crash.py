@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
@@ -18,21 +19,36 @@ import pytest
 import zincir
 from tests.conftest import REPO
 from tests.helpers import rows
-from zincir.contract import Success, decode_record
+from zincir import AgentContext
+from zincir.contract import Invocation, OperationKind, Success, decode_record, encode_record
+from zincir.durable import HandlerRegistry, LocalRuntime
 
 WORKER = REPO / "tests" / "crash" / "runtime_worker.py"
+FENCED_WORKER = REPO / "tests" / "crash" / "fenced_runtime_worker.py"
 KEY = ("crash-run", "tool.call", 0)
 
 
 class Worker:
     """One runtime_worker.py process; its stdout lines are read on a thread."""
 
-    def __init__(self, tmp_path: Path, mode: str, *options: str) -> None:
+    def __init__(
+        self, tmp_path: Path, mode: str, *options: str, argv: list[str] | None = None
+    ) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+        if argv is None:
+            argv = [
+                str(WORKER),
+                str(tmp_path / "ops.db"),
+                str(tmp_path / "side.jsonl"),
+                mode,
+                *options,
+            ]
         self.process = subprocess.Popen(
-            [sys.executable, str(WORKER), str(tmp_path / "ops.db"), str(tmp_path / "side.jsonl"),
-             mode, *options],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            [sys.executable, *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.pump = threading.Thread(target=self._pump, daemon=True)
@@ -101,15 +117,16 @@ def side_effects(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def operation(tmp_path: Path) -> tuple[Any, ...]:
-    [row] = rows(tmp_path / "ops.db",
-                 "SELECT status, outcome, record, attempts FROM operations "
-                 "WHERE run_id = ? AND step_id = ? AND sequence = ?", KEY)
+    [row] = rows(
+        tmp_path / "ops.db",
+        "SELECT status, outcome, record, attempts FROM operations "
+        "WHERE run_id = ? AND step_id = ? AND sequence = ?",
+        KEY,
+    )
     return row
 
 
-def test_a_new_process_replays_the_record_without_the_handler(
-    tmp_path: Path, workers: Any
-) -> None:
+def test_a_new_process_replays_the_record_without_the_handler(tmp_path: Path, workers: Any) -> None:
     first = workers("ok").record()
     assert len(side_effects(tmp_path)) == 1
     assert workers("ok").record() == first
@@ -152,8 +169,7 @@ def test_a_handler_killed_inside_leaves_no_record_and_runs_again(
     assert len(calls) == 2, "at least once: the interrupted handler ran again"
     assert calls[0]["pid"] != calls[1]["pid"]
     assert {(c["key"], c["digest"], c["input"]) for c in calls} == {
-        ("crash-run/tool.call/0", decode_record(stored).input_digest,
-         '{"order":"A1","amount":12}'),
+        ("crash-run/tool.call/0", decode_record(stored).input_digest, '{"order":"A1","amount":12}'),
     }
     assert workers("ok").record() == stored
     assert len(side_effects(tmp_path)) == 2
@@ -181,3 +197,63 @@ def test_a_kill_after_execute_returned_keeps_the_record(tmp_path: Path, workers:
     assert operation(tmp_path) == ("completed", "success", stored, 1)
     assert workers("ok").record() == stored
     assert len(side_effects(tmp_path)) == 1
+
+
+# -- a process whose run was taken over -------------------------------------------------------
+
+
+@pytest.mark.parametrize("new_owner", ["holds", "finishes"])
+async def test_a_process_taken_over_mid_operation_writes_nothing_to_the_run(
+    tmp_path: Path, new_owner: str
+) -> None:
+    """The old owner's handler finishes after a force recovery by this (other) process: its
+    execute raises and it stores neither the record nor operation_completed."""
+    db, run_id = tmp_path / "ops.db", "fenced-run"
+    zincir.open_store(db).close_sync()
+    old = Worker(
+        tmp_path, "", argv=[str(FENCED_WORKER), str(db), run_id, str(tmp_path / "release")]
+    )
+    store = zincir.open_store(db)
+    try:
+        await asyncio.to_thread(old.expect, "inside")
+        ctx = await AgentContext.force_recover(store, run_id)
+        registry = HandlerRegistry()
+        handler_calls: list[Invocation] = []
+
+        def handler(invocation: Invocation, request: object) -> object:
+            handler_calls.append(invocation)
+            return {"by": "new owner"}
+
+        registry.register(OperationKind.TOOL_CALL, "fenced-tools", handler)
+        runtime = LocalRuntime(store, registry, claim_ttl=0.3, poll_interval=0.02)
+        invocation = Invocation(
+            run_id, "tool.call", 0, OperationKind.TOOL_CALL, "fenced-tools", '{"order":"A1"}'
+        )
+        if new_owner == "finishes":  # the old claim, no longer renewed, expires first
+            record = await asyncio.wait_for(runtime.execute(invocation), 20)
+            await ctx.complete()
+        before = await store.list_events(run_id)
+        (tmp_path / "release").touch()
+        answer = await asyncio.to_thread(old.expect, "")
+        assert answer == ("error FencedOut" if new_owner == "holds" else "error RunTerminal"), (
+            old.stderr()
+        )
+        assert old.process.wait(timeout=30) == 0, old.stderr()
+        assert await store.list_events(run_id) == before
+        if new_owner == "holds":
+            [(status, outcome, stored, attempts)] = rows(
+                db, "SELECT status, outcome, record, attempts FROM operations"
+            )
+            assert (status, outcome, stored, attempts) == ("claimed", None, None, 1)
+            record = await runtime.execute(invocation)  # at least once: it runs again
+            await ctx.complete()
+        assert record.outcome == Success('{"by":"new owner"}') and len(handler_calls) == 1
+        assert rows(db, "SELECT status, record, attempts FROM operations") == [
+            ("completed", encode_record(record), 2)
+        ]
+        events = await store.list_events(run_id)
+        assert [e.type for e in events].count("operation_completed") == 1
+        assert [e.type for e in events][-2:] == ["operation_completed", "state_transition"]
+    finally:
+        await store.close()
+        old.close()

@@ -27,8 +27,13 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
 
 
 def start(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, str(CHILD), *args], env=ENV, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, str(CHILD), *args],
+        env=ENV,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def until(process: subprocess.Popen[str], prefix: str) -> str:
@@ -36,7 +41,7 @@ def until(process: subprocess.Popen[str], prefix: str) -> str:
     assert process.stdout is not None
     for line in process.stdout:
         if line.startswith(prefix):
-            return line[len(prefix):].strip()
+            return line[len(prefix) :].strip()
     assert process.stderr is not None
     raise AssertionError(f"the child exited before {prefix!r}: {process.stderr.read()}")
 
@@ -52,8 +57,14 @@ def kill(process: subprocess.Popen[str]) -> None:
 
 def finish(*args: str) -> list[str]:
     """Run the child to completion; return its reports."""
-    done = subprocess.run([sys.executable, str(CHILD), *args], env=ENV, text=True,
-                          capture_output=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, str(CHILD), *args],
+        env=ENV,
+        text=True,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
 
@@ -69,7 +80,10 @@ def test_step_killed_in_flight_blocks_until_recover(tmp_path: Path) -> None:
     kill(child)
     assert executions(side) == Counter(s1=1, s2=1, s3=1)
     assert rows(db, "SELECT name, status FROM steps ORDER BY name") == [
-        ("s1", "completed"), ("s2", "completed"), ("s3", "running")]
+        ("s1", "completed"),
+        ("s2", "completed"),
+        ("s3", "running"),
+    ]
 
     # A restarted process replays s1 and s2 and is refused s3 (its claim is unfinished).
     assert finish("steps", db, "run", str(side), "resume") == ["in progress s3"]
@@ -147,6 +161,8 @@ async def test_messages_once_across_sender_and_receiver_kills(tmp_path: Path) ->
             assert await inbox.recv("job") == {"n": 2}
             assert await inbox.recv("job", timeout=0.05) is None
         assert rows(db, "SELECT id, received_by FROM messages ORDER BY id") == [
-            (first_ids[0], "job#1"), (first_ids[1], "job#2")]
+            (first_ids[0], "job#1"),
+            (first_ids[1], "job#2"),
+        ]
     finally:
         await store.close()

@@ -49,6 +49,7 @@ async def steps(store: zincir.SQLiteStore, run_id: str, side_file: str, mode: st
         report("recovered", json.dumps(await wf.recover()))
     results = []
     for name in STEPS:
+
         async def body(name: str = name) -> str:
             with open(side_file, "a") as side:
                 side.write(name + "\n")
@@ -102,8 +103,9 @@ async def recv(store: zincir.SQLiteStore, run_id: str, then: str) -> None:
 
 async def abandon(store: zincir.SQLiteStore, prefix: str, count: int, ttl: float) -> None:
     async def one(i: int) -> zincir.AgentContext:
-        ctx = await zincir.AgentContext.create(store, name="abandoned", run_id=f"{prefix}{i:04d}",
-                                               lease_ttl=ttl)
+        ctx = await zincir.AgentContext.create(
+            store, name="abandoned", run_id=f"{prefix}{i:04d}", lease_ttl=ttl
+        )
         await ctx.record_response(f"work {i}", [])
         return ctx
 

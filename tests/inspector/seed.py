@@ -54,42 +54,65 @@ async def seed_agent_runs(store: SQLiteStore, *, keep_lease: bool = True) -> See
     seeded = Seeded()
 
     done = await AgentContext.create(
-        store, name="research-agent", provider="anthropic",
+        store,
+        name="research-agent",
+        provider="anthropic",
         config={"goal": "Compare the proposals", "model": "claude", "max_rounds": 4},
     )
     await done.record_response(
         "I will write the summary file.",
-        [{"id": "call_1", "name": "write_file",
-          "arguments": {"path": "output/call_1.json", "text": "summary"}}],
+        [
+            {
+                "id": "call_1",
+                "name": "write_file",
+                "arguments": {"path": "output/call_1.json", "text": "summary"},
+            }
+        ],
         "tool_use",
         usage={"input_tokens": 1200, "output_tokens": 300},
     )
     await done.record_tool_result("call_1", {"written": "output/call_1.json", "bytes": 7})
-    await done.record_response("Done.", [], "end_turn",
-                               usage={"input_tokens": 1500, "output_tokens": 80})
+    await done.record_response(
+        "Done.", [], "end_turn", usage={"input_tokens": 1500, "output_tokens": 80}
+    )
     await done.checkpoint(
-        {"completed": ["write summary"], "remaining": [], "artifacts": ["output/call_1.json"],
-         "failed_attempts": [], "evidence": {"file": "output/call_1.json"}},
+        {
+            "completed": ["write summary"],
+            "remaining": [],
+            "artifacts": ["output/call_1.json"],
+            "failed_attempts": [],
+            "evidence": {"file": "output/call_1.json"},
+        },
         accept,
     )
     await done.complete({"summary": "output/call_1.json"})
     seeded.completed = done.run_id
 
     doubt = await AgentContext.create(
-        store, name="support-agent", provider="openai", config={"ticket": 4312},
+        store,
+        name="support-agent",
+        provider="openai",
+        config={"ticket": 4312},
         lease_ttl=timedelta(hours=1),
     )
     await doubt.record_response(
         "Refunding and emailing the customer.",
-        [{"id": "refund-77", "name": "issue_refund", "arguments": {"order": "A-19", "eur": 42}},
-         {"id": "mail-77", "name": "send_email", "arguments": {"to": "c@example.com"}}],
+        [
+            {"id": "refund-77", "name": "issue_refund", "arguments": {"order": "A-19", "eur": 42}},
+            {"id": "mail-77", "name": "send_email", "arguments": {"to": "c@example.com"}},
+        ],
         "tool_use",
         usage={"input_tokens": 900, "output_tokens": 120},
     )
     await doubt.record_tool_result("refund-77", {"refund_id": "R-1"})
     await doubt.checkpoint(
-        {"completed": ["refund"], "remaining": ["email"], "artifacts": [],
-         "failed_attempts": ["first email bounced"], "evidence": {}},
+        {
+            "completed": ["refund"],
+            "remaining": ["email"],
+            "artifacts": [],
+            "failed_attempts": ["first email bounced"],
+            "evidence": {},
+        },
         reject,
     )
     seeded.in_doubt = doubt.run_id
@@ -102,49 +125,72 @@ async def seed_agent_runs(store: SQLiteStore, *, keep_lease: bool = True) -> See
     seeded.failed = failed.run_id
 
     parent = await AgentContext.create(store, name="orchestrator", config={"fan_out": 1})
-    child = await AgentContext.create(store, name="worker-1", config={"part": 1},
-                                      parent_id=parent.run_id)
+    child = await AgentContext.create(
+        store, name="worker-1", config={"part": 1}, parent_id=parent.run_id
+    )
     await child.complete()
     await parent.close()
     seeded.parent, seeded.child = parent.run_id, child.run_id
 
     xss = await AgentContext.create(
-        store, name=XSS_SCRIPT, provider=XSS_CLOSE, run_id=XSS_RUN_ID,
+        store,
+        name=XSS_SCRIPT,
+        provider=XSS_CLOSE,
+        run_id=XSS_RUN_ID,
         config={"homepage": XSS_URL, "note": XSS_SCRIPT, "close": XSS_CLOSE, "img": XSS_IMG},
     )
     await xss.record_response(
         XSS_SCRIPT + XSS_CLOSE,
-        [{"id": XSS_IMG, "name": XSS_SCRIPT,
-          "arguments": {"url": XSS_URL, "html": XSS_CLOSE, "img": XSS_IMG}}],
+        [
+            {
+                "id": XSS_IMG,
+                "name": XSS_SCRIPT,
+                "arguments": {"url": XSS_URL, "html": XSS_CLOSE, "img": XSS_IMG},
+            }
+        ],
         XSS_URL,
     )
     await xss.record_tool_result(XSS_IMG, {"html": XSS_SCRIPT, "link": XSS_URL}, is_error=True)
-    await xss.record_response(XSS_CLOSE, [{"id": XSS_URL, "name": XSS_URL,
-                                           "arguments": {"a": XSS_SCRIPT}}], None)
+    await xss.record_response(
+        XSS_CLOSE, [{"id": XSS_URL, "name": XSS_URL, "arguments": {"a": XSS_SCRIPT}}], None
+    )
     await xss.checkpoint(
-        {"completed": [XSS_SCRIPT], "remaining": [XSS_URL], "artifacts": [XSS_CLOSE],
-         "failed_attempts": [XSS_IMG], "evidence": {"link": XSS_URL}},
+        {
+            "completed": [XSS_SCRIPT],
+            "remaining": [XSS_URL],
+            "artifacts": [XSS_CLOSE],
+            "failed_attempts": [XSS_IMG],
+            "evidence": {"link": XSS_URL},
+        },
         reject,
     )
     await xss.fail(XSS_SCRIPT + XSS_URL)
     seeded.xss = xss.run_id
 
-    seeded.all = [seeded.completed, seeded.in_doubt, seeded.failed, seeded.parent,
-                  seeded.child, seeded.xss]
+    seeded.all = [
+        seeded.completed,
+        seeded.in_doubt,
+        seeded.failed,
+        seeded.parent,
+        seeded.child,
+        seeded.xss,
+    ]
     return seeded
 
 
 async def seed_big_run(store: SQLiteStore, events: int, *, concurrency: int = 256) -> str:
     """One completed run with ``events`` events (llm_call with usage), via record_response."""
-    ctx = await AgentContext.create(store, name="long-horizon", provider="bench",
-                                    config={"events": events})
+    ctx = await AgentContext.create(
+        store, name="long-horizon", provider="bench", config={"events": events}
+    )
     responses = events - 2  # the opening and closing state_transition events
     gate = asyncio.Semaphore(concurrency)
 
     async def one(index: int) -> None:
         async with gate:
-            await ctx.record_response(f"step {index}", [], "end_turn",
-                                      usage={"input_tokens": 10, "output_tokens": 3})
+            await ctx.record_response(
+                f"step {index}", [], "end_turn", usage={"input_tokens": 10, "output_tokens": 3}
+            )
 
     await asyncio.gather(*(one(i) for i in range(responses)))
     await ctx.complete()
@@ -164,8 +210,9 @@ async def seed_workflow(store: SQLiteStore) -> str | None:
         from zincir.workflow import WorkflowContext, WorkflowSuspended, send_message
     except ImportError:
         return None
-    wf: Any = await WorkflowContext.open(store, WORKFLOW_RUN, name="report-workflow",
-                                         config={"report": "weekly", "note": XSS_SCRIPT})
+    wf: Any = await WorkflowContext.open(
+        store, WORKFLOW_RUN, name="report-workflow", config={"report": "weekly", "note": XSS_SCRIPT}
+    )
     try:
         await wf.step("fetch-data", lambda: {"rows": 3, "note": XSS_SCRIPT})
         await wf.step("generate-report", lambda: "report.md")
@@ -199,8 +246,9 @@ async def seed_operations(store: SQLiteStore) -> str | None:
         return None
     from zincir import OperationFailed, Suspend
 
-    ctx = await AgentContext.create(store, name="durable-agent", run_id=OPERATIONS_RUN,
-                                    config={"handlers": ["support-tools"]})
+    ctx = await AgentContext.create(
+        store, name="durable-agent", run_id=OPERATIONS_RUN, config={"handlers": ["support-tools"]}
+    )
     await ctx.close()
     registry: Any = HandlerRegistry()
 
@@ -215,10 +263,16 @@ async def seed_operations(store: SQLiteStore) -> str | None:
     runtime: Any = LocalRuntime(store, registry, RetryPolicy.no_retry())
     bodies = ['{"q":"order A-19"}', '{"fail":true}', '{"ask":"refund 42 EUR?"}']
     for sequence, body in enumerate(bodies):
-        await runtime.execute(Invocation(
-            run_id=OPERATIONS_RUN, step_id="tool.call", sequence=sequence,
-            kind=OperationKind.TOOL_CALL, handler_id="support-tools", input_json=body,
-        ))
+        await runtime.execute(
+            Invocation(
+                run_id=OPERATIONS_RUN,
+                step_id="tool.call",
+                sequence=sequence,
+                kind=OperationKind.TOOL_CALL,
+                handler_id="support-tools",
+                input_json=body,
+            )
+        )
     return OPERATIONS_RUN
 
 
@@ -234,8 +288,9 @@ async def seed_due_timer(store: SQLiteStore) -> str | None:
         from zincir.workflow import WorkflowContext, WorkflowSuspended
     except ImportError:
         return None
-    wf: Any = await WorkflowContext.open(store, DUE_TIMER_RUN, name="nightly-digest",
-                                         suspend_waits=True)
+    wf: Any = await WorkflowContext.open(
+        store, DUE_TIMER_RUN, name="nightly-digest", suspend_waits=True
+    )
     try:
         await wf.sleep("backoff", timedelta(minutes=30))
     except WorkflowSuspended:

@@ -51,18 +51,23 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(seeded: tuple[Path, Seeded], tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[str]:
+def server(seeded: tuple[Path, Seeded], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`zincir ui --db PATH` in its own process on a free loopback port."""
     port = free_port()
     log = tmp_path_factory.mktemp("server") / "ui.log"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"),
-           "ZINCIR_UI_ADDRESS": f"127.0.0.1:{port}"}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "ZINCIR_UI_ADDRESS": f"127.0.0.1:{port}"}
     with log.open("w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-c", "from zincir.inspector import ui_command; ui_command()",
-             "--db", str(seeded[0])],
-            env=env, stdout=out, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-c",
+                "from zincir.inspector import ui_command; ui_command()",
+                "--db",
+                str(seeded[0]),
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -89,10 +94,23 @@ def server(seeded: tuple[Path, Seeded], tmp_path_factory: pytest.TempPathFactory
 def chromium(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run headless Chromium once with an isolated profile and no network side traffic."""
     return subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-         "--no-first-run", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--hide-scrollbars", f"--user-data-dir={profile}", *args],
-        capture_output=True, text=True, timeout=120,
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            f"--user-data-dir={profile}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

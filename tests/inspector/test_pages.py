@@ -75,8 +75,14 @@ def test_run_page_shows_config_events_checkpoint_and_usage(
     assert runs.completed in text
     assert "&#34;goal&#34;: &#34;Compare the proposals&#34;" in text  # pretty JSON config
     assert text.count("<details>") == 8  # every event collapsible
-    for kind in ("llm_call", "tool_call", "tool_result", "checkpoint_proposed",
-                 "checkpoint_accepted", "state_transition"):
+    for kind in (
+        "llm_call",
+        "tool_call",
+        "tool_result",
+        "checkpoint_proposed",
+        "checkpoint_accepted",
+        "state_transition",
+    ):
         assert kind in text
     assert 'class="badge status-accepted"' in text
     assert "up to #5" in text  # lineage: the checkpoint summarises events up to seq 5
@@ -113,8 +119,19 @@ def test_parent_and_child_runs_link_each_other(client: TestClient, seeded: Fixtu
 def test_api_run_detail(client: TestClient, seeded: Fixture) -> None:
     _, runs = seeded
     body = client.get(f"/api/runs/{runs.completed}").json()
-    assert {"run", "config", "checkpoints", "pending_tools", "operations", "steps", "timers",
-            "children", "usage", "events", "next_after_seq"} <= body.keys()
+    assert {
+        "run",
+        "config",
+        "checkpoints",
+        "pending_tools",
+        "operations",
+        "steps",
+        "timers",
+        "children",
+        "usage",
+        "events",
+        "next_after_seq",
+    } <= body.keys()
     assert body["config"] == {"goal": "Compare the proposals", "model": "claude", "max_rounds": 4}
     assert body["run"]["result"] == {"summary": "output/call_1.json"}
     assert body["usage"] == {"input_tokens": 2700, "output_tokens": 380}
@@ -178,12 +195,12 @@ def test_schema_newer_than_the_code_is_a_readable_409(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "future.db"
-    from zincir.store import _sqlite
+    from zincir.store.sqlite import _base
 
-    known = _sqlite.migrations()
+    known = _base.migrations()
     future = (known[-1][0] + 1, "from_the_future", "CREATE TABLE future_table (x INTEGER);")
     with monkeypatch.context() as patch:  # a newer zincir: one more packaged migration
-        patch.setattr(_sqlite, "migrations", lambda: [*known, future])
+        patch.setattr(_base, "migrations", lambda: [*known, future])
 
         async def one_run(store: zincir.SQLiteStore) -> None:
             ctx = await zincir.AgentContext.create(store, name="from-the-future")
@@ -207,8 +224,9 @@ async def test_usage_totals_follow_new_events(tmp_path: Path) -> None:
         await ctx.record_response("a", [], "end_turn", usage={"input_tokens": 5})
         client = client_for(path)
         assert client.get(f"/api/runs/{ctx.run_id}").json()["usage"] == {"input_tokens": 5}
-        await ctx.record_response("b", [], "end_turn",
-                                  usage={"input_tokens": 7, "output_tokens": 2, "note": "x"})
+        await ctx.record_response(
+            "b", [], "end_turn", usage={"input_tokens": 7, "output_tokens": 2, "note": "x"}
+        )
         await ctx.record_response("c", [], "end_turn")
         body = client.get(f"/api/runs/{ctx.run_id}").json()
         assert body["usage"] == {"input_tokens": 12, "output_tokens": 2}

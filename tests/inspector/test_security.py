@@ -64,11 +64,28 @@ def test_loopback_addresses_are_accepted(text: str | None, host: str, port: int)
 @pytest.mark.parametrize(
     "text",
     [
-        "0.0.0.0:8787", "192.168.1.5:80", "10.0.0.1", "[::]:8787", "::", "8.8.8.8:53",
-        "example.com:80", "localhost.evil.example:80", "127.0.0.1.nip.io:80", "127.1:80",
-        "2130706433:80", "0x7f.0.0.1:80", "[::ffff:127.0.0.1]:80", "[fe80::1%eth0]:80",
-        "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:http", "127.0.0.1:", "[::1", "[::1]x",
-        "[::1]:", "127.0.0.1:80:90",
+        "0.0.0.0:8787",
+        "192.168.1.5:80",
+        "10.0.0.1",
+        "[::]:8787",
+        "::",
+        "8.8.8.8:53",
+        "example.com:80",
+        "localhost.evil.example:80",
+        "127.0.0.1.nip.io:80",
+        "127.1:80",
+        "2130706433:80",
+        "0x7f.0.0.1:80",
+        "[::ffff:127.0.0.1]:80",
+        "[fe80::1%eth0]:80",
+        "127.0.0.1:0",
+        "127.0.0.1:65536",
+        "127.0.0.1:http",
+        "127.0.0.1:",
+        "[::1",
+        "[::1]x",
+        "[::1]:",
+        "127.0.0.1:80:90",
     ],
 )
 def test_other_addresses_are_refused(text: str) -> None:
@@ -81,7 +98,10 @@ def test_allowed_host_headers() -> None:
     assert parse_address("127.0.0.2:9000").allowed_hosts() == {"127.0.0.2:9000"}
     assert parse_address("[::1]:8787").allowed_hosts() == {"[::1]:8787", "localhost:8787"}
     assert parse_address(":80").allowed_hosts() == {
-        "127.0.0.1:80", "localhost:80", "127.0.0.1", "localhost"
+        "127.0.0.1:80",
+        "localhost:80",
+        "127.0.0.1",
+        "localhost",
     }
 
 
@@ -90,7 +110,11 @@ def run_ui(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Comple
     full_env = {**os.environ, "PYTHONPATH": str(REPO / "src"), **env}
     return subprocess.run(
         [sys.executable, "-c", "from zincir.inspector import ui_command; ui_command()", *args],
-        env=full_env, cwd=cwd, capture_output=True, text=True, timeout=60,
+        env=full_env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -118,8 +142,18 @@ def test_address_is_checked_before_anything_else(
 
 @pytest.mark.parametrize(
     "host",
-    ["evil.example", "evil.example:8787", "127.0.0.1:8788", "127.0.0.2:8787", "[::1]:8787",
-     "localhost:8788", "localhost", "127.0.0.1", "127.0.0.1:8787.evil.example", ""],
+    [
+        "evil.example",
+        "evil.example:8787",
+        "127.0.0.1:8788",
+        "127.0.0.2:8787",
+        "[::1]:8787",
+        "localhost:8788",
+        "localhost",
+        "127.0.0.1",
+        "127.0.0.1:8787.evil.example",
+        "",
+    ],
 )
 def test_foreign_host_is_403(client: TestClient, host: str) -> None:
     for path in ("/", "/api/runs", "/static/inspector.css", "/runs/x"):
@@ -144,10 +178,20 @@ def test_missing_host_header_is_403(seeded: tuple[Path, Seeded]) -> None:
     async def send(message: Any) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "method": "GET", "path": "/", "raw_path": b"/",
-             "query_string": b"", "headers": [], "http_version": "1.0",
-             "scheme": "http", "server": ("127.0.0.1", 8787), "client": ("127.0.0.1", 5000),
-             "root_path": "", "asgi": {"version": "3.0"}}
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/",
+        "raw_path": b"/",
+        "query_string": b"",
+        "headers": [],
+        "http_version": "1.0",
+        "scheme": "http",
+        "server": ("127.0.0.1", 8787),
+        "client": ("127.0.0.1", 5000),
+        "root_path": "",
+        "asgi": {"version": "3.0"},
+    }
     asyncio.run(app(scope, receive, send))
     assert sent[0]["status"] == 403
 
@@ -159,11 +203,18 @@ def test_ipv6_bound_inspector_checks_its_own_host(seeded: tuple[Path, Seeded]) -
     assert client.get("/", headers={"host": "127.0.0.1:9000"}).status_code == 403
 
 
-@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE",
-                                    "PROPFIND", "CONNECT"])
+@pytest.mark.parametrize(
+    "method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "PROPFIND", "CONNECT"]
+)
 def test_every_other_method_is_405(client: TestClient, method: str, seeded: Fixture) -> None:
-    for path in ("/", "/api/runs", f"/api/runs/{seeded[1].completed}",
-                 run_url(seeded[1].completed), "/static/inspector.css", "/nowhere"):
+    for path in (
+        "/",
+        "/api/runs",
+        f"/api/runs/{seeded[1].completed}",
+        run_url(seeded[1].completed),
+        "/static/inspector.css",
+        "/nowhere",
+    ):
         response = client.request(method, path, content=b"status=cancelled")
         assert response.status_code == 405, (method, path)
         assert response.headers["allow"] == "GET, HEAD"
@@ -172,11 +223,17 @@ def test_every_other_method_is_405(client: TestClient, method: str, seeded: Fixt
 
 def test_security_headers_on_every_response(client: TestClient, seeded: Fixture) -> None:
     responses = [
-        client.get("/"), client.get("/api/runs"), client.get(run_url(seeded[1].completed)),
-        client.get(f"/api/runs/{seeded[1].completed}"), client.get("/static/inspector.css"),
-        client.get("/static/local-time.js"), client.get("/runs/missing"),
-        client.get("/api/runs/missing"), client.get("/nowhere"),
-        client.get(run_url(seeded[1].completed) + "?page=x"), client.head("/"),
+        client.get("/"),
+        client.get("/api/runs"),
+        client.get(run_url(seeded[1].completed)),
+        client.get(f"/api/runs/{seeded[1].completed}"),
+        client.get("/static/inspector.css"),
+        client.get("/static/local-time.js"),
+        client.get("/runs/missing"),
+        client.get("/api/runs/missing"),
+        client.get("/nowhere"),
+        client.get(run_url(seeded[1].completed) + "?page=x"),
+        client.head("/"),
     ]
     assert sorted({r.status_code for r in responses}) == [200, 400, 404]
     for response in responses:
@@ -185,10 +242,17 @@ def test_security_headers_on_every_response(client: TestClient, seeded: Fixture)
 
 # -- stored text is inert -----------------------------------------------------------------
 
+
 def test_stored_xss_payloads_are_escaped_everywhere(client: TestClient, seeded: Fixture) -> None:
     _, runs = seeded
-    pages = ["/", "/?status=failed", run_url(runs.xss), run_url(runs.xss) + "?page=1",
-             run_url(runs.xss) + "?page=7", "/runs/" + "%3Cscript%3E"]
+    pages = [
+        "/",
+        "/?status=failed",
+        run_url(runs.xss),
+        run_url(runs.xss) + "?page=1",
+        run_url(runs.xss) + "?page=7",
+        "/runs/" + "%3Cscript%3E",
+    ]
     for path in pages:
         response = client.get(path)
         assert response.status_code in (200, 404)
@@ -296,24 +360,42 @@ def test_database_without_zincir_schema_is_refused(
 
 def test_import_without_the_extra_names_it() -> None:
     code = "import sys; sys.modules['starlette'] = None; import zincir.inspector"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO / "src")}, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+        timeout=60,
+    )
     assert done.returncode != 0
     assert "ImportError" in done.stderr and 'pip install "zincir[ui]"' in done.stderr
 
 
 def test_core_package_never_imports_the_web_stack() -> None:
-    code = ("import sys, zincir; web = {'starlette', 'uvicorn', 'jinja2'} & set(sys.modules); "
-            "print(sorted(web)); sys.exit(1 if web else 0)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO / "src")}, timeout=60)
+    code = (
+        "import sys, zincir; web = {'starlette', 'uvicorn', 'jinja2'} & set(sys.modules); "
+        "print(sorted(web)); sys.exit(1 if web else 0)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-
 @pytest.mark.parametrize(
-    "path", ["/static/../_app.py", "/static/..%2f_app.py", "/static/%2e%2e/_db.py",
-             "/static/templates/base.html", "/static/", "/static"],
+    "path",
+    [
+        "/static/../_app.py",
+        "/static/..%2f_app.py",
+        "/static/%2e%2e/_db.py",
+        "/static/templates/base.html",
+        "/static/",
+        "/static",
+    ],
 )
 def test_static_files_stay_inside_the_static_folder(client: TestClient, path: str) -> None:
     response = client.get(path)
@@ -324,13 +406,14 @@ def test_static_files_stay_inside_the_static_folder(client: TestClient, path: st
 def test_schema_too_new_warns_and_still_serves_a_readable_page(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from zincir.store import _sqlite
+    from zincir.store.sqlite import _base
 
     path = tmp_path / "future.db"
-    known = _sqlite.migrations()
+    known = _base.migrations()
     with monkeypatch.context() as patch:  # a newer zincir migrated this file
-        patch.setattr(_sqlite, "migrations",
-                      lambda: [*known, (known[-1][0] + 1, "future", "SELECT 1;")])
+        patch.setattr(
+            _base, "migrations", lambda: [*known, (known[-1][0] + 1, "future", "SELECT 1;")]
+        )
         zincir.open_store(path).close_sync()
     served: list[Any] = []
     monkeypatch.setattr(inspector_cli, "serve", lambda *args: served.append(args))

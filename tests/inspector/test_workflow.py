@@ -54,7 +54,8 @@ def test_steps_with_results(client: TestClient) -> None:
     assert "report.md" in steps and "&#34;rows&#34;: 3" in steps
     body = client.get(f"/api/runs/{WORKFLOW_RUN}").json()
     assert [(s["name"], s["status"]) for s in body["steps"]] == [
-        ("fetch-data", "completed"), ("generate-report", "completed")
+        ("fetch-data", "completed"),
+        ("generate-report", "completed"),
     ]
     assert body["steps"][1]["result"] == "report.md"
 
@@ -67,7 +68,8 @@ def test_timers_completed_waiting_and_due(client: TestClient) -> None:
     assert "Waiting on" in page and "nightly-retry" in page
     body = client.get(f"/api/runs/{WORKFLOW_RUN}").json()
     assert {t["name"]: t["state"] for t in body["timers"]} == {
-        "cool-down": "completed", "nightly-retry": "waiting"
+        "cool-down": "completed",
+        "nightly-retry": "waiting",
     }
     assert body["run"]["wait_kind"] == "timer"
     due = client.get(f"/api/runs/{DUE_TIMER_RUN}").json()
@@ -98,8 +100,11 @@ def test_operations_with_outcomes(client: TestClient) -> None:
     assert "RateLimited" in ops and "approval" in ops and "support-tools" in ops
     body = client.get(f"/api/runs/{OPERATIONS_RUN}").json()
     outcomes = [(o["sequence"], o["kind"], o["outcome"]) for o in body["operations"]]
-    assert outcomes == [(0, "tool_call", "success"), (1, "tool_call", "failure"),
-                        (2, "tool_call", "suspended")]
+    assert outcomes == [
+        (0, "tool_call", "success"),
+        (1, "tool_call", "failure"),
+        (2, "tool_call", "suspended"),
+    ]
     assert body["operations"][0]["outcome_detail"]["output_json"]["ok"] is True
     assert body["operations"][1]["outcome_detail"]["error"] == "RateLimited"
     assert body["operations"][2]["outcome_detail"]["reason"] == "approval"

@@ -35,7 +35,7 @@ def temporal_server_session() -> Iterator[TemporalServer]:
         yield TemporalServer(external)
         return
     try:
-        from zincir.temporal import DevServer, find_temporal_binary
+        from zincir.temporal.testing import DevServer, find_temporal_binary
     except ImportError as error:
         _unavailable(f'{error} (pip install "zincir[temporal]")')
         return
@@ -44,9 +44,12 @@ def temporal_server_session() -> Iterator[TemporalServer]:
         return
     # Deleting a closed workflow (as retention does) takes effect at once, not after the
     # transfer queue's 30 s acknowledgement interval.
-    server = DevServer.start(extra_args=(
-        "--dynamic-config-value", "history.transferProcessorEnsureCloseBeforeDelete=false",
-    ))
+    server = DevServer.start(
+        extra_args=(
+            "--dynamic-config-value",
+            "history.transferProcessorEnsureCloseBeforeDelete=false",
+        )
+    )
     try:
         yield TemporalServer(server.address, server.namespace)
     finally:

@@ -49,8 +49,9 @@ async def main(address: str, task_queue: str) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    async with Worker(client, registry, task_queue,
-                      sticky_queue_schedule_to_start_timeout=timedelta(seconds=1)):
+    async with Worker(
+        client, registry, task_queue, sticky_queue_schedule_to_start_timeout=timedelta(seconds=1)
+    ):
         print("ready", flush=True)
         await stop.wait()
 

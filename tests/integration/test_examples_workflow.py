@@ -13,8 +13,14 @@ from tests.helpers import event_types, rows
 
 def run_example(name: str, db: Path) -> str:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "ZINCIR_DATABASE_PATH": str(db)}
-    done = subprocess.run([sys.executable, str(REPO / "examples" / name)], env=env, text=True,
-                          capture_output=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples" / name)],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -27,11 +33,17 @@ def test_automatic_resume_example(tmp_path: Path) -> None:
     assert "lease token 2" in out and "pending tools: ['call_1']" in out
     assert "is completed after 1 claim(s)" in out
     [(run_id, status, owner, attempts)] = rows(
-        db, "SELECT id, status, lease_owner, attempts FROM agent_runs")
+        db, "SELECT id, status, lease_owner, attempts FROM agent_runs"
+    )
     assert (status, owner, attempts) == ("completed", None, 1)
     assert event_types(db, run_id) == [
-        "state_transition", "llm_call", "tool_call", "run_claimed", "tool_result",
-        "state_transition"]
+        "state_transition",
+        "llm_call",
+        "tool_call",
+        "run_claimed",
+        "tool_result",
+        "state_transition",
+    ]
 
 
 def test_approval_wait_example(tmp_path: Path) -> None:
@@ -43,7 +55,13 @@ def test_approval_wait_example(tmp_path: Path) -> None:
     [(run_id, status, result)] = rows(db, "SELECT id, status, result FROM agent_runs")
     assert status == "completed" and '"approved_by":"alice@example.com"' in result
     assert rows(db, "SELECT COUNT(*), COUNT(received_at), MIN(from_run_id) FROM messages") == [
-        (1, 1, None)]
+        (1, 1, None)
+    ]
     assert event_types(db, run_id) == [
-        "state_transition", "step_completed", "timer_set", "message_received",
-        "step_completed", "state_transition"]
+        "state_transition",
+        "step_completed",
+        "timer_set",
+        "message_received",
+        "step_completed",
+        "state_transition",
+    ]

@@ -13,14 +13,26 @@ import pytest
 from tests.conftest import REPO
 
 BLOCKS = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+# A block that imports zincir.temporal starts a Temporal dev server (`make test-quick` skips it).
+INDEXES = [
+    pytest.param(index, marks=pytest.mark.temporal) if "zincir.temporal" in block else index
+    for index, block in enumerate(BLOCKS)
+]
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
+@pytest.mark.parametrize("index", INDEXES)
 def test_readme_block_runs(index: int, tmp_path: Path) -> None:
     script = tmp_path / "snippet.py"
     script.write_text(BLOCKS[index])
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     env.pop("ZINCIR_DATABASE_PATH", None)
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr

@@ -26,9 +26,6 @@ CHILD = REPO / "tests" / "crash" / "workflow_child.py"
 ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
 
 
-
-
-
 def an_hour_later() -> datetime:
     """A clock on which every lease taken in the last hour has expired."""
     return datetime.now(UTC) + timedelta(hours=1)
@@ -36,9 +33,13 @@ def an_hour_later() -> datetime:
 
 def abandon_runs(db: Path, prefix: str, count: int) -> None:
     """A real process creates ``count`` runs with 30 s leases and is SIGKILLed."""
-    process = subprocess.Popen([sys.executable, str(CHILD), "abandon", str(db), prefix,
-                                str(count), "30"], env=ENV, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, str(CHILD), "abandon", str(db), prefix, str(count), "30"],
+        env=ENV,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert process.stdout is not None and process.stderr is not None
     line = process.stdout.readline()
     assert line.strip() == f"ready {count}", process.stderr.read()
@@ -51,8 +52,12 @@ def abandon_runs(db: Path, prefix: str, count: int) -> None:
 async def test_sixteen_workers_claim_each_expired_run_exactly_once(db_path: Path) -> None:
     abandon_runs(db_path, "lost-", 200)
     store = zincir.open_store(db_path)
-    live = [await AgentContext.create(store, name="live", run_id=f"live-{i}",
-                                      lease_ttl=timedelta(hours=2)) for i in range(5)]
+    live = [
+        await AgentContext.create(
+            store, name="live", run_id=f"live-{i}", lease_ttl=timedelta(hours=2)
+        )
+        for i in range(5)
+    ]
     for i in range(5):
         done = await AgentContext.create(store, name="done", run_id=f"done-{i}")
         await done.complete()
@@ -74,8 +79,11 @@ async def test_sixteen_workers_claim_each_expired_run_exactly_once(db_path: Path
         async def serve() -> None:
             own = zincir.open_store(db_path, clock=an_hour_later)
             try:
-                worker = (ResumeWorker(own, lease_ttl=timedelta(seconds=30))
-                          .poll_interval(0.01).max_concurrency(4))
+                worker = (
+                    ResumeWorker(own, lease_ttl=timedelta(seconds=30))
+                    .poll_interval(0.01)
+                    .max_concurrency(4)
+                )
                 await worker.run(handler, shutdown())
             finally:
                 await own.close()
@@ -88,8 +96,10 @@ async def test_sixteen_workers_claim_each_expired_run_exactly_once(db_path: Path
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            done_count = rows(db_path, "SELECT COUNT(*) FROM agent_runs "
-                                       "WHERE id LIKE 'lost-%' AND status = 'completed'")
+            done_count = rows(
+                db_path,
+                "SELECT COUNT(*) FROM agent_runs WHERE id LIKE 'lost-%' AND status = 'completed'",
+            )
             if done_count == [(200,)]:
                 break
             await asyncio.sleep(0.05)
@@ -102,11 +112,14 @@ async def test_sixteen_workers_claim_each_expired_run_exactly_once(db_path: Path
     per_run = Counter(run_id for _, run_id in dispatched)
     assert set(per_run) == {f"lost-{i:04d}" for i in range(200)}  # no live or terminal run
     assert set(per_run.values()) == {1}
-    claims = rows(db_path, "SELECT run_id, COUNT(*) FROM events WHERE type = 'run_claimed' "
-                           "GROUP BY run_id")
+    claims = rows(
+        db_path, "SELECT run_id, COUNT(*) FROM events WHERE type = 'run_claimed' GROUP BY run_id"
+    )
     assert len(claims) == 200 and {n for _, n in claims} == {1}
-    assert rows(db_path, "SELECT DISTINCT status, attempts, lease_token FROM agent_runs "
-                         "WHERE id LIKE 'lost-%'") == [("completed", 1, 2)]
+    assert rows(
+        db_path,
+        "SELECT DISTINCT status, attempts, lease_token FROM agent_runs WHERE id LIKE 'lost-%'",
+    ) == [("completed", 1, 2)]
     for ctx in live:  # never stolen: the owners still write with their first token
         assert ctx.lease_token == 1
         await ctx.record_response("still here", [])
@@ -134,8 +147,9 @@ async def make_idle_run(store: SQLiteStore, run_id: str) -> None:
     await (await AgentContext.create(store, name="idle", run_id=run_id)).close()
 
 
-async def test_attempts_backoff_and_max_attempts(fake_store: SQLiteStore, clock: FakeClock,
-                                                 db_path: Path) -> None:
+async def test_attempts_backoff_and_max_attempts(
+    fake_store: SQLiteStore, clock: FakeClock, db_path: Path
+) -> None:
     await make_idle_run(fake_store, "flaky")
     calls = 0
 
@@ -149,7 +163,11 @@ async def test_attempts_backoff_and_max_attempts(fake_store: SQLiteStore, clock:
     run = await fake_store.get_run("flaky")
     assert run is not None
     assert (run["attempts"], run["last_error"], run["lease_owner"], run["status"]) == (
-        1, "RuntimeError: boom 1", None, "running")
+        1,
+        "RuntimeError: boom 1",
+        None,
+        "running",
+    )
     assert run["next_attempt_at"] == "2030-01-01T00:00:10.000000Z"
     assert await worker.run_once(boom) == 0  # backing off
     clock.advance(9.9)
@@ -165,20 +183,34 @@ async def test_attempts_backoff_and_max_attempts(fake_store: SQLiteStore, clock:
     run = await fake_store.get_run("flaky")
     assert run is not None
     assert (run["status"], run["attempts"], run["last_error"]) == (
-        "failed", 3, "RuntimeError: boom 3")
+        "failed",
+        3,
+        "RuntimeError: boom 3",
+    )
     clock.advance(3600)
     assert await worker.run_once(boom) == 0  # terminal runs are never dispatched
     assert calls == 3
     events = await fake_store.list_events("flaky")
     assert [e.type for e in events] == [
-        "state_transition", "run_claimed", "attempt_failed", "run_claimed", "attempt_failed",
-        "run_claimed", "state_transition"]
-    assert events[-1].payload == {"from": "running", "to": "failed",
-                                  "error": "RuntimeError: boom 3", "attempts": 3}
+        "state_transition",
+        "run_claimed",
+        "attempt_failed",
+        "run_claimed",
+        "attempt_failed",
+        "run_claimed",
+        "state_transition",
+    ]
+    assert events[-1].payload == {
+        "from": "running",
+        "to": "failed",
+        "error": "RuntimeError: boom 3",
+        "attempts": 3,
+    }
 
 
-async def test_dead_worker_attempts_count_and_fail_the_run(fake_store: SQLiteStore,
-                                                           clock: FakeClock) -> None:
+async def test_dead_worker_attempts_count_and_fail_the_run(
+    fake_store: SQLiteStore, clock: FakeClock
+) -> None:
     await make_idle_run(fake_store, "cursed")
     dying = ResumeWorker(fake_store, lease_ttl=5, max_attempts=2).backoff(1)
     assert [lease.token for lease in await dying.claim(5)] == [2]  # then it "dies"
@@ -193,8 +225,9 @@ async def test_dead_worker_attempts_count_and_fail_the_run(fake_store: SQLiteSto
     assert "attempt 2 ended without completing" in run["last_error"]
 
 
-async def test_returning_without_complete_releases_the_lease(fake_store: SQLiteStore,
-                                                             clock: FakeClock) -> None:
+async def test_returning_without_complete_releases_the_lease(
+    fake_store: SQLiteStore, clock: FakeClock
+) -> None:
     await make_idle_run(fake_store, "idle")
     seen: list[int] = []
 
@@ -213,8 +246,9 @@ async def test_returning_without_complete_releases_the_lease(fake_store: SQLiteS
     assert seen == [2, 3]
 
 
-async def test_timer_waits_never_wake_early_or_twice(fake_store: SQLiteStore,
-                                                     clock: FakeClock) -> None:
+async def test_timer_waits_never_wake_early_or_twice(
+    fake_store: SQLiteStore, clock: FakeClock
+) -> None:
     durations = {f"sleeper-{n}": 10 * n for n in range(1, 6)}
     for run_id in durations:
         await (await WorkflowContext.open(fake_store, run_id)).close()
@@ -239,15 +273,18 @@ async def test_timer_waits_never_wake_early_or_twice(fake_store: SQLiteStore,
         clock.advance(1)
         dispatches += await tick()
     assert dispatches == 5
-    assert sorted(woke) == [(run_id, START + timedelta(seconds=seconds))
-                            for run_id, seconds in sorted(durations.items())]
+    assert sorted(woke) == [
+        (run_id, START + timedelta(seconds=seconds))
+        for run_id, seconds in sorted(durations.items())
+    ]
     for run_id in durations:
         run = await fake_store.get_run(run_id)
         assert run is not None and run["status"] == "completed"
 
 
 async def test_message_and_child_waits_are_claimed_when_satisfied(
-        fake_store: SQLiteStore, db_path: Path) -> None:
+    fake_store: SQLiteStore, db_path: Path
+) -> None:
     await (await WorkflowContext.open(fake_store, "approval")).close()
     await (await WorkflowContext.open(fake_store, "parent")).close()
     log: list[str] = []
@@ -274,8 +311,10 @@ async def test_message_and_child_waits_are_claimed_when_satisfied(
     assert await worker.run_once(handler) == 1
     assert log == ["approval", "parent", "helper", "parent", "approval"]
     assert rows(db_path, "SELECT id, status, result FROM agent_runs ORDER BY id") == [
-        ("approval", "completed", '"approved"'), ("helper", "completed", '"helper done"'),
-        ("parent", "completed", '{"child":"helper done"}')]
+        ("approval", "completed", '"approved"'),
+        ("helper", "completed", '"helper done"'),
+        ("parent", "completed", '{"child":"helper done"}'),
+    ]
     assert event_types(db_path, "helper")[:2] == ["state_transition", "run_claimed"]
 
 
@@ -310,8 +349,14 @@ async def test_run_respects_concurrency_and_shutdown(store: SQLiteStore) -> None
 
 def cli(*args: str, cwd: Path) -> subprocess.Popen[str]:
     code = "import sys; from zincir.runs._worker_cli import worker_command; worker_command()"
-    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=cwd, env=ENV, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        env=ENV,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def test_cli_worker_crash_then_resume_then_sigterm(tmp_path: Path) -> None:
@@ -346,7 +391,8 @@ def test_cli_worker_crash_then_resume_then_sigterm(tmp_path: Path) -> None:
     assert second.returncode == 0, err
     assert "stopped" in err
     assert rows(db, "SELECT status, attempts, result FROM agent_runs") == [
-        ("completed", 2, '"finished"')]
+        ("completed", 2, '"finished"')
+    ]
     assert event_types(db, "job").count("run_claimed") == 2
 
 
@@ -364,9 +410,14 @@ async def test_configuration_is_chainable_and_validated(store: SQLiteStore) -> N
     assert worker.max_attempts(3).backoff(timedelta(seconds=1), factor=3) is worker
     assert [worker.delay(n).total_seconds() for n in (1, 2, 3)] == [1, 3, 9]
     assert worker.backoff(1, maximum=5).delay(10) == timedelta(seconds=5)
-    for bad in (lambda: worker.poll_interval(0), lambda: worker.max_concurrency(0),
-                lambda: worker.max_concurrency(True), lambda: worker.max_attempts(0),
-                lambda: worker.backoff(-1), lambda: worker.backoff(1, factor=0.5)):
+    for bad in (
+        lambda: worker.poll_interval(0),
+        lambda: worker.max_concurrency(0),
+        lambda: worker.max_concurrency(True),
+        lambda: worker.max_attempts(0),
+        lambda: worker.backoff(-1),
+        lambda: worker.backoff(1, factor=0.5),
+    ):
         with pytest.raises(zincir.InvalidInput):
             bad()
     with pytest.raises(zincir.InvalidLeaseTtl):

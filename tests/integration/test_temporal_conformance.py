@@ -32,8 +32,12 @@ except ImportError:
 
 pytestmark = pytest.mark.integration
 
-FAST_RETRY = RetryPolicy(max_attempts=3, initial_interval=timedelta(milliseconds=50), backoff=1.0,
-                         max_interval=timedelta(milliseconds=50))
+FAST_RETRY = RetryPolicy(
+    max_attempts=3,
+    initial_interval=timedelta(milliseconds=50),
+    backoff=1.0,
+    max_interval=timedelta(milliseconds=50),
+)
 
 
 async def _factory(
@@ -45,7 +49,10 @@ async def _factory(
         queue = f"conformance-{uuid.uuid4().hex}"
         await stack.enter_async_context(Worker(client, registry, queue))
         return TemporalRuntime(
-            client, task_queue=queue, registrations=registry, retry=FAST_RETRY,
+            client,
+            task_queue=queue,
+            registrations=registry,
+            retry=FAST_RETRY,
             record_store=store,
         )
 

@@ -19,8 +19,14 @@ EXAMPLE = REPO / "examples" / "temporal_operations.py"
 def _run(env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if key != "ZINCIR_TEMPORAL_ADDRESS"}
     env.update({"PYTHONPATH": str(REPO / "src")}, **env_extra)
-    return subprocess.run([sys.executable, str(EXAMPLE)], env=env, cwd=REPO, text=True,
-                          capture_output=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(EXAMPLE)],
+        env=env,
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def test_example_starts_its_own_server_and_shows_identical_records(

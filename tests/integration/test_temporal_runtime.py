@@ -25,11 +25,13 @@ import pytest
 from click.testing import CliRunner
 
 import zincir
-from tests.conftest import REPO
+from tests.conftest import REPO, dunder_all_order
 from tests.helpers import rows
 from tests.integration.temporal_server import TemporalServer
 from zincir import (
+    AgentContext,
     DigestMismatch,
+    FencedOut,
     InputDrift,
     InvalidInput,
     InvalidInvocation,
@@ -65,24 +67,40 @@ except ImportError:
 pytestmark = pytest.mark.integration
 
 TOOLS = "runtime-tools"
-FAST_RETRY = RetryPolicy(max_attempts=2, initial_interval=timedelta(milliseconds=50), backoff=1.0,
-                         max_interval=timedelta(milliseconds=50))
+FAST_RETRY = RetryPolicy(
+    max_attempts=2,
+    initial_interval=timedelta(milliseconds=50),
+    backoff=1.0,
+    max_interval=timedelta(milliseconds=50),
+)
 WORKER_PROC = REPO / "tests" / "integration" / "temporal_worker_proc.py"
 
 
-def invocation(run_id: str | None = None, *, sequence: int = 0, request: Any = None,
-               input_json: str | None = None, handler_id: str = TOOLS) -> Invocation:
+def invocation(
+    run_id: str | None = None,
+    *,
+    sequence: int = 0,
+    request: Any = None,
+    input_json: str | None = None,
+    handler_id: str = TOOLS,
+) -> Invocation:
     document = json.dumps({"order": "A1"} if request is None else request)
-    return Invocation(run_id or f"rt-{uuid.uuid4().hex}", "tool.call", sequence,
-                      OperationKind.TOOL_CALL, handler_id,
-                      document if input_json is None else input_json)
+    return Invocation(
+        run_id or f"rt-{uuid.uuid4().hex}",
+        "tool.call",
+        sequence,
+        OperationKind.TOOL_CALL,
+        handler_id,
+        document if input_json is None else input_json,
+    )
 
 
 class Counting:
     """A handler that counts calls and answers with ``answer``."""
 
-    def __init__(self, answer: Callable[[Invocation, Any], Any] | None = None,
-                 delay: float = 0.0) -> None:
+    def __init__(
+        self, answer: Callable[[Invocation, Any], Any] | None = None, delay: float = 0.0
+    ) -> None:
         self.calls: list[Invocation] = []
         self.answer = answer
         self.delay = delay
@@ -115,8 +133,9 @@ def serve(client: Client, stack: AsyncExitStack) -> Callable[..., Any]:
         queue = f"rt-{uuid.uuid4().hex}"
         await stack.enter_async_context(Worker(client, registry, queue))
         runtime_options.setdefault("retry", FAST_RETRY)
-        return TemporalRuntime(client, task_queue=queue, registrations=[("tool_call", TOOLS)],
-                               **runtime_options)
+        return TemporalRuntime(
+            client, task_queue=queue, registrations=[("tool_call", TOOLS)], **runtime_options
+        )
 
     return start
 
@@ -132,9 +151,12 @@ async def status_of(client: Client, workflow_id: str) -> WorkflowExecutionStatus
 
 async def delete_workflow(client: Client, workflow_id: str) -> None:
     """Delete a closed workflow as retention would, and wait until it is gone."""
-    await client.workflow_service.delete_workflow_execution(DeleteWorkflowExecutionRequest(
-        namespace=client.namespace, workflow_execution=WorkflowExecution(workflow_id=workflow_id),
-    ))
+    await client.workflow_service.delete_workflow_execution(
+        DeleteWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=workflow_id),
+        )
+    )
     deadline = time.monotonic() + 20
     while await status_of(client, workflow_id) is not None:
         assert time.monotonic() < deadline, "the workflow was not deleted"
@@ -162,16 +184,16 @@ async def test_one_workflow_per_identity_with_the_invocation_as_input(
     started = history.events[0].workflow_execution_started_event_attributes
     first_input = json.loads(started.input.payloads[0].data)
     assert first_input == inv.to_dict()
-    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
-                 for e in history.events
-                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
     assert scheduled == [ACTIVITY_NAME]
     assert await handle.result() == encode_record(record)
 
 
-async def test_twenty_concurrent_executes_run_the_handler_once(
-    serve: Callable[..., Any]
-) -> None:
+async def test_twenty_concurrent_executes_run_the_handler_once(serve: Callable[..., Any]) -> None:
     handler = Counting(delay=0.3)
     runtime = await serve(handler)
     inv = invocation()
@@ -182,7 +204,7 @@ async def test_twenty_concurrent_executes_run_the_handler_once(
 
 
 async def test_drift_against_a_running_workflow_is_refused_before_it_finishes(
-    serve: Callable[..., Any]
+    serve: Callable[..., Any],
 ) -> None:
     release = asyncio.Event()
 
@@ -243,7 +265,7 @@ async def test_oversized_record_becomes_a_failure_record(serve: Callable[..., An
 
 
 async def test_large_records_travel_compressed_and_incompressible_ones_fail(
-    serve: Callable[..., Any]
+    serve: Callable[..., Any],
 ) -> None:
     three_mib = "x" * (3 * 1024 * 1024)
     noise = base64.b64encode(os.urandom(3 * 1024 * 1024)).decode()
@@ -257,7 +279,7 @@ async def test_large_records_travel_compressed_and_incompressible_ones_fail(
 
 
 async def test_unreachable_service_missing_handler_or_store_error() -> None:
-    from zincir.temporal._devserver import free_loopback_port
+    from zincir.temporal.testing import free_loopback_port
 
     client = await Client.connect(f"127.0.0.1:{free_loopback_port()}", lazy=True)
     runtime = TemporalRuntime(client, task_queue="q", registrations=[("tool_call", TOOLS)])
@@ -336,11 +358,12 @@ async def test_a_record_for_another_invocation_fails_closed(
 
 
 async def test_a_record_for_other_input_under_the_same_key_is_drift(
-    serve: Callable[..., Any]
+    serve: Callable[..., Any],
 ) -> None:
     def swapped(inv: Invocation, request: Any) -> Record:
-        changed = Invocation(inv.run_id, inv.step_id, inv.sequence, inv.kind, inv.handler_id,
-                             '{"order":"B2"}')
+        changed = Invocation(
+            inv.run_id, inv.step_id, inv.sequence, inv.kind, inv.handler_id, '{"order":"B2"}'
+        )
         return Record.for_invocation(changed, Success("1"))
 
     runtime = await serve(Counting(swapped))
@@ -352,14 +375,14 @@ async def test_constructor_refuses_bad_options(client: Client) -> None:
     with pytest.raises(InvalidInput):
         TemporalRuntime(client, task_queue="q", registrations=[("shell", "x")])
     with pytest.raises(InvalidInput):
-        TemporalRuntime(client, task_queue="q", registrations=[], timeouts=5,
-                        activity_timeouts=5)
+        TemporalRuntime(client, task_queue="q", registrations=[], timeouts=5, activity_timeouts=5)
     with pytest.raises(InvalidInput):
         TemporalRuntime(client, task_queue="q", registrations=[], retry=3)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput):
         ActivityTimeouts(start_to_close=None)
-    assert TemporalRuntime(client, task_queue="q", registrations=[], timeouts=2.5).timeouts \
-        == ActivityTimeouts(start_to_close=2.5)
+    assert TemporalRuntime(
+        client, task_queue="q", registrations=[], timeouts=2.5
+    ).timeouts == ActivityTimeouts(start_to_close=2.5)
 
 
 # -- retention --------------------------------------------------------------------------------
@@ -374,10 +397,12 @@ async def test_record_store_keeps_records_beyond_retention(
         runtime = await serve(handler, record_store=store)
         inv = invocation()
         record = await runtime.execute(inv)
-        assert rows(tmp_path / "records.db",
-                    "SELECT status, outcome, record, claim_owner, claim_expires_at "
-                    "FROM operations WHERE run_id = ?", (inv.run_id,)) \
-            == [("completed", "success", encode_record(record), None, None)]
+        assert rows(
+            tmp_path / "records.db",
+            "SELECT status, outcome, record, claim_owner, claim_expires_at "
+            "FROM operations WHERE run_id = ?",
+            (inv.run_id,),
+        ) == [("completed", "success", encode_record(record), None, None)]
         await delete_workflow(client, workflow_id_for(inv))
         assert await runtime.execute(inv) == record
         assert len(handler.calls) == 1
@@ -386,6 +411,49 @@ async def test_record_store_keeps_records_beyond_retention(
         assert await status_of(client, workflow_id_for(inv)) is None
     finally:
         await store.close()
+
+
+async def test_record_store_writes_a_runs_log_only_under_its_lease(
+    client: Client, serve: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Under this process's lease the record comes with operation_completed; once the run
+    was taken over, execute raises FencedOut and keeps nothing; without a lease, no event."""
+    path = tmp_path / "records.db"
+    store, new_store = zincir.open_store(path), zincir.open_store(path)
+    try:
+        handler = Counting()
+        runtime = await serve(handler, record_store=store)
+        run_id = f"rt-{uuid.uuid4().hex}"
+        ctx = await AgentContext.create(store, "temporal-run", run_id=run_id)
+        await runtime.execute(invocation(run_id, sequence=0))
+        [event] = [e for e in await store.list_events(run_id) if e.type == "operation_completed"]
+        assert (event.payload["sequence"], event.payload["attempts"]) == (0, 1)
+        new_ctx = await AgentContext.force_recover(new_store, run_id)
+        before = await new_store.list_events(run_id)
+        with pytest.raises(FencedOut):
+            await runtime.execute(invocation(run_id, sequence=1))
+        assert await new_store.list_events(run_id) == before
+        assert rows(path, "SELECT sequence FROM operations WHERE run_id = ?", (run_id,)) == [(0,)]
+        taker = TemporalRuntime(
+            client,
+            task_queue=runtime.task_queue,
+            registrations=[("tool_call", TOOLS)],
+            record_store=new_store,
+        )
+        record = await taker.execute(invocation(run_id, sequence=1))  # the workflow's record
+        assert len(handler.calls) == 2
+        events = await new_store.list_events(run_id)
+        assert [e.payload["sequence"] for e in events if e.type == "operation_completed"] == [0, 1]
+        await new_ctx.close()
+        await ctx.close()
+        lone = await runtime.execute(invocation(run_id, sequence=2))  # no lease held now
+        assert await new_store.list_events(run_id) == events
+        assert rows(
+            path, "SELECT record FROM operations WHERE run_id = ? ORDER BY sequence", (run_id,)
+        )[1:] == [(encode_record(record),), (encode_record(lone),)]
+    finally:
+        await store.close()
+        await new_store.close()
 
 
 async def test_without_record_store_replay_holds_only_within_retention(
@@ -405,11 +473,20 @@ async def test_without_record_store_replay_holds_only_within_retention(
 
 
 def _spawn(args: list[str], markers: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "ZINCIR_TEST_MARKERS": str(markers),
-           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
-    return subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, text=True,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    env = {
+        **os.environ,
+        "ZINCIR_TEST_MARKERS": str(markers),
+        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
+    }
+    return subprocess.Popen(
+        [sys.executable, *args],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 async def _wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 30) -> None:
@@ -429,9 +506,14 @@ async def test_killed_worker_mid_activity_is_replaced_by_a_new_one(
     second: subprocess.Popen[str] | None = None
     try:
         runtime = TemporalRuntime(
-            client, task_queue=queue, registrations=[("tool_call", "blocking-tool")],
-            retry=RetryPolicy(max_attempts=5, initial_interval=timedelta(milliseconds=100),
-                              max_interval=timedelta(milliseconds=500)),
+            client,
+            task_queue=queue,
+            registrations=[("tool_call", "blocking-tool")],
+            retry=RetryPolicy(
+                max_attempts=5,
+                initial_interval=timedelta(milliseconds=100),
+                max_interval=timedelta(milliseconds=500),
+            ),
             timeouts=ActivityTimeouts(start_to_close=60, heartbeat=1),
         )
         inv = invocation(handler_id="blocking-tool")
@@ -441,9 +523,18 @@ async def test_killed_worker_mid_activity_is_replaced_by_a_new_one(
         first.communicate(timeout=10)
         (tmp_path / "release").touch()
         # the replacement runs through the CLI command
-        second = _spawn(["-m", "zincir.temporal._cli", "tests.integration.temporal_worker_proc:"
-                         "registry", "--address", temporal_server.address, "--task-queue",
-                         queue], tmp_path)
+        second = _spawn(
+            [
+                "-m",
+                "zincir.temporal._cli",
+                "tests.integration.temporal_worker_proc:registry",
+                "--address",
+                temporal_server.address,
+                "--task-queue",
+                queue,
+            ],
+            tmp_path,
+        )
         record = await asyncio.wait_for(running, 60)
         assert record.outcome == Success('{"done":{"order":"A1"}}')
         calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
@@ -477,31 +568,47 @@ def test_cli_refuses_a_target_that_is_not_a_registry() -> None:
 
 def _python(code: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    return subprocess.run([sys.executable, "-c", code], env=env, text=True,
-                          capture_output=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, text=True, capture_output=True, timeout=60
+    )
 
 
 def test_the_core_never_imports_temporalio() -> None:
-    done = _python("import sys, zincir, zincir.durable, zincir.contract, zincir.cli\n"
-                   "assert 'temporalio' not in sys.modules, 'temporalio was imported'")
+    done = _python(
+        "import sys, zincir, zincir.durable, zincir.contract, zincir.cli\n"
+        "assert 'temporalio' not in sys.modules, 'temporalio was imported'"
+    )
     assert done.returncode == 0, done.stderr
 
 
 def test_without_temporalio_the_import_error_names_the_extra() -> None:
-    done = _python("import sys\nsys.modules['temporalio'] = None\n"
-                   "try:\n    import zincir.temporal\n"
-                   "except ImportError as error:\n    print(error)\n"
-                   "else:\n    raise SystemExit('imported')")
+    done = _python(
+        "import sys\nsys.modules['temporalio'] = None\n"
+        "try:\n    import zincir.temporal\n"
+        "except ImportError as error:\n    print(error)\n"
+        "else:\n    raise SystemExit('imported')"
+    )
     assert done.returncode == 0, done.stderr
     assert 'pip install "zincir[temporal]"' in done.stdout
 
 
 def test_public_names_are_pinned() -> None:
     import zincir.temporal
+    import zincir.temporal.testing
 
     assert zincir.temporal.__all__ == [
-        "ACTIVITY_NAME", "ActivityTimeouts", "DevServer", "TemporalRuntime", "WORKFLOW_NAME",
-        "Worker", "find_temporal_binary", "workflow_id_for",
+        "ACTIVITY_NAME",
+        "WORKFLOW_NAME",
+        "ActivityTimeouts",
+        "TemporalRuntime",
+        "Worker",
+        "workflow_id_for",
     ]
-    assert sorted(zincir.temporal.__all__) == zincir.temporal.__all__
+    assert dunder_all_order(zincir.temporal.__all__) == zincir.temporal.__all__
+    # The dev server is a test helper, kept out of the runtime API.
+    assert zincir.temporal.testing.__all__ == [
+        "DevServer",
+        "find_temporal_binary",
+        "free_loopback_port",
+    ]
     assert (WORKFLOW_NAME, ACTIVITY_NAME) == ("zincir.operation.v1", "zincir.execute.v1")

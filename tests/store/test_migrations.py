@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import apsw
 import pytest
 
 import zincir
 from tests.helpers import rows
 from zincir import AgentContext, ToolCall
-from zincir.store import _sqlite, migrations
+from zincir.store import migrations
+from zincir.store.sqlite import _base as _sqlite
 
 
 def test_every_migration_is_recorded_once(db_path: Path) -> None:
@@ -29,24 +31,29 @@ def test_a_newer_schema_is_refused(db_path: Path, monkeypatch: pytest.MonkeyPatc
         zincir.open_store(db_path)
 
 
-async def test_open_intents_are_backfilled_from_the_log(db_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_open_intents_are_backfilled_from_the_log(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     before = [m for m in migrations() if m[1] != "open_intents"]
     monkeypatch.setattr(_sqlite, "migrations", lambda: before)
     old = zincir.open_store(db_path)
     ctx = await AgentContext.create(old, name="old schema", run_id="legacy")
     # Intents and results written by a store that has no open_intents table yet.
-    await old.write(lambda conn: conn.execute(
-        "UPDATE agent_runs SET last_seq = 1 WHERE id = 'legacy'"))
-    await old.write(lambda conn: conn.executemany(
-        "INSERT INTO events (run_id, seq, type, payload, created_at, tool_call_id) "
-        "VALUES ('legacy', ?, ?, ?, '2026-01-01T00:00:00.000000Z', ?)",
-        [(2, "llm_call", '{"content":"x","tool_calls":[],"stop_reason":null}', None),
-         (3, "tool_call", '{"id":"a","name":"t","arguments":{}}', "a"),
-         (4, "tool_call", '{"id":"b","name":"t","arguments":{}}', "b"),
-         (5, "tool_result", '{"id":"a","result":1,"is_error":false}', "a")]))
-    await old.write(lambda conn: conn.execute(
-        "UPDATE agent_runs SET last_seq = 5 WHERE id = 'legacy'"))
+    legacy = apsw.Connection(str(db_path))
+    legacy.setbusytimeout(5000)
+    with legacy:
+        legacy.executemany(
+            "INSERT INTO events (run_id, seq, type, payload, created_at, tool_call_id) "
+            "VALUES ('legacy', ?, ?, ?, '2026-01-01T00:00:00.000000Z', ?)",
+            [
+                (2, "llm_call", '{"content":"x","tool_calls":[],"stop_reason":null}', None),
+                (3, "tool_call", '{"id":"a","name":"t","arguments":{}}', "a"),
+                (4, "tool_call", '{"id":"b","name":"t","arguments":{}}', "b"),
+                (5, "tool_result", '{"id":"a","result":1,"is_error":false}', "a"),
+            ],
+        )
+        legacy.execute("UPDATE agent_runs SET last_seq = 5 WHERE id = 'legacy'")
+    legacy.close()
     await ctx._heartbeat.stop()
     await old.close()
     monkeypatch.undo()

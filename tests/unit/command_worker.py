@@ -24,8 +24,13 @@ def digest(document: str) -> str:
 
 
 def record(invocation: dict[str, Any], outcome: dict[str, Any], **extra: Any) -> str:
-    body = {"version": 1, "invocation": invocation,
-            "input_digest": digest(invocation["input_json"]), "outcome": outcome, **extra}
+    body = {
+        "version": 1,
+        "invocation": invocation,
+        "input_digest": digest(invocation["input_json"]),
+        "outcome": outcome,
+        **extra,
+    }
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -39,8 +44,12 @@ def main() -> int:
     mode = request["mode"]
     out = sys.stdout
     if mode == "echo":
-        out.write(json.dumps({"received": invocation, "cwd": os.getcwd(),
-                              "env": os.environ.get("WORKER_LABEL")}) + "\n")
+        out.write(
+            json.dumps(
+                {"received": invocation, "cwd": os.getcwd(), "env": os.environ.get("WORKER_LABEL")}
+            )
+            + "\n"
+        )
     elif mode == "exit":
         out.write('{"looks": "fine"}\n')
         sys.stderr.write("x" * request.get("stderr_bytes", 0) + "\nsomething broke\n")

@@ -119,8 +119,9 @@ async def test_recover_after_release_bumps_token(store: SQLiteStore, db_path: Pa
     assert third_token == second.lease_token + 1
 
 
-async def test_record_response_writes_llm_call_and_intents(store: SQLiteStore,
-                                                           db_path: Path) -> None:
+async def test_record_response_writes_llm_call_and_intents(
+    store: SQLiteStore, db_path: Path
+) -> None:
     ctx = await AgentContext.create(store, name="n")
     seq = await ctx.record_response(
         "calling tools",
@@ -130,15 +131,20 @@ async def test_record_response_writes_llm_call_and_intents(store: SQLiteStore,
     )
     assert seq == 2
     assert event_types(db_path, ctx.run_id) == [
-        "state_transition", "llm_call", "tool_call", "tool_call"]
+        "state_transition",
+        "llm_call",
+        "tool_call",
+        "tool_call",
+    ]
     events = await store.list_events(ctx.run_id, after_seq=1)
     assert events[0].payload["usage"] == {"input_tokens": 10, "output_tokens": 5}
     assert [c.id for c in await ctx.pending_tools()] == ["a", "b"]
     await ctx.close()
 
 
-async def test_duplicate_tool_call_in_response_stores_nothing(store: SQLiteStore,
-                                                              db_path: Path) -> None:
+async def test_duplicate_tool_call_in_response_stores_nothing(
+    store: SQLiteStore, db_path: Path
+) -> None:
     ctx = await AgentContext.create(store, name="n")
     with pytest.raises(DuplicateToolCall) as raised:
         await ctx.record_response("x", [ToolCall("a", "t"), ToolCall("a", "t")])
@@ -147,8 +153,9 @@ async def test_duplicate_tool_call_in_response_stores_nothing(store: SQLiteStore
     await ctx.close()
 
 
-async def test_duplicate_tool_call_across_responses_stores_nothing(store: SQLiteStore,
-                                                                   db_path: Path) -> None:
+async def test_duplicate_tool_call_across_responses_stores_nothing(
+    store: SQLiteStore, db_path: Path
+) -> None:
     ctx = await AgentContext.create(store, name="n")
     await ctx.record_response("x", [ToolCall("a", "t")])
     with pytest.raises(DuplicateToolCall):
@@ -170,8 +177,9 @@ async def test_duplicate_tool_call_across_responses_stores_nothing(store: SQLite
         ["not a call"],
     ],
 )
-async def test_bad_tool_calls_rejected(store: SQLiteStore, db_path: Path,
-                                       calls: list[object]) -> None:
+async def test_bad_tool_calls_rejected(
+    store: SQLiteStore, db_path: Path, calls: list[object]
+) -> None:
     ctx = await AgentContext.create(store, name="n")
     with pytest.raises(InvalidInput):
         await ctx.record_response("x", calls)  # type: ignore[arg-type]
@@ -197,8 +205,9 @@ async def test_tool_results(store: SQLiteStore, db_path: Path) -> None:
     await ctx.close()
 
 
-async def test_checkpoint_persists_candidate_before_verify(store: SQLiteStore,
-                                                           db_path: Path) -> None:
+async def test_checkpoint_persists_candidate_before_verify(
+    store: SQLiteStore, db_path: Path
+) -> None:
     ctx = await AgentContext.create(store, name="n")
     await ctx.record_response("x")
     seen: list[list[tuple[object, ...]]] = []
@@ -211,7 +220,8 @@ async def test_checkpoint_persists_candidate_before_verify(store: SQLiteStore,
     assert seen == [[("proposed", 2)]]
     assert outcome.accepted and outcome.round == 1 and outcome.evidence == {"ok": 1}
     assert rows(db_path, "SELECT status, evidence, decided_seq FROM checkpoints") == [
-        ("accepted", '{"ok":1}', 4)]
+        ("accepted", '{"ok":1}', 4)
+    ]
     assert event_types(db_path, ctx.run_id)[-2:] == ["checkpoint_proposed", "checkpoint_accepted"]
     await ctx.close()
 
@@ -277,20 +287,25 @@ async def test_state_starts_from_latest_accepted_checkpoint(store: SQLiteStore) 
     assert state.checkpoint is not None and state.checkpoint.round == 2
     assert state.checkpoint.completed == ("r1", "r2")
     assert [e.type for e in state.events] == [
-        "llm_call", "checkpoint_proposed", "checkpoint_rejected"]
+        "llm_call",
+        "checkpoint_proposed",
+        "checkpoint_rejected",
+    ]
     assert state.events[0].payload["content"] == "round 3"
     assert all(e.seq > state.checkpoint.decided_seq for e in state.events)
     await ctx.close()
 
 
-async def test_complete_clears_lease_and_blocks_writes(store: SQLiteStore,
-                                                       db_path: Path) -> None:
+async def test_complete_clears_lease_and_blocks_writes(store: SQLiteStore, db_path: Path) -> None:
     ctx = await AgentContext.create(store, name="n")
     await ctx.complete({"answer": 42})
     run = await store.get_run(ctx.run_id)
     assert run is not None
-    assert (run["status"], run["lease_owner"], run["result"]) == ("completed", None,
-                                                                   '{"answer":42}')
+    assert (run["status"], run["lease_owner"], run["result"]) == (
+        "completed",
+        None,
+        '{"answer":42}',
+    )
     assert event_types(db_path, ctx.run_id)[-1] == "state_transition"
     with pytest.raises(RunTerminal):
         await ctx.record_response("late")
@@ -306,8 +321,9 @@ async def test_heartbeat_keeps_lease_alive(store: SQLiteStore) -> None:
     await ctx.close()
 
 
-async def test_heartbeat_failure_raises_lease_lost_before_writing(store: SQLiteStore,
-                                                                  db_path: Path) -> None:
+async def test_heartbeat_failure_raises_lease_lost_before_writing(
+    store: SQLiteStore, db_path: Path
+) -> None:
     ctx = await AgentContext.create(store, name="n", lease_ttl=timedelta(milliseconds=60))
     thief = await AgentContext.force_recover(store, ctx.run_id)
     await asyncio.sleep(0.15)
@@ -383,8 +399,9 @@ async def test_errors_name_the_run(store: SQLiteStore) -> None:
     await ctx.close()
 
 
-async def test_oversized_payloads_are_refused_before_any_write(store: SQLiteStore,
-                                                               db_path: Path) -> None:
+async def test_oversized_payloads_are_refused_before_any_write(
+    store: SQLiteStore, db_path: Path
+) -> None:
     from zincir._json import MAX_DOCUMENT_BYTES
 
     huge = "x" * (MAX_DOCUMENT_BYTES + 1)

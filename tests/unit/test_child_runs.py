@@ -16,19 +16,29 @@ async def test_spawn_is_idempotent_under_replay(store: SQLiteStore, db_path: Pat
     ids = []
     for _ in range(3):  # the parent restarts and replays its code each time
         async with await WorkflowContext.open(store, "parent") as parent:
-            ids.append((await parent.spawn("research", {"topic": "tides"}),
-                        await parent.spawn("review", run_name="reviewer")))
+            ids.append(
+                (
+                    await parent.spawn("research", {"topic": "tides"}),
+                    await parent.spawn("review", run_name="reviewer"),
+                )
+            )
     assert ids[0] == ids[1] == ids[2]
     research, review = ids[0]
     assert research != review
-    assert rows(db_path, "SELECT id, parent_id, spawn_name, name, status, config, lease_owner "
-                         "FROM agent_runs WHERE parent_id IS NOT NULL ORDER BY spawn_name") == [
+    assert rows(
+        db_path,
+        "SELECT id, parent_id, spawn_name, name, status, config, lease_owner "
+        "FROM agent_runs WHERE parent_id IS NOT NULL ORDER BY spawn_name",
+    ) == [
         (research, "parent", "research", "research", "pending", '{"topic":"tides"}', None),
-        (review, "parent", "review", "reviewer", "pending", "{}", None)]
+        (review, "parent", "review", "reviewer", "pending", "{}", None),
+    ]
     assert event_types(db_path, "parent").count("child_spawned") == 2
     events = [e.payload for e in await store.list_events("parent") if e.type == "child_spawned"]
-    assert events == [{"name": "research", "child_id": research},
-                      {"name": "review", "child_id": review}]
+    assert events == [
+        {"name": "research", "child_id": research},
+        {"name": "review", "child_id": review},
+    ]
 
 
 async def test_spawn_with_an_explicit_id_and_bad_input(store: SQLiteStore) -> None:
@@ -69,7 +79,11 @@ async def test_join_reports_a_failed_child(store: SQLiteStore) -> None:
         await child.fail("tool crashed twice")
         outcome = await parent.join(child_id)
     assert (outcome.status, outcome.result, outcome.error, outcome.ok) == (
-        "failed", None, "tool crashed twice", False)
+        "failed",
+        None,
+        "tool crashed twice",
+        False,
+    )
 
 
 async def test_suspended_join_records_the_wait(store: SQLiteStore, db_path: Path) -> None:
@@ -79,7 +93,8 @@ async def test_suspended_join_records_the_wait(store: SQLiteStore, db_path: Path
             await parent.join(child_id)
         assert (suspended.value.kind, suspended.value.ref) == ("child", child_id)
     assert rows(db_path, "SELECT wait_kind, wait_ref FROM agent_runs WHERE id = 'parent'") == [
-        ("child", child_id)]
+        ("child", child_id)
+    ]
     async with await WorkflowContext.open(store, child_id) as child:
         await child.complete("done")
     async with await WorkflowContext.open(store, "parent", suspend_waits=True) as parent:

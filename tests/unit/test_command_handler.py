@@ -32,8 +32,14 @@ def command(*extra: str, **options: Any) -> CommandHandler:
 
 
 def invocation(mode: str, sequence: int = 0, **request: Any) -> Invocation:
-    return Invocation("cmd-run", "tool.call", sequence, OperationKind.TOOL_CALL, "cmd-tools",
-                      json.dumps({"mode": mode, **request}))
+    return Invocation(
+        "cmd-run",
+        "tool.call",
+        sequence,
+        OperationKind.TOOL_CALL,
+        "cmd-tools",
+        json.dumps({"mode": mode, **request}),
+    )
 
 
 async def run(mode: str, handler: CommandHandler | None = None, **request: Any) -> Any:
@@ -71,19 +77,27 @@ async def test_stdin_is_the_invocation_and_stdout_the_output_document(tmp_path: 
 async def test_a_printed_record_gives_its_outcome(outcome: Any) -> None:
     wire = {
         Success: lambda o: {"success": {"output_json": o.output_json}},
-        Failure: lambda o: {"failure": {"error": o.error, "retryable": o.retryable,
-                                        "message": o.message}},
-        Suspended: lambda o: {"suspended": {"reason": str(o.reason),
-                                            "state_version": o.state_version,
-                                            "state_json": o.state_json}},
+        Failure: lambda o: {
+            "failure": {"error": o.error, "retryable": o.retryable, "message": o.message}
+        },
+        Suspended: lambda o: {
+            "suspended": {
+                "reason": str(o.reason),
+                "state_version": o.state_version,
+                "state_json": o.state_json,
+            }
+        },
     }[type(outcome)](outcome)
     assert await run("record", outcome=wire) == outcome
 
 
 @pytest.mark.parametrize(
     ("mode", "error"),
-    [("record_other", DigestMismatch), ("record_drift", InputDrift),
-     ("record_bad_digest", DigestMismatch)],
+    [
+        ("record_other", DigestMismatch),
+        ("record_drift", InputDrift),
+        ("record_bad_digest", DigestMismatch),
+    ],
 )
 async def test_a_record_for_another_invocation_fails_closed(mode: str, error: type) -> None:
     with pytest.raises(error):
@@ -129,8 +143,9 @@ async def test_huge_output_within_the_bound_is_accepted() -> None:
 async def test_a_timeout_kills_the_program_and_its_process_group(tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
     started = time.monotonic()
-    outcome = await run("sleep", command(timeout=timedelta(milliseconds=700)),
-                        pid_file=str(pid_file))
+    outcome = await run(
+        "sleep", command(timeout=timedelta(milliseconds=700)), pid_file=str(pid_file)
+    )
     assert time.monotonic() - started < 5
     assert isinstance(outcome, Failure)
     assert (outcome.error, outcome.retryable) == ("CommandTimedOut", True)
@@ -143,8 +158,14 @@ async def test_a_timeout_kills_the_program_and_its_process_group(tmp_path: Path)
 
 
 async def test_a_program_that_ignores_stdin_is_fine() -> None:
-    inv = Invocation("cmd-run", "tool.call", 0, OperationKind.TOOL_CALL, "cmd-tools",
-                     json.dumps({"blob": "z" * 900_000}))
+    inv = Invocation(
+        "cmd-run",
+        "tool.call",
+        0,
+        OperationKind.TOOL_CALL,
+        "cmd-tools",
+        json.dumps({"blob": "z" * 900_000}),
+    )
     assert await command("no_read")(inv, None) == Success('{"ok":true}')
 
 
@@ -170,12 +191,20 @@ async def test_as_a_registered_handler_of_the_local_runtime(
 ) -> None:
     registry = HandlerRegistry()
     registry.register(OperationKind.TOOL_CALL, "cmd-tools", command())
-    runtime = LocalRuntime(store, registry, RetryPolicy(max_attempts=2,
-                                                        initial_interval=timedelta(0)))
+    runtime = LocalRuntime(
+        store, registry, RetryPolicy(max_attempts=2, initial_interval=timedelta(0))
+    )
     echoed = await runtime.execute(invocation("echo", sequence=0))
     assert json.loads(echoed.outcome.output_json)["received"]["sequence"] == 0  # type: ignore[union-attr]
-    suspended = await runtime.execute(invocation("record", sequence=1, outcome={
-        "suspended": {"reason": "external_tool", "state_version": 1, "state_json": "{}"}}))
+    suspended = await runtime.execute(
+        invocation(
+            "record",
+            sequence=1,
+            outcome={
+                "suspended": {"reason": "external_tool", "state_version": 1, "state_json": "{}"}
+            },
+        )
+    )
     assert suspended.outcome == Suspended(SuspendReason.EXTERNAL_TOOL, 1, "{}")
     exited = await runtime.execute(invocation("exit", sequence=2))
     assert isinstance(exited.outcome, Failure) and exited.outcome.error == "CommandExited"

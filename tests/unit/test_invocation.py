@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.conftest import dunder_all_order
 from zincir._errors import InvalidInput, InvalidInvocation, ZincirError
 from zincir.contract import (
     DEFAULT_MAX_INPUT_BYTES,
@@ -405,9 +406,10 @@ def test_validate_only_ever_raises_invalid_invocation(values: tuple[Any, ...]) -
 
 def test_contract_exports_are_sorted_and_present() -> None:
     import zincir.contract
+    import zincir.contract.payloads
     import zincir.payloads
 
-    for module in (zincir.contract, zincir.payloads):
-        assert module.__all__ == sorted(module.__all__)
+    for module in (zincir.contract, zincir.contract.payloads, zincir.payloads):
+        assert module.__all__ == dunder_all_order(module.__all__)
         for name in module.__all__:
             assert hasattr(module, name), name

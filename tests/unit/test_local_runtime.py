@@ -25,10 +25,12 @@ from tests.runtime_conformance import (
 from zincir import (
     AgentContext,
     DigestMismatch,
+    FencedOut,
     InputDrift,
     InvalidInput,
     InvalidInvocation,
     OperationFailed,
+    RunTerminal,
     SQLiteStore,
     StoreError,
     Suspend,
@@ -62,9 +64,12 @@ def runtime_for(store: SQLiteStore, handler: Any, **options: Any) -> LocalRuntim
 
 
 def operation_rows(db_path: Path) -> list[tuple[Any, ...]]:
-    return rows(db_path, "SELECT run_id, step_id, sequence, kind, handler_id, input_digest, "
-                         "input_json, status, outcome, record, claim_expires_at, attempts "
-                         "FROM operations ORDER BY run_id, step_id, sequence")
+    return rows(
+        db_path,
+        "SELECT run_id, step_id, sequence, kind, handler_id, input_digest, "
+        "input_json, status, outcome, record, claim_expires_at, attempts "
+        "FROM operations ORDER BY run_id, step_id, sequence",
+    )
 
 
 # -- records, replay and the store -----------------------------------------------------
@@ -77,8 +82,18 @@ async def test_the_record_is_stored_before_execute_returns(
     record = await runtime_for(store, Calls()).execute(invocation)
     [row] = operation_rows(db_path)
     assert row == (
-        "run-1", "tool.call", 0, "tool_call", "conformance-tools", invocation.input_digest(),
-        invocation.input_json, "completed", "success", encode_record(record), None, 1,
+        "run-1",
+        "tool.call",
+        0,
+        "tool_call",
+        "conformance-tools",
+        invocation.input_digest(),
+        invocation.input_json,
+        "completed",
+        "success",
+        encode_record(record),
+        None,
+        1,
     )
 
 
@@ -271,9 +286,7 @@ async def test_retryable_failures_are_retried_then_success_is_stored(
     assert [row[-1] for row in operation_rows(db_path)] == [3]
 
 
-async def test_exhausted_retries_store_the_last_failure(
-    store: SQLiteStore, db_path: Path
-) -> None:
+async def test_exhausted_retries_store_the_last_failure(store: SQLiteStore, db_path: Path) -> None:
     def always(invocation: Invocation, request: Any) -> Any:
         raise OperationFailed("Unavailable", retryable=True, message=f"try {handler.count}")
 
@@ -337,15 +350,16 @@ async def test_sync_inline_callables_and_their_failures(store: SQLiteStore) -> N
     def refuse(invocation: Invocation, request: Any) -> Any:
         raise OperationFailed("NotAllowed", message="closure said no")
 
-    ok = await runtime.execute(make_invocation(run_id, sequence=0, request={"n": 21}),
-                               inline=double)
+    ok = await runtime.execute(
+        make_invocation(run_id, sequence=0, request={"n": 21}), inline=double
+    )
     failed = await runtime.execute(make_invocation(run_id, sequence=1), inline=refuse)
     assert ok.outcome == Success("42")
     assert failed.outcome == Failure("NotAllowed", False, "closure said no")
     assert registered.count == 0
-    gathered = await asyncio.gather(*(
-        runtime.execute(make_invocation(run_id, sequence=2), inline=Calls()) for _ in range(5)
-    ))
+    gathered = await asyncio.gather(
+        *(runtime.execute(make_invocation(run_id, sequence=2), inline=Calls()) for _ in range(5))
+    )
     assert len(set(gathered)) == 1
 
 
@@ -382,14 +396,23 @@ async def test_operations_append_events_to_an_existing_run(
         await ctx.close()
     events = await store.list_events("run-events")
     assert [event.type for event in events] == [
-        "state_transition", "llm_call", "tool_call", "operation_completed", "tool_result",
-        "operation_completed", "llm_call",
+        "state_transition",
+        "llm_call",
+        "tool_call",
+        "operation_completed",
+        "tool_result",
+        "operation_completed",
+        "llm_call",
     ]
     assert seqs(db_path, "run-events") == list(range(1, 8))
     assert events[3].payload == {
-        "step_id": "tool.call", "sequence": 0, "kind": "tool_call",
-        "handler_id": "conformance-tools", "outcome": "success",
-        "input_digest": ok.input_digest(), "attempts": 1,
+        "step_id": "tool.call",
+        "sequence": 0,
+        "kind": "tool_call",
+        "handler_id": "conformance-tools",
+        "outcome": "success",
+        "input_digest": ok.input_digest(),
+        "attempts": 1,
     }
     assert events[5].payload["outcome"] == "failure"
     assert events[5].payload["error"] == "Quota"
@@ -467,7 +490,8 @@ async def test_another_runtime_takes_over_an_expired_claim(db_path: Path) -> Non
         blocked = Gated()
         invocation = make_invocation("run-expire")
         task = asyncio.ensure_future(
-            runtime_for(first_store, blocked, claim_ttl=0.2).execute(invocation))
+            runtime_for(first_store, blocked, claim_ttl=0.2).execute(invocation)
+        )
         await blocked.entered.wait()
         task.cancel()  # stands in for a dead owner: the claim is no longer renewed
         with pytest.raises(asyncio.CancelledError):
@@ -513,3 +537,117 @@ async def test_the_final_write_is_fenced_on_the_stored_record(
     finally:
         await original_store.close()
         await taker_store.close()
+
+
+# -- only a lease holder writes a run's log ---------------------------------------------
+
+
+async def operation_events(store: SQLiteStore, run_id: str) -> list[Any]:
+    return [e for e in await store.list_events(run_id) if e.type == "operation_completed"]
+
+
+@pytest.mark.parametrize("new_owner", ["holds", "finishes"])
+async def test_a_taken_over_owner_stores_no_record_and_no_event(
+    db_path: Path, new_owner: str
+) -> None:
+    """The old owner's late finish is refused whole; the new owner runs the handler again."""
+    old_store, new_store = zincir.open_store(db_path), zincir.open_store(db_path)
+    try:
+        old_ctx = await AgentContext.create(old_store, "fenced", run_id="run-fenced")
+        slow = Gated({"by": "old"})
+        invocation = make_invocation("run-fenced")
+        running = asyncio.ensure_future(
+            runtime_for(old_store, slow, claim_ttl=0.3).execute(invocation)
+        )
+        await slow.entered.wait()
+        new_ctx = await AgentContext.force_recover(new_store, "run-fenced")
+        fresh = Calls(lambda i, r: {"by": "new"})
+        if new_owner == "finishes":
+            # the old claim is no longer renewed once fenced: it expires within claim_ttl
+            record = await asyncio.wait_for(
+                runtime_for(new_store, fresh, claim_ttl=0.3).execute(invocation), 10
+            )
+            await new_ctx.complete()
+        before = await new_store.list_events("run-fenced")
+        slow.release.set()
+        with pytest.raises(FencedOut if new_owner == "holds" else RunTerminal):
+            await running
+        assert await new_store.list_events("run-fenced") == before
+        if new_owner == "holds":
+            [row] = operation_rows(db_path)
+            assert (row[7], row[9]) == ("claimed", None)  # left for the new owner
+            assert await operation_events(new_store, "run-fenced") == []
+            record = await runtime_for(new_store, fresh, claim_ttl=0.3).execute(invocation)
+            await new_ctx.complete()
+        assert record.outcome == Success('{"by":"new"}') and fresh.count == 1
+        [row] = operation_rows(db_path)
+        assert (row[7], row[9], row[-1]) == ("completed", encode_record(record), 2)
+        [event] = await operation_events(new_store, "run-fenced")
+        assert event.payload["attempts"] == 2
+        types = [e.type for e in await new_store.list_events("run-fenced")]
+        assert types[-2:] == ["operation_completed", "state_transition"]
+        await old_ctx.close()
+    finally:
+        await old_store.close()
+        await new_store.close()
+
+
+async def test_a_claim_under_a_lost_lease_is_refused_before_any_write(db_path: Path) -> None:
+    old_store, new_store = zincir.open_store(db_path), zincir.open_store(db_path)
+    try:
+        old_ctx = await AgentContext.create(old_store, "fenced", run_id="run-late")
+        new_ctx = await AgentContext.force_recover(new_store, "run-late")
+        handler = Calls()
+        with pytest.raises(FencedOut):
+            await runtime_for(old_store, handler).execute(make_invocation("run-late"))
+        assert handler.count == 0
+        assert count(db_path, "operations") == 0
+        assert await operation_events(new_store, "run-late") == []
+        await new_ctx.complete()
+        with pytest.raises(RunTerminal):
+            await runtime_for(old_store, handler).execute(make_invocation("run-late"))
+        assert count(db_path, "operations") == 0
+        await old_ctx.close()
+    finally:
+        await old_store.close()
+        await new_store.close()
+
+
+async def test_without_a_lease_the_record_is_stored_and_no_log_is_written(
+    db_path: Path,
+) -> None:
+    """A run owned by another process (or by nobody) gets no event from a leaseless runtime."""
+    owner_store, other_store = zincir.open_store(db_path), zincir.open_store(db_path)
+    try:
+        ctx = await AgentContext.create(owner_store, "owned", run_id="run-owned")
+        before = await owner_store.list_events("run-owned")
+        record = await runtime_for(other_store, Calls()).execute(make_invocation("run-owned"))
+        await ctx.close()
+        record_2 = await runtime_for(owner_store, Calls()).execute(
+            make_invocation("run-owned", sequence=1)
+        )  # the lease is released: none held
+        assert await owner_store.list_events("run-owned") == before
+        assert [row[9] for row in operation_rows(db_path)] == [
+            encode_record(record),
+            encode_record(record_2),
+        ]
+    finally:
+        await owner_store.close()
+        await other_store.close()
+
+
+async def test_a_replay_under_a_fenced_lease_returns_the_stored_record(db_path: Path) -> None:
+    """Reading a completed record writes nothing, so it needs no fence."""
+    old_store, new_store = zincir.open_store(db_path), zincir.open_store(db_path)
+    try:
+        old_ctx = await AgentContext.create(old_store, "replay", run_id="run-replay")
+        invocation = make_invocation("run-replay")
+        record = await runtime_for(old_store, Calls()).execute(invocation)
+        new_ctx = await AgentContext.force_recover(new_store, "run-replay")
+        assert await runtime_for(old_store, never_called).execute(invocation) == record
+        assert len(await operation_events(new_store, "run-replay")) == 1
+        await new_ctx.close()
+        await old_ctx.close()
+    finally:
+        await old_store.close()
+        await new_store.close()

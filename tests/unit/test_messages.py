@@ -36,18 +36,26 @@ async def test_send_and_receive_in_order_once(store: SQLiteStore, db_path: Path)
     assert event_types(db_path, "sender") == ["state_transition"] + ["message_sent"] * 3
     assert event_types(db_path, "receiver").count("message_received") == 2
     assert rows(db_path, "SELECT topic, received_by FROM messages ORDER BY id") == [
-        ("jobs", "jobs#1"), ("jobs", "jobs#2"), ("other", None)]
+        ("jobs", "jobs#1"),
+        ("jobs", "jobs#2"),
+        ("other", None),
+    ]
 
 
-async def test_replayed_send_after_restart_does_not_duplicate(store: SQLiteStore,
-                                                              db_path: Path) -> None:
+async def test_replayed_send_after_restart_does_not_duplicate(
+    store: SQLiteStore, db_path: Path
+) -> None:
     await make_runs(store, "receiver")
     ids = []
     for _ in range(3):  # the sender restarts and replays its code each time
         async with await WorkflowContext.open(store, "sender") as sender:
-            ids.append((await sender.send("receiver", "t", "a"),
-                        await sender.send("receiver", "t", "b"),
-                        await sender.send("receiver", "t", "c", key="explicit")))
+            ids.append(
+                (
+                    await sender.send("receiver", "t", "a"),
+                    await sender.send("receiver", "t", "b"),
+                    await sender.send("receiver", "t", "c", key="explicit"),
+                )
+            )
     assert ids[0] == ids[1] == ids[2]
     assert rows(db_path, "SELECT COUNT(*) FROM messages") == [(3,)]
     assert event_types(db_path, "sender").count("message_sent") == 3
@@ -66,9 +74,9 @@ async def test_replayed_recv_returns_the_same_message(store: SQLiteStore) -> Non
         assert await receiver.recv("t", timeout=0) is None
 
 
-async def test_recv_deadline_is_stored_and_a_timeout_replays(fake_store: SQLiteStore,
-                                                             clock: FakeClock,
-                                                             db_path: Path) -> None:
+async def test_recv_deadline_is_stored_and_a_timeout_replays(
+    fake_store: SQLiteStore, clock: FakeClock, db_path: Path
+) -> None:
     await make_runs(fake_store, "receiver")
     started = asyncio.Event()
 
@@ -85,11 +93,13 @@ async def test_recv_deadline_is_stored_and_a_timeout_replays(fake_store: SQLiteS
     await first.close()
     deadline = START + timedelta(seconds=30)
     assert rows(db_path, "SELECT wait_kind, wait_ref, wait_until FROM agent_runs") == [
-        ("message", "approval", deadline.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))]
+        ("message", "approval", deadline.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    ]
 
     clock.advance(20)
-    async with await WorkflowContext.open(fake_store, "receiver", sleeper=clock.sleep,
-                                          poll_interval=60) as second:
+    async with await WorkflowContext.open(
+        fake_store, "receiver", sleeper=clock.sleep, poll_interval=60
+    ) as second:
         assert await second.recv("approval", timeout=timedelta(seconds=30)) is None
     assert clock.slept == [10.0]  # only what remained of the stored deadline
     await send_message(fake_store, "receiver", "approval", "too late")

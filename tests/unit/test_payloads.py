@@ -438,3 +438,12 @@ def test_arguments_and_params_are_not_header_maps() -> None:
     call = ToolCallPart(tool_call_id="c", tool_name="login", arguments={"api-key-name": "x"})
     assert McpRequest(method="m", client={"name": "c"}, params={"cookie": "jar"}).params
     assert call.arguments
+
+
+def test_zincir_payloads_is_the_contract_module_under_its_public_name() -> None:
+    import zincir.contract.payloads
+    import zincir.payloads
+
+    assert zincir.payloads.__all__ == zincir.contract.payloads.__all__
+    for name in zincir.contract.payloads.__all__:
+        assert getattr(zincir.payloads, name) is getattr(zincir.contract.payloads, name), name

@@ -19,8 +19,9 @@ def stamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-async def test_sleep_stores_the_wake_time_before_waiting(fake_store: SQLiteStore,
-                                                         clock: FakeClock, db_path: Path) -> None:
+async def test_sleep_stores_the_wake_time_before_waiting(
+    fake_store: SQLiteStore, clock: FakeClock, db_path: Path
+) -> None:
     seen_before_wait: list[object] = []
 
     async def sleeper(seconds: float) -> None:
@@ -33,15 +34,16 @@ async def test_sleep_stores_the_wake_time_before_waiting(fake_store: SQLiteStore
     assert seen_before_wait == [[(wake, None)]]
     assert clock.slept == [60.0]
     assert rows(db_path, "SELECT name, wake_at, completed_at FROM timers") == [
-        ("backoff", wake, wake)]
+        ("backoff", wake, wake)
+    ]
     assert event_types(db_path, "wf") == ["state_transition", "timer_set", "timer_completed"]
     events = await fake_store.list_events("wf")
     assert events[1].payload == {"name": "backoff", "wake_at": wake}
 
 
-async def test_restarted_sleep_waits_only_the_remaining_time(fake_store: SQLiteStore,
-                                                             clock: FakeClock,
-                                                             db_path: Path) -> None:
+async def test_restarted_sleep_waits_only_the_remaining_time(
+    fake_store: SQLiteStore, clock: FakeClock, db_path: Path
+) -> None:
     started = asyncio.Event()
 
     async def hang(seconds: float) -> None:
@@ -62,13 +64,14 @@ async def test_restarted_sleep_waits_only_the_remaining_time(fake_store: SQLiteS
     assert clock.slept == [40.0]
     assert clock.now == START + timedelta(seconds=60)
     assert rows(db_path, "SELECT COUNT(*), MAX(completed_at) FROM timers") == [
-        (1, stamp(START + timedelta(seconds=60)))]
+        (1, stamp(START + timedelta(seconds=60)))
+    ]
     assert event_types(db_path, "wf").count("timer_set") == 1
 
 
-async def test_a_due_timer_returns_at_once_and_is_completed(fake_store: SQLiteStore,
-                                                            clock: FakeClock,
-                                                            db_path: Path) -> None:
+async def test_a_due_timer_returns_at_once_and_is_completed(
+    fake_store: SQLiteStore, clock: FakeClock, db_path: Path
+) -> None:
     async def never(seconds: float) -> None:
         raise AssertionError("a due timer must not wait")
 
@@ -83,11 +86,13 @@ async def test_a_due_timer_returns_at_once_and_is_completed(fake_store: SQLiteSt
         await wf.sleep("zero", 0)
     assert rows(db_path, "SELECT name, completed_at FROM timers ORDER BY name") == [
         ("nap", stamp(START + timedelta(seconds=45))),
-        ("zero", stamp(START + timedelta(seconds=45)))]
+        ("zero", stamp(START + timedelta(seconds=45))),
+    ]
 
 
 async def test_suspended_sleep_records_the_wait_and_reopen_clears_it(
-        fake_store: SQLiteStore, clock: FakeClock, db_path: Path) -> None:
+    fake_store: SQLiteStore, clock: FakeClock, db_path: Path
+) -> None:
     async with await WorkflowContext.open(fake_store, "wf", suspend_waits=True) as wf:
         with pytest.raises(WorkflowSuspended) as suspended:
             await wf.sleep("nap", timedelta(minutes=5))
@@ -95,17 +100,20 @@ async def test_suspended_sleep_records_the_wait_and_reopen_clears_it(
         assert not isinstance(suspended.value, Exception)  # `except Exception` cannot eat it
     wake = stamp(START + timedelta(minutes=5))
     assert rows(db_path, "SELECT wait_kind, wait_ref, wait_until FROM agent_runs") == [
-        ("timer", "nap", wake)]
+        ("timer", "nap", wake)
+    ]
     async with await WorkflowContext.open(fake_store, "wf", sleeper=clock.sleep) as wf:
         assert rows(db_path, "SELECT wait_kind FROM agent_runs") == [(None,)]
         await wf.sleep("nap", timedelta(minutes=5))
     assert clock.slept == [300.0]
     assert rows(db_path, "SELECT wait_kind, wait_ref, wait_until FROM agent_runs") == [
-        (None, None, None)]
+        (None, None, None)
+    ]
 
 
-async def test_sleep_accepts_seconds_and_rejects_bad_input(fake_store: SQLiteStore,
-                                                           clock: FakeClock) -> None:
+async def test_sleep_accepts_seconds_and_rejects_bad_input(
+    fake_store: SQLiteStore, clock: FakeClock
+) -> None:
     async with await WorkflowContext.open(fake_store, "wf", sleeper=clock.sleep) as wf:
         await wf.sleep("float", 1.5)
         with pytest.raises(InvalidInput):
@@ -117,8 +125,9 @@ async def test_sleep_accepts_seconds_and_rejects_bad_input(fake_store: SQLiteSto
     assert clock.slept == [1.5]
 
 
-async def test_sleep_of_a_fenced_owner_stores_nothing(fake_store: SQLiteStore,
-                                                      clock: FakeClock, db_path: Path) -> None:
+async def test_sleep_of_a_fenced_owner_stores_nothing(
+    fake_store: SQLiteStore, clock: FakeClock, db_path: Path
+) -> None:
     old = await WorkflowContext.open(fake_store, "wf", sleeper=clock.sleep)
     new = await zincir.AgentContext.force_recover(fake_store, "wf")
     with pytest.raises(FencedOut):

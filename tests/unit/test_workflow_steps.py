@@ -32,12 +32,14 @@ async def test_open_creates_the_run_with_a_transition(store: SQLiteStore, db_pat
         assert run["lease_owner"] == wf.agent.lease_owner
         events = await store.list_events("wf-1")
         assert [(e.type, e.payload) for e in events] == [
-            ("state_transition", {"from": "pending", "to": "running"})]
+            ("state_transition", {"from": "pending", "to": "running"})
+        ]
     assert rows(db_path, "SELECT lease_owner FROM agent_runs") == [(None,)]
 
 
 async def test_open_takes_a_new_token_each_time_and_refuses_a_live_lease(
-        store: SQLiteStore, db_path: Path) -> None:
+    store: SQLiteStore, db_path: Path
+) -> None:
     first = await WorkflowContext.open(store, "wf-1")
     with pytest.raises(LeaseHeld) as held:
         await WorkflowContext.open(store, "wf-1")
@@ -65,8 +67,9 @@ async def test_open_refuses_terminal_runs_and_bad_input(store: SQLiteStore) -> N
     assert await store.get_run("x") is None
 
 
-async def test_step_runs_once_and_replays_the_stored_value(store: SQLiteStore,
-                                                         db_path: Path) -> None:
+async def test_step_runs_once_and_replays_the_stored_value(
+    store: SQLiteStore, db_path: Path
+) -> None:
     calls: list[str] = []
 
     async def fetch() -> dict[str, Any]:
@@ -87,12 +90,15 @@ async def test_step_runs_once_and_replays_the_stored_value(store: SQLiteStore,
         assert await wf.step("compute", compute) == 42
     assert calls == ["fetch", "compute"]
     assert rows(db_path, "SELECT name, status, result FROM steps ORDER BY name") == [
-        ("compute", "completed", "42"), ("fetch", "completed", '{"pair":[1,2],"text":"ü"}')]
+        ("compute", "completed", "42"),
+        ("fetch", "completed", '{"pair":[1,2],"text":"ü"}'),
+    ]
     assert event_types(db_path, "wf") == ["state_transition", "step_completed", "step_completed"]
 
 
-async def test_failing_step_stores_nothing_and_can_be_retried(store: SQLiteStore,
-                                                             db_path: Path) -> None:
+async def test_failing_step_stores_nothing_and_can_be_retried(
+    store: SQLiteStore, db_path: Path
+) -> None:
     attempts = 0
 
     async def flaky() -> str:
@@ -112,7 +118,8 @@ async def test_failing_step_stores_nothing_and_can_be_retried(store: SQLiteStore
 
 
 async def test_unserialisable_result_is_a_clear_error_and_stores_nothing(
-        store: SQLiteStore, db_path: Path) -> None:
+    store: SQLiteStore, db_path: Path
+) -> None:
     async with await WorkflowContext.open(store, "wf") as wf:
         with pytest.raises(NotJsonSerializable) as error:
             await wf.step("bad", lambda: {"when": object()})
@@ -154,8 +161,9 @@ async def test_a_running_step_refuses_a_second_execution(store: SQLiteStore) -> 
         assert await task == "done"
 
 
-async def test_claim_of_a_fenced_owner_blocks_until_recover(store: SQLiteStore,
-                                                            db_path: Path) -> None:
+async def test_claim_of_a_fenced_owner_blocks_until_recover(
+    store: SQLiteStore, db_path: Path
+) -> None:
     gate = asyncio.Event()
     entered = asyncio.Event()
     runs: list[str] = []
@@ -188,8 +196,7 @@ async def test_claim_of_a_fenced_owner_blocks_until_recover(store: SQLiteStore,
     await old.close()
     assert runs == ["body"]
     assert rows(db_path, "SELECT name, result FROM steps") == [("effect", '"new owner"')]
-    assert event_types(db_path, "wf") == [
-        "state_transition", "steps_recovered", "step_completed"]
+    assert event_types(db_path, "wf") == ["state_transition", "steps_recovered", "step_completed"]
 
 
 async def test_from_agent_shares_one_lease(store: SQLiteStore, db_path: Path) -> None:

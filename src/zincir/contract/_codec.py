@@ -27,7 +27,8 @@ from .._errors import (
     UnsupportedVersion,
 )
 from .._json import StrictJsonError, dumps, loads_strict_text
-from ._invocation import INVOCATION_FIELDS, Invocation, name_problem
+from .._validate import name_problem
+from ._invocation import INVOCATION_FIELDS, Invocation
 from ._record import Failure, Outcome, Record, Success, Suspended
 
 __all__ = ["RECORD_VERSION", "decode_record", "encode_record"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -11,30 +10,22 @@ from typing import Any, Final, Self
 
 from .._errors import InvalidInput, InvalidInvocation
 from .._json import StrictJsonError, loads_strict
+from .._validate import MAX_ID_BYTES, MAX_SEQUENCE, int_problem, name_problem, shown, utf8
 
 __all__ = [
     "DEFAULT_MAX_INPUT_BYTES",
     "INVOCATION_FIELDS",
-    "Invocation",
     "MAX_ID_BYTES",
     "MAX_SEQUENCE",
+    "Invocation",
     "OperationKind",
 ]
 
 DEFAULT_MAX_INPUT_BYTES: Final = 1024 * 1024
 """Default bound on the UTF-8 size of ``input_json`` (1 MiB); ``validate()`` takes another."""
 
-MAX_ID_BYTES: Final = 256
-"""Bound on the UTF-8 size of ``run_id``, ``step_id`` and ``handler_id``."""
-
-MAX_SEQUENCE: Final = 2**63 - 1
-"""Largest sequence number: it must fit a signed 64-bit database column."""
-
 INVOCATION_FIELDS: Final = ("run_id", "step_id", "sequence", "kind", "handler_id", "input_json")
 """The six attribute names, in the order every JSON form writes them."""
-
-# C0 controls, DEL and C1 controls.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 class OperationKind(StrEnum):
@@ -52,40 +43,6 @@ class OperationKind(StrEnum):
 _KINDS: Final = {kind.value: kind for kind in OperationKind}
 
 
-def utf8(value: str) -> bytes | None:
-    """The UTF-8 bytes of ``value``, or None when it holds lone surrogates."""
-    try:
-        return value.encode("utf-8")
-    except UnicodeEncodeError:
-        return None
-
-
-def name_problem(what: str, value: object, *, max_bytes: int = MAX_ID_BYTES) -> str | None:
-    """Why ``value`` is not a valid id or stable name (None when it is)."""
-    if not isinstance(value, str):
-        return f"{what} must be a str, got {type(value).__name__}"
-    data = utf8(value)
-    if data is None:
-        return f"{what} is not valid UTF-8 text (it holds a lone surrogate)"
-    if not data:
-        return f"{what} must not be empty"
-    if len(data) > max_bytes:
-        return f"{what} is {len(data)} bytes in UTF-8; the limit is {max_bytes}"
-    control = _CONTROL.search(value)
-    if control is not None:
-        return f"{what} holds the control character {control.group()!r}; remove it"
-    return None
-
-
-def int_problem(what: str, value: object) -> str | None:
-    """Why ``value`` is not an int in 0..2**63-1 (None when it is); bool is not an int here."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return f"{what} must be an int, got {type(value).__name__}"
-    if not 0 <= value <= MAX_SEQUENCE:
-        return f"{what} must be in 0..2**63-1, got {value}"
-    return None
-
-
 def document_problem(what: str, value: object, *, max_bytes: int | None = None) -> str | None:
     """Why ``value`` is not exactly one strict JSON document (None when it is)."""
     if not isinstance(value, str):
@@ -100,12 +57,6 @@ def document_problem(what: str, value: object, *, max_bytes: int | None = None) 
     except StrictJsonError as error:
         return f"{what} is not exactly one strict JSON document: {error}"
     return None
-
-
-def shown(value: object, limit: int = 60) -> str:
-    """A short repr of a rejected value for an error message."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def digest_of(document: str) -> str:

@@ -8,15 +8,8 @@ from enum import StrEnum
 from typing import Final, Self, TypeAlias
 
 from .._errors import DigestMismatch, InvalidInvocation, InvalidPayload
-from ._invocation import (
-    Invocation,
-    digest_of,
-    document_problem,
-    int_problem,
-    name_problem,
-    shown,
-    utf8,
-)
+from .._validate import int_problem, name_problem, shown, utf8
+from ._invocation import Invocation, digest_of, document_problem
 
 __all__ = [
     "Failure",

@@ -1,4 +1,4 @@
-"""Durable runtimes: the DurableRuntime protocol, handlers and the local runtime (SPEC §2)."""
+"""Durable runtimes: the DurableRuntime protocol, handlers and the local runtime."""
 
 from ._command import CommandHandler
 from ._local import LocalRuntime

@@ -1,6 +1,6 @@
 """CommandHandler: a handler that runs a program per invocation, so workers can be any language.
 
-The protocol (SPEC §2): stdin receives one JSON object, the invocation itself
+The protocol: stdin receives one JSON object, the invocation itself
 (``{"run_id":…,"step_id":…,"sequence":…,"kind":…,"handler_id":…,"input_json":…}``), and is
 closed. stdout holds one JSON document: an object with ``version`` and ``invocation`` keys is a
 record (it must be this invocation's, else ``DigestMismatch``/``InputDrift`` is raised and
@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from .._errors import DigestMismatch, InvalidInput, RecordFormatError
 from .._json import StrictJsonError, dumps, loads_strict
-from .._time import as_timedelta
+from .._validate import check_count, check_positive_duration
 from ..contract import Failure, Invocation, Outcome, Success, decode_record
 from ._registry import check_record
 
@@ -71,13 +71,15 @@ class CommandHandler:
         if not all(isinstance(arg, str | os.PathLike) for arg in argv):
             raise InvalidInput("every argv item must be a str or path")
         self.argv: tuple[str, ...] = tuple(os.fspath(arg) for arg in argv)
-        self.timeout = as_timedelta(timeout, name="timeout")
-        if self.timeout <= timedelta(0):
-            raise InvalidInput(f"timeout must be positive, not {self.timeout}")
-        if isinstance(max_output_bytes, bool) or not isinstance(max_output_bytes, int) \
-                or max_output_bytes < 1:
-            raise InvalidInput(f"max_output_bytes must be a positive int, not {max_output_bytes!r}")
-        self.max_output_bytes = max_output_bytes
+        self.timeout = check_positive_duration(timeout, "timeout")
+        self.max_output_bytes = check_count(max_output_bytes, "max_output_bytes")
+        if env is not None and (
+            not isinstance(env, Mapping)
+            or not all(
+                isinstance(name, str) and isinstance(value, str) for name, value in env.items()
+            )
+        ):
+            raise InvalidInput("env must be a mapping of str names to str values")
         self.env = dict(env) if env is not None else None
         self.cwd = os.fspath(cwd) if cwd is not None else None
 
@@ -93,8 +95,12 @@ class CommandHandler:
         stdin = dumps(invocation.to_dict(), what="invocation").encode("utf-8")
         try:
             process = await asyncio.create_subprocess_exec(
-                *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env=self.env, cwd=self.cwd,
+                *self.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self.env,
+                cwd=self.cwd,
                 start_new_session=True,
             )
         except (OSError, ValueError) as error:
@@ -108,14 +114,16 @@ class CommandHandler:
             except TimeoutError:
                 await _kill_and_reap(process)
                 return self._failure(
-                    "CommandTimedOut", True,
+                    "CommandTimedOut",
+                    True,
                     f"was still running after {self.timeout.total_seconds():g}s and was killed",
                     stderr,
                 )
             except _TooLarge:
                 await _kill_and_reap(process)
                 return self._failure(
-                    "CommandOutputTooLarge", False,
+                    "CommandOutputTooLarge",
+                    False,
                     f"wrote more than {self.max_output_bytes} bytes to stdout and was killed",
                     stderr,
                 )
@@ -163,8 +171,10 @@ class CommandHandler:
             document = loads_strict(text)
         except (UnicodeDecodeError, StrictJsonError) as error:
             return self._failure(
-                "CommandOutputInvalid", False,
-                f"did not write exactly one JSON document to stdout ({error})", stderr,
+                "CommandOutputInvalid",
+                False,
+                f"did not write exactly one JSON document to stdout ({error})",
+                stderr,
             )
         if isinstance(document, dict) and "version" in document and "invocation" in document:
             try:
@@ -173,7 +183,9 @@ class CommandHandler:
                 raise
             except RecordFormatError as error:
                 return self._failure(
-                    "CommandOutputInvalid", False, f"wrote an invalid record: {error.detail}",
+                    "CommandOutputInvalid",
+                    False,
+                    f"wrote an invalid record: {error.detail}",
                     stderr,
                 )
             check_record(invocation, record)
@@ -217,4 +229,3 @@ def _kill_group(process: asyncio.subprocess.Process) -> None:
         os.killpg(process.pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         process.kill()
-

@@ -1,4 +1,4 @@
-"""LocalRuntime: durable operations on the embedded store (SPEC §2).
+"""LocalRuntime: durable operations on a zincir store.
 
 One ``operations`` row per identity (run_id, step_id, sequence), bound to its input digest::
 
@@ -8,9 +8,8 @@ One ``operations`` row per identity (run_id, step_id, sequence), bound to its in
 
 In one process, concurrent calls for one identity queue behind an in-flight map, so one of
 them runs the handler and the others receive its record. Across processes the claim decides:
-a live claim held elsewhere is polled until its record appears or it expires. The final
-write is conditional on the row still being ``claimed``: a completed record is never
-replaced, and whoever finishes second returns the record stored first.
+a live claim held elsewhere is polled until its record appears or it expires. A completed
+record is never replaced: whoever finishes second returns the record stored first.
 """
 
 from __future__ import annotations
@@ -20,13 +19,8 @@ import itertools
 import os
 import socket
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from functools import partial
-from typing import Any, Final, TypeVar
-
-import apsw
+from datetime import timedelta
+from typing import Final
 
 from .._errors import (
     DigestMismatch,
@@ -35,74 +29,48 @@ from .._errors import (
     InvalidInvocation,
     StoreError,
 )
-from .._json import dumps
-from .._time import Clock, as_timedelta, to_db
+from .._validate import DEFAULT_POLL_INTERVAL, check_count, check_positive_duration
 from ..contract import (
     DEFAULT_MAX_INPUT_BYTES,
     Failure,
     Invocation,
-    OperationKind,
     Outcome,
     Record,
-    Success,
-    Suspended,
     decode_record,
     encode_record,
 )
-from ..store import SQLiteStore
+from ..store import Lease, NewOperation, OperationKey, OperationRow, Store
+from ._operations import new_operation, stored_outcome
 from ._registry import Handler, HandlerRegistry, attempt_outcome
 from ._retry import RetryPolicy
 
-__all__ = [
-    "DEFAULT_CLAIM_TTL", "DEFAULT_POLL_INTERVAL", "DEFAULT_RETRY", "LocalRuntime",
-    "append_operation_event",
-]
-
-T = TypeVar("T")
+__all__ = ["DEFAULT_CLAIM_TTL", "DEFAULT_POLL_INTERVAL", "DEFAULT_RETRY", "LocalRuntime"]
 
 DEFAULT_RETRY: Final = RetryPolicy()
 DEFAULT_CLAIM_TTL: Final = timedelta(seconds=30)
-DEFAULT_POLL_INTERVAL: Final = timedelta(milliseconds=100)
-
-_WHERE: Final = "run_id = ? AND step_id = ? AND sequence = ?"
-_COLUMNS: Final = (
-    "kind, handler_id, input_digest, status, record, claim_owner, claim_expires_at, attempts"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class _Stored:
-    """The identity is completed: its stored record's text."""
-
-    text: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Row:
-    """The parts of an ``operations`` row the runtime decides on."""
-
-    kind: str
-    handler_id: str
-    input_digest: str
-    status: str
-    record: str | None
-    claim_owner: str | None
-    claim_expires_at: str | None
-    attempts: int
 
 
 class LocalRuntime:
-    """A DurableRuntime on the embedded store: at most one record per invocation identity.
+    """A DurableRuntime on a zincir store: at most one record per invocation identity.
 
     ``retry`` retries retryable failures in place before one is persisted; ``claim_ttl``
     bounds how long a dead process's claim blocks others (it is renewed while the handler
     runs); ``poll_interval`` is how often a waiter looks for another process's record.
     A sync handler runs on the event loop and blocks renewal: keep it under ``claim_ttl``.
+
+    Only a lease holder writes a run's log. When a context of this process holds the lease
+    of the invocation's run (``store.lease_for(run_id)`` as the execution starts), the
+    claim checks that lease's fence and the record is stored together with an
+    ``operation_completed`` event appended under it; if the run was taken over (or
+    finished) meanwhile, ``execute`` raises FencedOut (RunTerminal) and stores nothing, no
+    record and no event, leaving the claim to expire for the new owner, who may run the
+    handler again (at least once). Without such a lease the record is stored in the
+    ``operations`` table, which dedupes, and no run's log is written.
     """
 
     def __init__(
         self,
-        store: SQLiteStore,
+        store: Store,
         registry: HandlerRegistry,
         retry: RetryPolicy = DEFAULT_RETRY,
         *,
@@ -110,22 +78,22 @@ class LocalRuntime:
         max_input_bytes: int | None = DEFAULT_MAX_INPUT_BYTES,
         poll_interval: timedelta | float = DEFAULT_POLL_INTERVAL,
     ) -> None:
+        if not callable(getattr(store, "claim_operation", None)):
+            raise InvalidInput(
+                f"store must be a zincir store (open_store), not {type(store).__name__}"
+            )
         if not isinstance(registry, HandlerRegistry):
             raise InvalidInput(f"registry must be a HandlerRegistry, not {type(registry).__name__}")
         if not isinstance(retry, RetryPolicy):
             raise InvalidInput(f"retry must be a RetryPolicy, not {type(retry).__name__}")
-        if max_input_bytes is not None and (
-            isinstance(max_input_bytes, bool)
-            or not isinstance(max_input_bytes, int)
-            or max_input_bytes < 1
-        ):
-            raise InvalidInput(f"max_input_bytes must be a positive int, not {max_input_bytes!r}")
         self.store = store
         self.registry = registry
         self.retry = retry
-        self.claim_ttl = _positive(claim_ttl, "claim_ttl")
-        self.poll_interval = _positive(poll_interval, "poll_interval")
-        self.max_input_bytes = max_input_bytes
+        self.claim_ttl = check_positive_duration(claim_ttl, "claim_ttl")
+        self.poll_interval = check_positive_duration(poll_interval, "poll_interval")
+        self.max_input_bytes = (
+            None if max_input_bytes is None else check_count(max_input_bytes, "max_input_bytes")
+        )
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._executions = itertools.count(1)
         self._inflight: dict[str, asyncio.Future[Record | None]] = {}
@@ -146,7 +114,7 @@ class LocalRuntime:
                 "inline must be a callable (invocation, request) -> output",
                 run_id=invocation.run_id,
             )
-        digest = invocation.input_digest()
+        operation = new_operation(invocation)
         key = invocation.stable_key()
         while (running := self._inflight.get(key)) is not None:
             await asyncio.wait({running})
@@ -157,7 +125,7 @@ class LocalRuntime:
         self._inflight[key] = done
         result: Record | None = None
         try:
-            result = await self._execute(invocation, digest, inline)
+            result = await self._execute(invocation, operation, inline)
             return result
         finally:
             del self._inflight[key]
@@ -165,60 +133,87 @@ class LocalRuntime:
 
     # -- one execution ------------------------------------------------------------------
 
-    async def _execute(self, inv: Invocation, digest: str, inline: Handler | None) -> Record:
-        row = await self._read(partial(_select, inv=inv))
+    async def _execute(
+        self, inv: Invocation, operation: NewOperation, inline: Handler | None
+    ) -> Record:
+        row = await self.store.get_operation(operation.key)
         if row is not None:
-            _check_same(row, inv, digest)
+            _check_same(row, inv, operation)
             if row.status == "completed":
                 return _decode(row.record, inv)
         handler = inline if inline is not None else self.registry.require(inv)
         owner = f"{self.owner}/{next(self._executions)}"
-        claimed = await self._acquire(inv, digest, owner, row)
+        lease = self.store.lease_for(inv.run_id)
+        claimed = await self._acquire(inv, operation, owner, row, lease)
         if isinstance(claimed, Record):
             return claimed
-        return await self._run(inv, handler, owner)
+        return await self._run(inv, operation, handler, owner, lease)
 
     async def _acquire(
-        self, inv: Invocation, digest: str, owner: str, row: _Row | None
+        self,
+        inv: Invocation,
+        operation: NewOperation,
+        owner: str,
+        row: OperationRow | None,
+        lease: Lease | None,
     ) -> Record | int:
         """Claim the identity (its attempt number), or the record another owner stored."""
-        clock, ttl, mine = self.store.clock, self.claim_ttl, self.owner + "/"
+        mine = self.owner + "/"
         while True:
-            if row is None or not _held_elsewhere(row, mine, clock()):
-                claim = partial(_claim, inv=inv, digest=digest, owner=owner, mine=mine,
-                                clock=clock, ttl=ttl)
-                result = await self._write(claim, durable=False)
-                if isinstance(result, _Stored):
-                    return _decode(result.text, inv)
-                if result is not None:
-                    return result
+            if row is None or not row.held_elsewhere(mine, self.store.now()):
+                claim = await self.store.claim_operation(
+                    operation, owner=owner, ttl=self.claim_ttl, owner_prefix=mine, lease=lease
+                )
+                if claim.claimed:
+                    return claim.row.attempts
+                _check_same(claim.row, inv, operation)
+                if claim.row.status == "completed":
+                    return _decode(claim.row.record, inv)
             await asyncio.sleep(self.poll_interval.total_seconds())
-            row = await self._read(partial(_select, inv=inv))
+            row = await self.store.get_operation(operation.key)
             if row is not None:
-                _check_same(row, inv, digest)
+                _check_same(row, inv, operation)
                 if row.status == "completed":
                     return _decode(row.record, inv)
 
-    async def _run(self, inv: Invocation, handler: Handler, owner: str) -> Record:
+    async def _run(
+        self,
+        inv: Invocation,
+        operation: NewOperation,
+        handler: Handler,
+        owner: str,
+        lease: Lease | None,
+    ) -> Record:
         """Run the attempts under a renewed claim, then store the record (fenced)."""
-        renewer = asyncio.create_task(self._renew(inv, owner))
+        renewer = asyncio.create_task(self._renew(operation.key, owner, lease))
         try:
             try:
-                result = await self._attempts(inv, handler, owner)
+                result = await self._attempts(inv, operation.key, handler, owner, lease)
             finally:
                 renewer.cancel()
                 await asyncio.wait({renewer})
         except (DigestMismatch, InputDrift):
-            await self._write(partial(_release, inv=inv, owner=owner), durable=False)
+            await self.store.release_operation_claim(operation.key, owner=owner)
             raise
         if isinstance(result, Record):
             return result
         record = Record.for_invocation(inv, result)
-        finish = partial(_finish, inv=inv, owner=owner, record=record, clock=self.store.clock)
-        stored = await self._write(finish, durable=True)
-        return record if stored is None else _decode(stored.text, inv)
+        stored = await self.store.finish_operation(
+            operation, stored_outcome(record, encode_record(record)), owner=owner, lease=lease
+        )
+        if stored is None:
+            return record
+        _check_same(stored, inv, operation)
+        return _decode(stored.record, inv)
 
-    async def _attempts(self, inv: Invocation, handler: Handler, owner: str) -> Outcome | Record:
+    async def _attempts(
+        self,
+        inv: Invocation,
+        key: OperationKey,
+        handler: Handler,
+        owner: str,
+        lease: Lease | None,
+    ) -> Outcome | Record:
         """Retry retryable failures in place under the RetryPolicy; the last outcome wins."""
         attempt = 1
         while True:
@@ -228,51 +223,24 @@ class LocalRuntime:
                 return outcome
             await asyncio.sleep(self.retry.delay(attempt).total_seconds())
             attempt += 1
-            bump = partial(_next_attempt, inv=inv, owner=owner, clock=self.store.clock,
-                           ttl=self.claim_ttl)
-            stored = await self._write(bump, durable=False)
+            stored = await self.store.count_operation_attempt(
+                key, owner=owner, ttl=self.claim_ttl, lease=lease
+            )
             if stored is not None:
-                return _decode(stored.text, inv)
+                return _decode(stored.record, inv)
 
-    async def _renew(self, inv: Invocation, owner: str) -> None:
+    async def _renew(self, key: OperationKey, owner: str, lease: Lease | None) -> None:
         """Extend the claim every claim_ttl/3 until cancelled or lost."""
-        renew = partial(_renew_claim, inv=inv, owner=owner, clock=self.store.clock,
-                        ttl=self.claim_ttl)
         while True:
             await asyncio.sleep(self.claim_ttl.total_seconds() / 3)
             try:
-                held = await self._write(renew, durable=False)
+                held = await self.store.renew_operation_claim(
+                    key, owner=owner, ttl=self.claim_ttl, lease=lease
+                )
             except StoreError:
                 continue  # a busy or closing store; the fenced final write decides
             if not held:
                 return
-
-    # -- store access -------------------------------------------------------------------
-
-    async def _read(self, fn: Callable[[apsw.Connection], T]) -> T:
-        try:
-            return await self.store.read(fn)
-        except apsw.Error as error:
-            raise StoreError(f"SQLite error on {self.store.path}: {error}") from None
-
-    async def _write(self, fn: Callable[[apsw.Connection], T], *, durable: bool) -> T:
-        def guarded(conn: apsw.Connection) -> T:
-            try:
-                return fn(conn)
-            except apsw.Error as error:
-                raise StoreError(f"SQLite error on {self.store.path}: {error}") from None
-
-        return await self.store.write(guarded, durable=durable)
-
-
-
-
-
-def _positive(value: timedelta | float, name: str) -> timedelta:
-    duration = as_timedelta(value, name=name)
-    if duration <= timedelta(0):
-        raise InvalidInput(f"{name} must be positive, not {duration}")
-    return duration
 
 
 def _decode(text: str | None, inv: Invocation) -> Record:
@@ -292,183 +260,19 @@ def _decode(text: str | None, inv: Invocation) -> Record:
     return record
 
 
-# -- transaction functions (each runs inside one store write or read) ---------------------
-
-
-def _key(inv: Invocation) -> tuple[str, str, int]:
-    return (inv.run_id, inv.step_id, inv.sequence)
-
-
-def _returned_int(conn: apsw.Connection, sql: str, params: tuple[Any, ...]) -> int:
-    """The integer an ``UPDATE … RETURNING`` of one existing row gives back."""
-    row = conn.execute(sql, params).fetchone()
-    if row is None:
-        raise StoreError(f"expected one row from: {sql}")
-    return int(row[0])
-
-
-def _select(conn: apsw.Connection, *, inv: Invocation) -> _Row | None:
-    row = conn.execute(f"SELECT {_COLUMNS} FROM operations WHERE {_WHERE}", _key(inv)).fetchone()
-    return None if row is None else _Row(*row)
-
-
-def _check_same(row: _Row, inv: Invocation, digest: str) -> None:
+def _check_same(row: OperationRow, inv: Invocation, operation: NewOperation) -> None:
     """A known identity must arrive with its recorded input, kind and handler."""
     key = inv.stable_key()
-    if row.input_digest != digest:
+    if row.input_digest != operation.input_digest:
         raise InputDrift(
             f"operation {key} was recorded with input {row.input_digest} but arrived with "
-            f"{digest}; an identity's input never changes (use a new sequence for new input)",
+            f"{operation.input_digest}; an identity's input never changes (use a new "
+            "sequence for new input)",
             run_id=inv.run_id,
         )
-    kind = OperationKind(inv.kind).value
-    if (row.kind, row.handler_id) != (kind, inv.handler_id):
+    if (row.kind, row.handler_id) != (operation.kind, operation.handler_id):
         raise InputDrift(
             f"operation {key} was recorded for {row.kind}/{row.handler_id} but arrived for "
-            f"{kind}/{inv.handler_id}; an identity's kind and handler never change",
+            f"{operation.kind}/{inv.handler_id}; an identity's kind and handler never change",
             run_id=inv.run_id,
         )
-
-
-def _held_elsewhere(row: _Row, mine: str, now: datetime) -> bool:
-    """A live claim of another runtime (this runtime's own claims are stale: it is in flight)."""
-    return (
-        row.status == "claimed"
-        and row.claim_owner is not None
-        and not row.claim_owner.startswith(mine)
-        and row.claim_expires_at is not None
-        and row.claim_expires_at > to_db(now)
-    )
-
-
-def _claim(
-    conn: apsw.Connection, *, inv: Invocation, digest: str, owner: str, mine: str,
-    clock: Clock, ttl: timedelta,
-) -> _Stored | int | None:
-    """Claim the identity: the attempt number, the stored record, or None while held."""
-    now = clock()
-    stamp, expires = to_db(now), to_db(now + ttl)
-    row = _select(conn, inv=inv)
-    if row is None:
-        conn.execute(
-            "INSERT INTO operations (run_id, step_id, sequence, kind, handler_id, input_digest, "
-            "input_json, status, claim_owner, claim_expires_at, attempts, created_at, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'claimed', ?, ?, 1, ?, ?)",
-            (*_key(inv), OperationKind(inv.kind).value, inv.handler_id, digest,
-             inv.input_json, owner, expires, stamp, stamp),
-        )
-        return 1
-    _check_same(row, inv, digest)
-    if row.status == "completed":
-        return _Stored(row.record)
-    if _held_elsewhere(row, mine, now):
-        return None
-    return _returned_int(
-        conn,
-        "UPDATE operations SET claim_owner = ?, claim_expires_at = ?, attempts = attempts + 1, "
-        f"updated_at = ? WHERE {_WHERE} RETURNING attempts",
-        (owner, expires, stamp, *_key(inv)),
-    )
-
-
-def _renew_claim(
-    conn: apsw.Connection, *, inv: Invocation, owner: str, clock: Clock, ttl: timedelta
-) -> bool:
-    now = clock()
-    row = conn.execute(
-        "UPDATE operations SET claim_expires_at = ?, updated_at = ? "
-        f"WHERE {_WHERE} AND status = 'claimed' AND claim_owner = ? RETURNING 1",
-        (to_db(now + ttl), to_db(now), *_key(inv), owner),
-    ).fetchone()
-    return row is not None
-
-
-def _next_attempt(
-    conn: apsw.Connection, *, inv: Invocation, owner: str, clock: Clock, ttl: timedelta
-) -> _Stored | None:
-    """Count the next attempt under our claim; the stored record if another owner finished."""
-    row = _select(conn, inv=inv)
-    if row is not None and row.status == "completed":
-        return _Stored(row.record)
-    now = clock()
-    conn.execute(
-        "UPDATE operations SET attempts = attempts + 1, claim_expires_at = ?, updated_at = ? "
-        f"WHERE {_WHERE} AND status = 'claimed' AND claim_owner = ?",
-        (to_db(now + ttl), to_db(now), *_key(inv), owner),
-    )
-    return None
-
-
-def _release(conn: apsw.Connection, *, inv: Invocation, owner: str) -> None:
-    """Drop our claim without a record (the handler's answer was refused)."""
-    conn.execute(
-        f"DELETE FROM operations WHERE {_WHERE} AND status = 'claimed' AND claim_owner = ?",
-        (*_key(inv), owner),
-    )
-
-
-def _finish(
-    conn: apsw.Connection, *, inv: Invocation, owner: str, record: Record, clock: Clock
-) -> _Stored | None:
-    """Store the record unless one is already stored (then return that one)."""
-    stamp = to_db(clock())
-    outcome = record.outcome
-    name = "success" if isinstance(outcome, Success) else (
-        "failure" if isinstance(outcome, Failure) else "suspended")
-    text = encode_record(record)
-    row = _select(conn, inv=inv)
-    if row is not None and row.status == "completed":
-        return _Stored(row.record)
-    if row is None:
-        conn.execute(
-            "INSERT INTO operations (run_id, step_id, sequence, kind, handler_id, input_digest, "
-            "input_json, status, outcome, record, claim_owner, attempts, created_at, "
-            "updated_at, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'completed', ?, ?, ?, 1, "
-            "?, ?, ?)",
-            (*_key(inv), OperationKind(inv.kind).value, inv.handler_id, record.input_digest,
-             inv.input_json, name, text, owner, stamp, stamp, stamp),
-        )
-        attempts = 1
-    else:
-        attempts = _returned_int(
-            conn,
-            "UPDATE operations SET status = 'completed', outcome = ?, record = ?, "
-            "claim_owner = ?, claim_expires_at = NULL, updated_at = ?, completed_at = ? "
-            f"WHERE {_WHERE} RETURNING attempts",
-            (name, text, owner, stamp, stamp, *_key(inv)),
-        )
-    append_operation_event(conn, record, name, attempts, stamp)
-    return None
-
-
-def append_operation_event(
-    conn: apsw.Connection, record: Record, name: str, attempts: int, stamp: str
-) -> None:
-    """``operation_completed`` in the run's log, when the run exists (gapless seq)."""
-    inv = record.invocation
-    row = conn.execute(
-        "UPDATE agent_runs SET last_seq = last_seq + 1, updated_at = ? WHERE id = ? "
-        "RETURNING last_seq",
-        (stamp, inv.run_id),
-    ).fetchone()
-    if row is None:
-        return
-    payload: dict[str, Any] = {
-        "step_id": inv.step_id,
-        "sequence": inv.sequence,
-        "kind": OperationKind(inv.kind).value,
-        "handler_id": inv.handler_id,
-        "outcome": name,
-        "input_digest": record.input_digest,
-        "attempts": attempts,
-    }
-    if isinstance(record.outcome, Failure):
-        payload["error"] = record.outcome.error
-        payload["retryable"] = record.outcome.retryable
-    elif isinstance(record.outcome, Suspended):
-        payload["reason"] = str(record.outcome.reason)
-    conn.execute(
-        "INSERT INTO events (run_id, seq, type, payload, created_at) "
-        "VALUES (?, ?, 'operation_completed', ?, ?)",
-        (inv.run_id, row[0], dumps(payload, what="event payload"), stamp),
-    )

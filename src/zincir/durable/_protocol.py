@@ -13,7 +13,7 @@ __all__ = ["DurableRuntime"]
 class DurableRuntime(Protocol):
     """Runs an invocation at most once per identity and returns its persisted record.
 
-    Every runtime (SPEC §2): (0) raises ``MissingDurableHandler`` and persists nothing when
+    Every runtime: (0) raises ``MissingDurableHandler`` and persists nothing when
     no record exists and no handler is registered; (1) deduplicates on the full identity;
     (2) raises ``InputDrift`` for a known key with a different input digest; (3) dispatches
     by ``handler_id``; (4) persists the terminal record before returning it; (5) returns the

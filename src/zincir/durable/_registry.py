@@ -21,7 +21,12 @@ from .._json import StrictJsonError, dumps, loads_strict
 from ..contract import Failure, Invocation, OperationKind, Outcome, Record, Success, Suspended
 
 __all__ = [
-    "Handler", "HandlerRegistry", "attempt_outcome", "dispatch", "outcome_of", "printable",
+    "Handler",
+    "HandlerRegistry",
+    "attempt_outcome",
+    "dispatch",
+    "outcome_of",
+    "printable",
 ]
 
 Handler = Callable[[Invocation, Any], Awaitable[Any] | Any]
@@ -56,6 +61,7 @@ class HandlerRegistry:
 
     def handler(self, kind: OperationKind | str, handler_id: str) -> Callable[[H], H]:
         """Decorator form of :meth:`register`."""
+
         def decorate(function: H) -> H:
             self.register(kind, handler_id, function)
             return function

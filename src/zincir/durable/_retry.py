@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 
 from .._errors import InvalidInput
-from .._time import as_timedelta
+from .._validate import check_count, check_duration, shown
 
 __all__ = ["RetryPolicy"]
 
@@ -22,23 +24,29 @@ class RetryPolicy:
     max_interval: timedelta = timedelta(seconds=10)
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) \
-                or self.max_attempts < 1:
-            raise InvalidInput(f"max_attempts must be an int >= 1, not {self.max_attempts!r}")
-        object.__setattr__(self, "initial_interval",
-                           as_timedelta(self.initial_interval, name="initial_interval"))
-        object.__setattr__(self, "max_interval", as_timedelta(self.max_interval,
-                                                              name="max_interval"))
-        if self.initial_interval < timedelta(0) or self.max_interval < timedelta(0):
-            raise InvalidInput("retry intervals must not be negative")
-        if isinstance(self.backoff, bool) or not isinstance(self.backoff, int | float) \
-                or not self.backoff >= 1.0:
-            raise InvalidInput(f"backoff must be a number >= 1, not {self.backoff!r}")
+        check_count(self.max_attempts, "max_attempts")
+        object.__setattr__(
+            self, "initial_interval", check_duration(self.initial_interval, "initial_interval")
+        )
+        object.__setattr__(self, "max_interval", check_duration(self.max_interval, "max_interval"))
+        if (
+            isinstance(self.backoff, bool)
+            or not isinstance(self.backoff, int | float)
+            or not 1.0 <= self.backoff <= sys.float_info.max
+        ):
+            raise InvalidInput(f"backoff must be a finite number >= 1, not {shown(self.backoff)}")
 
     def delay(self, attempt: int) -> timedelta:
         """The wait after failed attempt number ``attempt`` (1-based)."""
-        seconds = self.initial_interval.total_seconds() * self.backoff ** (attempt - 1)
-        return min(timedelta(seconds=seconds), self.max_interval)
+        first, cap = self.initial_interval, self.max_interval
+        if first >= cap:
+            return cap
+        steps = attempt - 1
+        if first <= timedelta(0) or steps <= 0 or self.backoff == 1:
+            return first
+        if steps * math.log(self.backoff) >= math.log(cap / first):
+            return cap  # decided in log space: the power itself may overflow a float
+        return min(first * self.backoff**steps, cap)
 
     @classmethod
     def no_retry(cls) -> RetryPolicy:

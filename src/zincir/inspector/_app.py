@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -18,8 +18,18 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .._errors import NotAZincirDatabase, SchemaTooNew, StoreError
-from ._db import EVENT_PAGE_SIZE, LIST_LIMIT, ROW_LIMIT, InspectorDatabase, Reader, Row
+from .._errors import (
+    DatabaseCorrupt,
+    InvalidInput,
+    NotAZincirDatabase,
+    SchemaTooNew,
+    StoreError,
+    StoreUnavailable,
+)
+from .._validate import MAX_SEQUENCE
+from ..store import RunRecord
+from ..store.sqlite import EventRow, OperationRow, TimerRow, decode_json
+from ._db import EVENT_PAGE_SIZE, LIST_LIMIT, ROW_LIMIT, InspectorDatabase, Reader
 from ._security import SECURITY_HEADERS, SecurityMiddleware, UIAddress, parse_address
 
 __all__ = ["create_app"]
@@ -28,6 +38,8 @@ STATUSES = ("pending", "running", "completed", "failed", "cancelled")
 BADGES = frozenset({*STATUSES, "proposed", "accepted", "rejected"})
 PREVIEW = 140
 MAX_PRETTY = 100_000
+MAX_CURSOR_DIGITS = 18  # ?page= and ?after_seq= beyond this are refused (400), not parsed
+Row = Mapping[str, Any]
 
 
 # -- formatting ---------------------------------------------------------------------------
@@ -118,15 +130,18 @@ def lease_of(run: Row, now: datetime) -> dict[str, Any]:
     """Lease state: ``held`` by an owner until a time, ``expired``, or ``none``."""
     owner, expires = run.get("lease_owner"), run.get("lease_expires_at")
     if owner is None or expires is None:
-        return {"state": "none", "owner": None, "expires_at": None,
-                "token": run.get("lease_token")}
+        return {"state": "none", "owner": None, "expires_at": None, "token": run.get("lease_token")}
     moment = parse_time(expires)
     live = moment is not None and moment > now
-    return {"state": "held" if live else "expired", "owner": owner, "expires_at": expires,
-            "token": run.get("lease_token")}
+    return {
+        "state": "held" if live else "expired",
+        "owner": owner,
+        "expires_at": expires,
+        "token": run.get("lease_token"),
+    }
 
 
-def run_summary(run: Row, now: datetime) -> dict[str, Any]:
+def run_summary(run: RunRecord, now: datetime) -> dict[str, Any]:
     """The list/API view of an ``agent_runs`` row (stored config and result left out)."""
     summary = {key: value for key, value in run.items() if key not in ("config", "result")}
     lease = lease_of(run, now)
@@ -139,7 +154,7 @@ def run_summary(run: Row, now: datetime) -> dict[str, Any]:
     return summary
 
 
-def event_view(event: Row, answered: set[str]) -> dict[str, Any]:
+def event_view(event: EventRow, answered: set[str]) -> dict[str, Any]:
     """An event with a one-line summary and flags for highlighting."""
     kind, payload = event.get("type"), event.get("payload")
     body = payload if isinstance(payload, dict) else {}
@@ -172,7 +187,7 @@ def event_view(event: Row, answered: set[str]) -> dict[str, Any]:
     return {**event, "summary": summary, "flags": flags}
 
 
-def operation_view(op: Row) -> dict[str, Any]:
+def operation_view(op: OperationRow) -> dict[str, Any]:
     """An operation row with its decoded outcome detail."""
     record = op.get("record")
     outcome = record.get("outcome") if isinstance(record, dict) else None
@@ -181,22 +196,13 @@ def operation_view(op: Row) -> dict[str, Any]:
         ((_, detail),) = outcome.items()
         if isinstance(detail, dict):
             detail = {
-                key: (_maybe_json(value) if key.endswith("_json") else value)
+                key: (decode_json(value) if key.endswith("_json") else value)
                 for key, value in detail.items()
             }
     return {**op, "outcome_detail": detail}
 
 
-def _maybe_json(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def timer_view(timer: Row, now: datetime) -> dict[str, Any]:
+def timer_view(timer: TimerRow, now: datetime) -> dict[str, Any]:
     """A timer with its state: completed, due (wake time passed) or waiting."""
     if timer.get("completed_at"):
         state = "completed"
@@ -223,8 +229,7 @@ class Pages:
     def error(self, request: Request, status: int, title: str, message: str) -> Response:
         """An error as JSON under /api/, else as a page; never a stack trace."""
         if request.url.path.startswith("/api/"):
-            return json_response({"error": title, "message": message, "status": status},
-                                 status)
+            return json_response({"error": title, "message": message, "status": status}, status)
         return self.html("error.html", status, title=title, message=message, status=status)
 
     def guarded(self, request: Request, build: Callable[[Reader, datetime], Response]) -> Response:
@@ -233,12 +238,21 @@ class Pages:
             with self.db.snapshot() as reader:
                 return build(reader, datetime.now(UTC))
         except SchemaTooNew as error:
-            return self.error(request, 409, "Database schema is newer than this zincir",
-                              error.detail)
+            return self.error(
+                request, 409, "Database schema is newer than this zincir", error.detail
+            )
         except NotAZincirDatabase as error:
             return self.error(request, 500, "Not a zincir database", error.detail)
+        except DatabaseCorrupt as error:
+            return self.error(
+                request, 500, "The database is damaged and cannot be read", error.detail
+            )
+        except StoreUnavailable as error:
+            return self.error(request, 503, "The database is busy or unavailable", error.detail)
         except StoreError as error:
             return self.error(request, 500, "The database could not be read", error.detail)
+        except InvalidInput as error:
+            return self.error(request, 400, "Bad request", error.detail)
 
     # -- run list -----------------------------------------------------------------------
 
@@ -251,8 +265,9 @@ class Pages:
 
         def build(reader: Reader, now: datetime) -> Response:
             runs = [run_summary(run, now) for run in reader.list_runs(status, LIST_LIMIT)]
-            return self.html("runs.html", runs=runs, status=status, statuses=STATUSES,
-                             limit=LIST_LIMIT, now=now)
+            return self.html(
+                "runs.html", runs=runs, status=status, statuses=STATUSES, limit=LIST_LIMIT, now=now
+            )
 
         return self.guarded(request, build)
 
@@ -268,48 +283,64 @@ class Pages:
     # -- one run ------------------------------------------------------------------------
 
     def _cursor(self, request: Request) -> int:
-        """The ``after_seq`` of the requested event page (from ?after_seq= or ?page=)."""
+        """The ``after_seq`` of the requested event page (from ?after_seq= or ?page=).
+
+        Only ASCII digits count (``str.isdigit`` also accepts ``²`` and other scripts'
+        digits); a page past the end of the log is an empty page, not an error.
+        """
         params = request.query_params
         for name in ("after_seq", "page"):
             raw = params.get(name)
             if raw is None or raw == "":
                 continue
-            if not raw.isdigit() or len(raw) > 18:
-                raise HTTPException(400, f"{name} must be a non-negative integer")
+            if not (raw.isascii() and raw.isdigit()) or len(raw) > MAX_CURSOR_DIGITS:
+                raise HTTPException(
+                    400,
+                    f"{name} must be a non-negative integer of at most {MAX_CURSOR_DIGITS} digits",
+                )
             value = int(raw)
             if name == "page":
-                return max(value - 1, 0) * EVENT_PAGE_SIZE
-            return value
+                value = max(value - 1, 0) * EVENT_PAGE_SIZE
+            return min(value, MAX_SEQUENCE)
         return 0
 
-    def _run_detail(self, reader: Reader, run: Row, after: int, now: datetime) -> dict[str, Any]:
+    def _run_detail(
+        self, reader: Reader, run: RunRecord, after: int, now: datetime
+    ) -> dict[str, Any]:
         run_id = str(run["id"])
-        events = reader.events(run_id, after)
+        events = reader.events(run_id, after, EVENT_PAGE_SIZE)
         intent_ids = [
-            str(e["tool_call_id"]) for e in events
+            str(e["tool_call_id"])
+            for e in events
             if e.get("type") == "tool_call" and e.get("tool_call_id") is not None
         ]
         answered = reader.answered(run_id, intent_ids)
         last_seq = int(run.get("last_seq") or 0)
         next_after = events[-1]["seq"] if events and events[-1]["seq"] < last_seq else None
-        parent = reader.get_run(run["parent_id"]) if run.get("parent_id") else None
+        parent = reader.get_run(run["parent_id"]) if run["parent_id"] else None
         detail = {
-            "run": {**run_summary(run, now), "result": run.get("result")},
-            "config": run.get("config"),
+            "run": {**run_summary(run, now), "result": decode_json(run["result"])},
+            "config": decode_json(run["config"]),
             "parent": run_summary(parent, now) if parent else None,
-            "children": [run_summary(child, now) for child in reader.children(run_id)],
+            "children": [run_summary(child, now) for child in reader.children(run_id, ROW_LIMIT)],
             "usage": reader.usage(run),
             "pending_tools": [
-                {"seq": row["seq"], "created_at": row["created_at"],
-                 **(row["payload"] if isinstance(row["payload"], dict) else
-                    {"id": row.get("tool_call_id"), "payload": row["payload"]})}
-                for row in reader.pending_tools(run_id)
+                {
+                    "seq": row["seq"],
+                    "created_at": row["created_at"],
+                    **(
+                        row["payload"]
+                        if isinstance(row["payload"], dict)
+                        else {"id": row.get("tool_call_id"), "payload": row["payload"]}
+                    ),
+                }
+                for row in reader.pending_tools(run_id, ROW_LIMIT)
             ],
-            "checkpoints": reader.checkpoints(run_id),
-            "operations": [operation_view(op) for op in reader.operations(run_id)],
-            "steps": reader.steps(run_id),
-            "timers": [timer_view(timer, now) for timer in reader.timers(run_id)],
-            "messages": reader.messages(run_id),
+            "checkpoints": reader.checkpoints(run_id, ROW_LIMIT),
+            "operations": [operation_view(op) for op in reader.operations(run_id, ROW_LIMIT)],
+            "steps": reader.steps(run_id, ROW_LIMIT),
+            "timers": [timer_view(timer, now) for timer in reader.timers(run_id, ROW_LIMIT)],
+            "messages": reader.messages(run_id, ROW_LIMIT),
             "events": [event_view(event, answered) for event in events],
             "after_seq": after,
             "next_after_seq": next_after,
@@ -319,8 +350,9 @@ class Pages:
         return detail
 
     def _missing_run(self, request: Request, run_id: str) -> Response:
-        return self.error(request, 404, "Run not found",
-                          f"No run has the id {run_id!r} in this database.")
+        return self.error(
+            request, 404, "Run not found", f"No run has the id {run_id!r} in this database."
+        )
 
     def _with_run(
         self, request: Request, render: Callable[[dict[str, Any], int, datetime], Response]
@@ -346,23 +378,32 @@ class Pages:
                 "prev": max(after - EVENT_PAGE_SIZE, 0) if after > 0 else None,
                 "next": detail["next_after_seq"],
                 "last": (pages - 1) * EVENT_PAGE_SIZE
-                if detail["next_after_seq"] is not None else None,
+                if detail["next_after_seq"] is not None
+                else None,
                 "page": after // EVENT_PAGE_SIZE + 1,
                 "pages": pages,
                 "aligned": after % EVENT_PAGE_SIZE == 0,
             }
             sections = {
                 "pending tool intents": detail["pending_tools"],
-                "checkpoints": detail["checkpoints"], "operations": detail["operations"],
-                "steps": detail["steps"], "timers": detail["timers"],
-                "messages": detail["messages"], "child runs": detail["children"],
+                "checkpoints": detail["checkpoints"],
+                "operations": detail["operations"],
+                "steps": detail["steps"],
+                "timers": detail["timers"],
+                "messages": detail["messages"],
+                "child runs": detail["children"],
             }
             empty = [name for name, rows in sections.items() if not rows]
-            return self.html("run.html", d=detail, nav=nav, now=now, empty=empty,
-                             config_text=pretty_capped(detail["config"]),
-                             result_text=pretty_capped(detail["run"]["result"]),
-                             page_of=lambda seq: (max(int(seq), 1) - 1)
-                             // EVENT_PAGE_SIZE * EVENT_PAGE_SIZE)
+            return self.html(
+                "run.html",
+                d=detail,
+                nav=nav,
+                now=now,
+                empty=empty,
+                config_text=pretty_capped(detail["config"]),
+                result_text=pretty_capped(detail["run"]["result"]),
+                page_of=lambda seq: (max(int(seq), 1) - 1) // EVENT_PAGE_SIZE * EVENT_PAGE_SIZE,
+            )
 
         return self._with_run(request, render)
 
@@ -378,8 +419,12 @@ class Pages:
 def json_response(data: Any, status: int = 200) -> Response:
     """JSON that tolerates any stored value (``default=str``)."""
     body = json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":"))
-    return Response(body, status_code=status, media_type="application/json",
-                    headers={"cache-control": "no-store"})
+    return Response(
+        body,
+        status_code=status,
+        media_type="application/json",
+        headers={"cache-control": "no-store"},
+    )
 
 
 def _environment() -> Environment:
@@ -389,9 +434,16 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(pretty=pretty, pretty_capped=pretty_capped, utc=utc_text, iso=iso_text,
-                       run_url=run_url, status_class=status_class, event_class=event_class,
-                       preview=preview)
+    env.filters.update(
+        pretty=pretty,
+        pretty_capped=pretty_capped,
+        utc=utc_text,
+        iso=iso_text,
+        run_url=run_url,
+        status_class=status_class,
+        event_class=event_class,
+        preview=preview,
+    )
     env.globals.update(age=age)
     return env
 
@@ -403,8 +455,9 @@ def create_app(
 ) -> Starlette:
     """The inspector for a zincir SQLite file, answering only requests addressed to ``address``.
 
-    Raises NotAZincirDatabase when the file is missing or holds no zincir schema; a schema
-    newer than this code is served as a readable 409 page instead.
+    Raises NotAZincirDatabase when the file is missing, not SQLite or holds no zincir schema
+    (DatabaseCorrupt when its schema cannot be read); a schema newer than this code is
+    served as a readable 409 page instead, damaged pages met later as a readable 500 page.
     """
     db = database if isinstance(database, InspectorDatabase) else InspectorDatabase(database)
     try:
@@ -421,8 +474,12 @@ def create_app(
         return pages.error(request, status, title, str(detail))
 
     def crashed(request: Request, exc: Exception) -> Response:
-        response = pages.error(request, 500, "Internal error",
-                               f"The inspector failed to render this page ({type(exc).__name__}).")
+        response = pages.error(
+            request,
+            500,
+            "Internal error",
+            f"The inspector failed to render this page ({type(exc).__name__}).",
+        )
         for name, value in SECURITY_HEADERS:  # this handler runs outside the middleware
             response.headers[name] = value
         return response
@@ -433,8 +490,7 @@ def create_app(
             Route("/runs/{run_id:path}", pages.show_run, methods=["GET"]),
             Route("/api/runs", pages.api_runs, methods=["GET"]),
             Route("/api/runs/{run_id:path}", pages.api_run, methods=["GET"]),
-            Mount("/static", StaticFiles(packages=[("zincir.inspector", "static")]),
-                  name="static"),
+            Mount("/static", StaticFiles(packages=[("zincir.inspector", "static")]), name="static"),
         ],
         exception_handlers={HTTPException: http_error, Exception: crashed},
     )

@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import click
 
-from .._errors import InvalidInput, NotAZincirDatabase, SchemaTooNew, StoreError
-from ..store import default_database_path
-from ..store._sqlite import sqlite_path_from_url
+from .._cli_options import database_option, read_only_database
+from .._errors import InvalidInput, SchemaTooNew, ZincirError
 from ._db import InspectorDatabase
 from ._security import ADDRESS_ENV, UIAddress, address_from_env
 
-__all__ = ["resolve_database_path", "serve", "ui_command"]
-
-
-def resolve_database_path(option: str | None) -> str:
-    """``--db``, else ``$ZINCIR_DATABASE_PATH``, else ``./zincir.db``, as a file path."""
-    target = option or default_database_path()
-    if target.startswith(("postgresql://", "postgres://")):
-        raise InvalidInput("the inspector reads SQLite databases only; pass --db PATH")
-    return sqlite_path_from_url(target)
+__all__ = ["serve", "ui_command"]
 
 
 def serve(database: InspectorDatabase, address: UIAddress) -> None:
@@ -46,14 +37,8 @@ def serve(database: InspectorDatabase, address: UIAddress) -> None:
 
 
 @click.command("ui")
-@click.option(
-    "--db",
-    "db_path",
-    metavar="PATH",
-    default=None,
-    help="The zincir SQLite database (default: $ZINCIR_DATABASE_PATH, else ./zincir.db).",
-)
-def ui_command(db_path: str | None) -> None:
+@database_option
+def ui_command(database: str) -> None:
     """Serve the read-only run inspector on http://127.0.0.1:8787.
 
     Set ZINCIR_UI_ADDRESS to another loopback address or port (127.0.0.2:9000, [::1]:8787,
@@ -62,14 +47,13 @@ def ui_command(db_path: str | None) -> None:
     """
     try:
         address = address_from_env()
-        path = resolve_database_path(db_path)
+        view = read_only_database(database)
     except InvalidInput as error:
         raise click.ClickException(error.detail) from None
-    database = InspectorDatabase(path)
     try:
-        database.check()
+        view.check()
     except SchemaTooNew as error:
         click.echo(f"warning: {error.detail}; every page will say so", err=True)
-    except (NotAZincirDatabase, StoreError) as error:
+    except ZincirError as error:
         raise click.ClickException(error.detail) from None
-    serve(database, address)
+    serve(view, address)

@@ -41,9 +41,9 @@ SECURITY_HEADERS: tuple[tuple[str, str], ...] = (
 )
 
 Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+ASGIMessage = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[ASGIMessage]]
+Send = Callable[[ASGIMessage], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
@@ -107,7 +107,7 @@ def parse_address(text: str | None) -> UIAddress:
         close = raw.find("]")
         if close < 0:
             raise _refuse(raw, "has an unclosed '['")
-        host, rest = raw[1:close], raw[close + 1:]
+        host, rest = raw[1:close], raw[close + 1 :]
         if rest and not rest.startswith(":"):
             raise _refuse(raw, "has text after ']' that is not ':PORT'")
         port_text = rest[1:]
@@ -131,7 +131,7 @@ def address_from_env() -> UIAddress:
     return parse_address(os.environ.get(ADDRESS_ENV))
 
 
-def _plain_response(status: int, text: str, extra: list[tuple[bytes, bytes]]) -> list[Message]:
+def _plain_response(status: int, text: str, extra: list[tuple[bytes, bytes]]) -> list[ASGIMessage]:
     body = text.encode("utf-8")
     headers = [
         (b"content-type", b"text/plain; charset=utf-8"),
@@ -183,7 +183,7 @@ class SecurityMiddleware:
             await send(message)
 
     def _with_headers(self, send: Send) -> Send:
-        async def wrapped(message: Message) -> None:
+        async def wrapped(message: ASGIMessage) -> None:
             if message["type"] == "http.response.start":
                 present = {name.lower() for name, _ in message.get("headers", ())}
                 extra = [pair for pair in self._headers if pair[0] not in present]

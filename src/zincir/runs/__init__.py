@@ -1,4 +1,4 @@
-"""Runs: AgentContext, leases and fencing, and the ResumeWorker (SPEC §4, §5)."""
+"""Runs: AgentContext, leases and fencing, and the ResumeWorker."""
 
 from ._context import AgentContext, Verifier
 from ._lease import MIN_LEASE_TTL, Lease

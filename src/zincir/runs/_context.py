@@ -2,34 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
-import apsw
-
-from .._errors import (
-    CheckpointError,
-    DuplicateToolCall,
-    InvalidInput,
-    RunExists,
-    UnknownToolCall,
-)
-from .._json import dumps, loads_strict
-from .._time import from_db, to_db
-from ..store import Event, SQLiteStore, one, scalar
-from ._lease import (
-    Heartbeat,
-    Lease,
-    NewEvent,
-    acquire,
-    check_run_id,
-    fenced_append,
-    new_owner_id,
-    release,
-    validate_ttl,
-)
+from .._errors import CheckpointError, DuplicateToolCall, InvalidInput
+from .._json import dumps
+from .._validate import check_id, check_optional_id, name_problem
+from ..store import CheckpointRecord, Lease, Store
+from ._lease import Heartbeat, check_run_id, new_owner_id, validate_ttl
 from ._types import (
     Checkpoint,
     CheckpointCandidate,
@@ -40,15 +23,10 @@ from ._types import (
     Verification,
 )
 
-__all__ = ["AgentContext", "Verifier"]
+__all__ = ["DEFAULT_LEASE_TTL", "AgentContext", "Verifier"]
 
-Verifier = Callable[[CheckpointCandidate], Awaitable[Verification]]
+Verifier = Callable[[CheckpointCandidate], Awaitable[Verification] | Verification]
 DEFAULT_LEASE_TTL = timedelta(seconds=30)
-
-
-def transition(old: str, new: str) -> NewEvent:
-    """The ``state_transition`` event that accompanies a status change."""
-    return ("state_transition", dumps({"from": old, "to": new}), None)
 
 
 class AgentContext:
@@ -58,7 +36,7 @@ class AgentContext:
     background heartbeat renews it between writes.
     """
 
-    def __init__(self, store: SQLiteStore, lease: Lease) -> None:
+    def __init__(self, store: Store, lease: Lease) -> None:
         self.store = store
         self._lease = lease
         self._heartbeat = Heartbeat(store, lease)
@@ -90,7 +68,7 @@ class AgentContext:
     @classmethod
     async def create(
         cls,
-        store: SQLiteStore,
+        store: Store,
         name: str,
         provider: str = "",
         config: Any = None,
@@ -99,106 +77,66 @@ class AgentContext:
         *,
         parent_id: str | None = None,
     ) -> AgentContext:
-        """Create a run (status ``running``) and take its lease."""
-        ttl = validate_ttl(lease_ttl, run_id=run_id)
+        """Create a run (status ``running``) and take its lease.
+
+        RunExists if ``run_id`` is taken; RunNotFound if ``parent_id`` names no run.
+        """
         run_id = check_run_id(run_id) if run_id is not None else str(uuid.uuid4())
-        if not isinstance(name, str) or not name:
-            raise InvalidInput("a run needs a non-empty name", run_id=run_id)
-        if not isinstance(provider, str):
-            raise InvalidInput("provider must be a string label", run_id=run_id)
+        ttl = validate_ttl(lease_ttl, run_id=run_id)
+        check_id(name, "a run name", run_id=run_id)
+        if provider != "" and name_problem("provider", provider) is not None:
+            raise InvalidInput(
+                f"provider must be a short text label: {name_problem('provider', provider)}",
+                run_id=run_id,
+            )
+        parent = check_optional_id(parent_id, "parent_id", run_id=run_id)
         config_json = dumps({} if config is None else config, what="config", run_id=run_id)
-        lease = Lease(run_id, new_owner_id(), 1, ttl)
-        started = transition("pending", "running")
-
-        def insert(conn: apsw.Connection) -> None:
-            now = store.clock()
-            stamp = to_db(now)
-            try:
-                conn.execute(
-                    "INSERT INTO agent_runs (id, parent_id, name, status, provider, config, "
-                    "lease_owner, lease_token, lease_expires_at, created_at, updated_at) "
-                    "VALUES (?, ?, ?, 'running', ?, ?, ?, 1, ?, ?, ?)",
-                    (run_id, parent_id, name, provider, config_json, lease.owner,
-                     lease.expiry(now), stamp, stamp),
-                )
-            except apsw.ConstraintError:
-                raise RunExists(
-                    "a run with this id already exists; use AgentContext.recover",
-                    run_id=run_id,
-                ) from None
-            fenced_append(conn, lease, now, [started])
-
-        await store.write(insert)
+        lease = await store.create_run(
+            run_id,
+            name=name,
+            owner=new_owner_id(),
+            ttl=ttl,
+            provider=provider,
+            config_json=config_json,
+            parent_id=parent,
+        )
         return cls._started(store, lease)
 
     @classmethod
     async def recover(
-        cls, store: SQLiteStore, run_id: str, *, lease_ttl: timedelta | float = DEFAULT_LEASE_TTL
+        cls, store: Store, run_id: str, *, lease_ttl: timedelta | float = DEFAULT_LEASE_TTL
     ) -> AgentContext:
         """Take over a run whose lease is absent or expired (raises LeaseHeld otherwise)."""
         return await cls._acquire(store, run_id, lease_ttl, force=False)
 
     @classmethod
     async def force_recover(
-        cls, store: SQLiteStore, run_id: str, *, lease_ttl: timedelta | float = DEFAULT_LEASE_TTL
+        cls, store: Store, run_id: str, *, lease_ttl: timedelta | float = DEFAULT_LEASE_TTL
     ) -> AgentContext:
         """Take over a run even from a live owner, fencing it; only once it is known dead."""
         return await cls._acquire(store, run_id, lease_ttl, force=True)
 
     @classmethod
     async def _acquire(
-        cls, store: SQLiteStore, run_id: str, lease_ttl: timedelta | float, *, force: bool
+        cls, store: Store, run_id: str, lease_ttl: timedelta | float, *, force: bool
     ) -> AgentContext:
-        ttl = validate_ttl(lease_ttl, run_id=run_id)
         check_run_id(run_id)
-        owner = new_owner_id()
-
-        def take(conn: apsw.Connection) -> Lease:
-            now = store.clock()
-            token, status = acquire(conn, run_id, owner, ttl, now, force=force)
-            lease = Lease(run_id, owner, token, ttl)
-            if status == "pending":
-                conn.execute("UPDATE agent_runs SET status = 'running' WHERE id = ?", (run_id,))
-                fenced_append(conn, lease, now, [transition("pending", "running")])
-            return lease
-
-        return cls._started(store, await store.write(take))
+        ttl = validate_ttl(lease_ttl, run_id=run_id)
+        lease = await store.acquire_run(run_id, owner=new_owner_id(), ttl=ttl, force=force)
+        return cls._started(store, lease)
 
     @classmethod
-    def _started(cls, store: SQLiteStore, lease: Lease) -> AgentContext:
+    def _started(cls, store: Store, lease: Lease) -> AgentContext:
         ctx = cls(store, lease)
         ctx._heartbeat.start()
         return ctx
 
     @classmethod
-    def adopt(cls, store: SQLiteStore, lease: Lease) -> AgentContext:
+    def adopt(cls, store: Store, lease: Lease) -> AgentContext:
         """Wrap a lease acquired elsewhere (a ResumeWorker claim) and start its heartbeat."""
         return cls._started(store, lease)
 
     # -- writes -------------------------------------------------------------------------
-
-    async def _append(
-        self,
-        events: list[NewEvent],
-        extra: Callable[[apsw.Connection], None] | None = None,
-        *,
-        after: Callable[[apsw.Connection, int], None] | None = None,
-    ) -> int:
-        """Append ``events`` fenced; ``extra`` runs before and ``after(conn, last_seq)`` after,
-        in the same transaction."""
-        self._heartbeat.check()
-        lease, clock = self._lease, self.store.clock
-
-        def write(conn: apsw.Connection) -> int:
-            now = clock()
-            if extra is not None:
-                extra(conn)
-            last_seq = fenced_append(conn, lease, now, events)
-            if after is not None:
-                after(conn, last_seq)
-            return last_seq
-
-        return await self.store.write(write)
 
     async def record_response(
         self,
@@ -215,6 +153,8 @@ class AgentContext:
         and stores nothing.
         """
         run_id = self.run_id
+        if isinstance(tool_calls, str | bytes | Mapping) or not isinstance(tool_calls, Iterable):
+            raise InvalidInput("tool_calls must be a list of ToolCall (or mappings)", run_id=run_id)
         calls = [ToolCall.coerce(call, run_id=run_id) for call in tool_calls]
         seen: set[str] = set()
         for call in calls:
@@ -223,6 +163,12 @@ class AgentContext:
                     f"tool call id {call.id!r} appears twice in one response", run_id=run_id
                 )
             seen.add(call.id)
+        if stop_reason is not None and not isinstance(stop_reason, str):
+            raise InvalidInput("stop_reason must be a str or None", run_id=run_id)
+        if usage is not None and not isinstance(usage, Mapping):
+            raise InvalidInput("usage must be a mapping of counters", run_id=run_id)
+        if model is not None:
+            check_id(model, "model", run_id=run_id)
         payload: dict[str, Any] = {
             "content": content,
             "tool_calls": [call.to_json() for call in calls],
@@ -232,152 +178,73 @@ class AgentContext:
             payload["usage"] = dict(usage)
         if model is not None:
             payload["model"] = model
-        events: list[NewEvent] = [("llm_call", dumps(payload, what="response", run_id=run_id),
-                                   None)]
-        events += [
-            ("tool_call", dumps(call.to_json(), what="tool arguments", run_id=run_id), call.id)
-            for call in calls
+        response = dumps(payload, what="response", run_id=run_id)
+        intents = [
+            (call.id, dumps(call.to_json(), what="tool arguments", run_id=run_id)) for call in calls
         ]
-        ids = [call.id for call in calls]
-
-        def open_intents(conn: apsw.Connection, last_seq: int) -> None:
-            first = last_seq - len(ids) + 1
-            conn.executemany(
-                "INSERT INTO open_intents (run_id, tool_call_id, seq) VALUES (?, ?, ?)",
-                [(run_id, call_id, first + i) for i, call_id in enumerate(ids)],
-            )
-
-        try:
-            last = await self._append(events, after=open_intents if ids else None)
-        except apsw.ConstraintError:
-            raise DuplicateToolCall(
-                "a tool call id in this response already has an intent in the run; "
-                "nothing was stored",
-                run_id=run_id,
-            ) from None
-        return last - len(calls)
+        self._heartbeat.check()
+        return await self.store.record_response(self._lease, response, intents)
 
     async def record_tool_result(self, call_id: str, result: Any, *, is_error: bool = False) -> int:
         """Record the result of a pending tool intent; returns the event's seq."""
         run_id = self.run_id
-        if not isinstance(call_id, str) or not call_id:
-            raise InvalidInput("call_id must be a non-empty string", run_id=run_id)
+        check_id(call_id, "call_id", run_id=run_id)
         body = dumps(
             {"id": call_id, "result": result, "is_error": bool(is_error)},
-            what="tool result", run_id=run_id,
+            what="tool result",
+            run_id=run_id,
         )
-
-        def check_intent(conn: apsw.Connection) -> None:
-            intent = conn.execute(
-                "SELECT 1 FROM events WHERE run_id = ? AND type = 'tool_call' "
-                "AND tool_call_id = ?",
-                (run_id, call_id),
-            ).fetchone()
-            if intent is None:
-                raise UnknownToolCall(
-                    f"no tool intent {call_id!r}; record_response must record it first",
-                    run_id=run_id,
-                )
-
-        def close_intent(conn: apsw.Connection, last_seq: int) -> None:
-            conn.execute(
-                "DELETE FROM open_intents WHERE run_id = ? AND tool_call_id = ?",
-                (run_id, call_id),
-            )
-
-        try:
-            return await self._append(
-                [("tool_result", body, call_id)], check_intent, after=close_intent
-            )
-        except apsw.ConstraintError:
-            raise DuplicateToolCall(
-                f"tool call {call_id!r} already has a result", run_id=run_id
-            ) from None
+        self._heartbeat.check()
+        return await self.store.record_tool_result(self._lease, call_id, body)
 
     async def checkpoint(
         self, candidate: CheckpointCandidate | Mapping[str, Any], verify: Verifier
     ) -> CheckpointOutcome:
         """Persist ``candidate``, run ``verify`` on it, then persist the decision.
 
-        If a candidate equal to this one is pending from an interrupted attempt, it is
-        verified instead of proposing a new round.
+        ``verify`` may be async or plain. If a candidate equal to this one is pending from
+        an interrupted attempt, it is verified instead of proposing a new round.
         """
         run_id = self.run_id
+        _check_verifier(verify, run_id)
         proposal = CheckpointCandidate.coerce(candidate, run_id=run_id)
-        state_json = dumps(proposal.to_json(), what="checkpoint candidate", run_id=run_id)
-        pending = await self.pending_checkpoint()
+        body = proposal.to_json()
+        state_json = dumps(body, what="checkpoint candidate", run_id=run_id)
+        pending = await self.store.proposed_checkpoint(run_id)
         if pending is not None:
-            if dumps(pending.candidate.to_json()) != state_json:
+            if dumps(pending.candidate) != state_json:
                 raise CheckpointError(
-                    f"checkpoint {pending.checkpoint_id} (round {pending.round}) is still "
+                    f"checkpoint {pending.id} (round {pending.round}) is still "
                     "pending verification; verify it with resume_checkpoint() first",
                     run_id=run_id,
                 )
             return await self._decide(pending, verify)
-        return await self._decide(await self._propose(state_json, proposal), verify)
+        self._heartbeat.check()
+        proposed = await self.store.propose_checkpoint(self._lease, body, state_json)
+        return await self._decide(proposed, verify)
 
     async def resume_checkpoint(self, verify: Verifier) -> CheckpointOutcome | None:
         """Verify the candidate a crash left pending; None if there is none."""
-        pending = await self.pending_checkpoint()
+        _check_verifier(verify, self.run_id)
+        pending = await self.store.proposed_checkpoint(self.run_id)
         return None if pending is None else await self._decide(pending, verify)
 
-    async def _propose(self, state_json: str, proposal: CheckpointCandidate) -> PendingCheckpoint:
-        self._heartbeat.check()
-        lease, clock, run_id = self._lease, self.store.clock, self.run_id
-
-        def write(conn: apsw.Connection) -> PendingCheckpoint:
-            now = clock()
-            lineage = fenced_append(conn, lease, now)
-            round_no = scalar(
-                conn, "SELECT COALESCE(MAX(round), 0) + 1 FROM checkpoints WHERE run_id = ?",
-                (run_id,),
-            )
-            checkpoint_id = scalar(
-                conn,
-                "INSERT INTO checkpoints (run_id, round, status, state, lineage_seq, "
-                "proposed_seq, created_at) VALUES (?, ?, 'proposed', ?, ?, ?, ?) RETURNING id",
-                (run_id, round_no, state_json, lineage, lineage + 1, to_db(now)),
-            )
-            event = dumps({"checkpoint_id": checkpoint_id, "round": round_no,
-                           "lineage_seq": lineage, "candidate": proposal.to_json()})
-            fenced_append(conn, lease, now, [("checkpoint_proposed", event, None)])
-            return PendingCheckpoint(checkpoint_id, round_no, proposal, lineage)
-
-        return await self.store.write(write)
-
-    async def _decide(self, pending: PendingCheckpoint, verify: Verifier) -> CheckpointOutcome:
+    async def _decide(self, pending: CheckpointRecord, verify: Verifier) -> CheckpointOutcome:
         run_id = self.run_id
-        verdict = await verify(pending.candidate)
+        verdict = verify(CheckpointCandidate.from_json(pending.candidate))
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
         if not isinstance(verdict, Verification):
             raise InvalidInput(
-                f"verify must return Verification(passed, evidence), not {verdict!r}",
+                f"verify must return Verification(passed, evidence), not {verdict!r}; the "
+                "candidate stays pending for resume_checkpoint()",
                 run_id=run_id,
             )
         accepted = bool(verdict.passed)
-        status = "accepted" if accepted else "rejected"
-        evidence_json = dumps(verdict.evidence, what="verifier evidence", run_id=run_id)
-        event = dumps({"checkpoint_id": pending.checkpoint_id, "round": pending.round,
-                       "lineage_seq": pending.lineage_seq,
-                       "evidence": verdict.evidence})
+        dumps(verdict.evidence, what="verifier evidence", run_id=run_id)
         self._heartbeat.check()
-        lease, clock = self._lease, self.store.clock
-
-        def write(conn: apsw.Connection) -> None:
-            now = clock()
-            seq = fenced_append(conn, lease, now, [(f"checkpoint_{status}", event, None)])
-            decided = conn.execute(
-                "UPDATE checkpoints SET status = ?, evidence = ?, decided_seq = ?, "
-                "decided_at = ? WHERE id = ? AND status = 'proposed' RETURNING 1",
-                (status, evidence_json, seq, to_db(now), pending.checkpoint_id),
-            ).fetchone()
-            if decided is None:
-                raise CheckpointError(
-                    f"checkpoint {pending.checkpoint_id} already has a verifier decision",
-                    run_id=run_id,
-                )
-
-        await self.store.write(write)
-        return CheckpointOutcome(accepted, pending.checkpoint_id, pending.round, verdict.evidence)
+        await self.store.decide_checkpoint(self._lease, pending, accepted, verdict.evidence)
+        return CheckpointOutcome(accepted, pending.id, pending.round, verdict.evidence)
 
     async def complete(self, result: Any = None) -> None:
         """Mark the run completed (with an optional JSON result) and clear its lease."""
@@ -390,19 +257,10 @@ class AgentContext:
     async def _finish(self, status: str, *, result: Any = None, error: str | None = None) -> None:
         run_id = self.run_id
         result_json = None if result is None else dumps(result, what="result", run_id=run_id)
+        if error is not None:  # a description, kept as valid UTF-8 whatever it holds
+            error = error.encode("utf-8", "backslashreplace").decode("utf-8")
         self._heartbeat.check()
-        lease, clock = self._lease, self.store.clock
-
-        def write(conn: apsw.Connection) -> None:
-            now = clock()
-            fenced_append(conn, lease, now, [transition("running", status)])
-            conn.execute(
-                "UPDATE agent_runs SET status = ?, result = ?, last_error = ?, lease_owner = NULL, "
-                "lease_expires_at = NULL WHERE id = ?",
-                (status, result_json, error, run_id),
-            )
-
-        await self.store.write(write)
+        await self.store.finish_run(self._lease, status, result_json=result_json, error=error)
         self._done = True
         await self._heartbeat.stop()
 
@@ -412,8 +270,7 @@ class AgentContext:
         if self._done:
             return
         self._done = True
-        lease, clock = self._lease, self.store.clock
-        await self.store.write(lambda conn: release(conn, lease, clock()))
+        await self.store.release_lease(self._lease)
 
     async def close(self) -> None:
         """Same as :meth:`release`: stop heartbeating and free the lease."""
@@ -429,75 +286,48 @@ class AgentContext:
 
     async def state(self) -> DurableState:
         """The latest accepted checkpoint plus only the events after its acceptance."""
-        run_id = self.run_id
-
-        def read(conn: apsw.Connection) -> DurableState:
-            status, config, last_seq = one(
-                conn, "SELECT status, config, last_seq FROM agent_runs WHERE id = ?", (run_id,)
+        stored = await self.store.load_state(self.run_id)
+        record = stored.checkpoint
+        checkpoint = None
+        if record is not None:
+            assert record.decided_seq is not None and record.decided_at is not None
+            checkpoint = Checkpoint(
+                record.id,
+                record.round,
+                CheckpointCandidate.from_json(record.candidate),
+                record.evidence,
+                record.lineage_seq,
+                record.decided_seq,
+                record.decided_at,
             )
-            row = conn.execute(
-                "SELECT id, round, state, evidence, lineage_seq, decided_seq, decided_at "
-                "FROM checkpoints WHERE run_id = ? AND status = 'accepted' "
-                "ORDER BY round DESC LIMIT 1",
-                (run_id,),
-            ).fetchone()
-            checkpoint = None
-            after = 0
-            if row is not None:
-                cid, round_no, state, evidence, lineage, decided_seq, decided_at = row
-                checkpoint = Checkpoint(
-                    cid, round_no, CheckpointCandidate.from_json(loads_strict(state)),
-                    None if evidence is None else loads_strict(evidence),
-                    lineage, decided_seq, from_db(decided_at),
-                )
-                after = decided_seq
-            events = [
-                Event(run_id, seq, kind, loads_strict(payload), from_db(created))
-                for seq, kind, payload, created in conn.execute(
-                    "SELECT seq, type, payload, created_at FROM events "
-                    "WHERE run_id = ? AND seq > ? ORDER BY seq",
-                    (run_id, after),
-                )
-            ]
-            return DurableState(run_id, status, loads_strict(config), checkpoint, events,
-                                last_seq)
-
-        return await self.store.read(read)
+        return DurableState(
+            stored.run_id, stored.status, stored.config, checkpoint, stored.events, stored.last_seq
+        )
 
     async def pending_tools(self) -> list[ToolCall]:
         """Tool intents without a result, in the order they were recorded."""
-        run_id = self.run_id
-
-        def read(conn: apsw.Connection) -> list[ToolCall]:
-            rows = conn.execute(
-                "SELECT intent.payload FROM open_intents AS open JOIN events AS intent "
-                "ON intent.run_id = open.run_id AND intent.seq = open.seq "
-                "WHERE open.run_id = ? ORDER BY open.seq",
-                (run_id,),
-            )
-            calls = []
-            for (payload,) in rows:
-                data = loads_strict(payload)
-                calls.append(ToolCall(data["id"], data["name"], data["arguments"]))
-            return calls
-
-        return await self.store.read(read)
+        return [
+            ToolCall(data["id"], data["name"], data["arguments"])
+            for data in await self.store.open_intents(self.run_id)
+        ]
 
     async def pending_checkpoint(self) -> PendingCheckpoint | None:
         """The candidate a crash left unverified, or None."""
-        run_id = self.run_id
+        record = await self.store.proposed_checkpoint(self.run_id)
+        if record is None:
+            return None
+        return PendingCheckpoint(
+            record.id,
+            record.round,
+            CheckpointCandidate.from_json(record.candidate),
+            record.lineage_seq,
+        )
 
-        def read(conn: apsw.Connection) -> PendingCheckpoint | None:
-            row = conn.execute(
-                "SELECT id, round, state, lineage_seq FROM checkpoints "
-                "WHERE run_id = ? AND status = 'proposed' ORDER BY round DESC LIMIT 1",
-                (run_id,),
-            ).fetchone()
-            if row is None:
-                return None
-            cid, round_no, state, lineage = row
-            return PendingCheckpoint(
-                cid, round_no, CheckpointCandidate.from_json(loads_strict(state)), lineage
-            )
 
-        return await self.store.read(read)
+def _check_verifier(verify: object, run_id: str) -> None:
+    """A verifier must be callable; checked before the candidate is stored."""
+    if not callable(verify):
+        raise InvalidInput(
+            f"verify must be a callable (candidate) -> Verification, not {verify!r}",
+            run_id=run_id,
+        )

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from .._errors import InvalidInput
+from .._validate import check_id
 from ..store import Event
 
 __all__ = [
@@ -48,17 +49,10 @@ class ToolCall:
                 f"tool calls must be ToolCall or mappings, not {type(value).__name__}",
                 run_id=run_id,
             )
-        if not isinstance(call.id, str) or not call.id or len(call.id.encode()) > 256:
-            raise InvalidInput(
-                f"a tool call id must be a non-empty string of at most 256 bytes: {call.id!r}",
-                run_id=run_id,
-            )
-        if not isinstance(call.name, str) or not call.name:
-            raise InvalidInput(f"tool call {call.id!r} needs a non-empty name", run_id=run_id)
+        check_id(call.id, "a tool call id", run_id=run_id)
+        check_id(call.name, f"the name of tool call {call.id!r}", run_id=run_id)
         if not isinstance(call.arguments, Mapping):
-            raise InvalidInput(
-                f"tool call {call.id!r}: arguments must be a dict", run_id=run_id
-            )
+            raise InvalidInput(f"tool call {call.id!r}: arguments must be a dict", run_id=run_id)
         return call
 
     def to_json(self) -> dict[str, Any]:
@@ -88,8 +82,13 @@ class CheckpointCandidate:
                 f"not {type(value).__name__}",
                 run_id=run_id,
             )
-        unknown = set(value) - {"completed", "remaining", "artifacts", "failed_attempts",
-                                "evidence"}
+        unknown = set(value) - {
+            "completed",
+            "remaining",
+            "artifacts",
+            "failed_attempts",
+            "evidence",
+        }
         if unknown:
             raise InvalidInput(
                 f"unknown checkpoint candidate fields: {sorted(unknown)}", run_id=run_id

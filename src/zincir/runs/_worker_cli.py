@@ -11,8 +11,10 @@ from typing import cast
 
 import click
 
+from .._cli_options import Seconds, database_option
 from .._errors import ZincirError
 from .._target import import_target
+from .._validate import MAX_COUNT
 from ..store import open_store
 from ._worker import Handler, ResumeWorker
 
@@ -41,34 +43,65 @@ async def _serve(worker: ResumeWorker, handler: Handler) -> None:
 
 @click.command("worker")
 @click.argument("target")
-@click.option("--db", "database", default=None, metavar="PATH",
-              help="SQLite database (default: $ZINCIR_DATABASE_PATH, else ./zincir.db).")
-@click.option("--lease-ttl", type=click.FloatRange(min=0.03), default=30.0, show_default=True,
-              help="Lease of each claimed run, in seconds.")
-@click.option("--poll-interval", type=click.FloatRange(min=0.001), default=1.0,
-              show_default=True, help="Seconds between polls when nothing is claimable.")
-@click.option("--max-concurrency", type=click.IntRange(min=1), default=10, show_default=True,
-              help="Handlers running at once.")
-@click.option("--max-attempts", type=click.IntRange(min=1), default=None,
-              help="Mark a run failed after this many unfinished attempts (default: no limit).")
-def worker_command(target: str, database: str | None, lease_ttl: float, poll_interval: float,
-                   max_concurrency: int, max_attempts: int | None) -> None:
+@database_option
+@click.option(
+    "--lease-ttl",
+    type=Seconds(0.03),
+    default=30.0,
+    show_default=True,
+    help="Lease of each claimed run, in seconds.",
+)
+@click.option(
+    "--poll-interval",
+    type=Seconds(0.001),
+    default=1.0,
+    show_default=True,
+    help="Seconds between polls when nothing is claimable.",
+)
+@click.option(
+    "--max-concurrency",
+    type=click.IntRange(1, MAX_COUNT),
+    default=10,
+    show_default=True,
+    help="Handlers running at once.",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1, MAX_COUNT),
+    default=None,
+    help="Mark a run failed after this many unfinished attempts (default: no limit).",
+)
+def worker_command(
+    target: str,
+    database: str,
+    lease_ttl: float,
+    poll_interval: float,
+    max_concurrency: int,
+    max_attempts: int | None,
+) -> None:
     """Resume abandoned and due runs with the async handler TARGET (module:function).
 
     The handler receives an owned AgentContext and must complete() or close() it. Runs
     until SIGINT or SIGTERM, then waits for the handlers in flight.
     """
     handler = load_handler(target)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr
+    )
     try:
         store = open_store(database)
     except ZincirError as error:
         raise click.ClickException(str(error)) from None
-    worker = (ResumeWorker(store, timedelta(seconds=lease_ttl), max_attempts=max_attempts)
-              .poll_interval(poll_interval).max_concurrency(max_concurrency))
-    click.echo(f"zincir worker: serving {store.path} with {target} "
-               f"(max {max_concurrency} at once); stop with Ctrl-C", err=True)
+    worker = (
+        ResumeWorker(store, timedelta(seconds=lease_ttl), max_attempts=max_attempts)
+        .poll_interval(poll_interval)
+        .max_concurrency(max_concurrency)
+    )
+    click.echo(
+        f"zincir worker: serving {store.path} with {target} "
+        f"(max {max_concurrency} at once); stop with Ctrl-C",
+        err=True,
+    )
     try:
         asyncio.run(_serve(worker, handler))
     finally:

@@ -1,4 +1,8 @@
-"""The embedded store: ``open_store`` picks the backend from the path or URL."""
+"""The store layer: the ``Store`` protocol, its typed records and ``open_store``.
+
+``open_store`` picks the backend from the path or URL; every SQL statement zincir runs
+lives in a backend folder below this package (``sqlite/``).
+"""
 
 from __future__ import annotations
 
@@ -8,15 +12,63 @@ from typing import Literal
 
 from .._errors import InvalidInput
 from .._time import Clock
-from ._models import TERMINAL_STATUSES, Event, one, scalar
-from ._sqlite import SQLiteStore, migrations, sqlite_path_from_url
+from ._operation_records import (
+    NewOperation,
+    OperationClaim,
+    OperationKey,
+    OperationOutcome,
+    OperationRow,
+)
+from ._protocol import Store
+from ._records import (
+    LIVE_STATUSES,
+    RUN_COLUMNS,
+    TERMINAL_STATUSES,
+    CheckpointRecord,
+    Event,
+    Lease,
+    NewEvent,
+    RunRecord,
+    RunState,
+)
+from ._workflow_records import (
+    ChildOutcome,
+    ChildResult,
+    ReceivedMessage,
+    StepClaim,
+    TimerRecord,
+    WaitAttempt,
+)
+from .sqlite import SQLiteStore, migrations, sqlite_path_from_url
 
 __all__ = [
-    "TERMINAL_STATUSES", "Event", "SQLiteStore", "Store", "migrations", "one", "open_store",
-    "scalar",
+    "LIVE_STATUSES",
+    "RUN_COLUMNS",
+    "TERMINAL_STATUSES",
+    "CheckpointRecord",
+    "ChildOutcome",
+    "ChildResult",
+    "Event",
+    "Lease",
+    "NewEvent",
+    "NewOperation",
+    "OperationClaim",
+    "OperationKey",
+    "OperationOutcome",
+    "OperationRow",
+    "ReceivedMessage",
+    "RunRecord",
+    "RunState",
+    "SQLiteStore",
+    "StepClaim",
+    "Store",
+    "TimerRecord",
+    "WaitAttempt",
+    "default_database_path",
+    "migrations",
+    "open_store",
+    "sqlite_path_from_url",
 ]
-
-Store = SQLiteStore
 
 
 def default_database_path() -> str:
@@ -31,13 +83,23 @@ def open_store(
     busy_timeout: timedelta | float = timedelta(seconds=30),
     clock: Clock | None = None,
 ) -> SQLiteStore:
-    """Open and migrate a store at a path or ``sqlite:///path`` (default $ZINCIR_DATABASE_PATH)."""
+    """Open and migrate a store at a path or ``sqlite:///path`` (default $ZINCIR_DATABASE_PATH).
+
+    A file that is not SQLite or holds another application's tables is refused untouched
+    (NotAZincirDatabase); a read-only one raises DatabaseReadOnly.
+    """
+    if url_or_path is not None and not isinstance(url_or_path, str | os.PathLike):
+        raise InvalidInput(f"open_store takes a path or URL, not {type(url_or_path).__name__}")
     target = os.fspath(url_or_path) if url_or_path is not None else default_database_path()
+    if isinstance(target, bytes):
+        raise InvalidInput("open_store takes a text path, not bytes")
     if target.startswith(("postgresql://", "postgres://")):
         raise InvalidInput(
             "the PostgreSQL store is not available in this version; use a SQLite path"
         )
     return SQLiteStore(
-        sqlite_path_from_url(target), synchronous=synchronous, busy_timeout=busy_timeout,
+        sqlite_path_from_url(target),
+        synchronous=synchronous,
+        busy_timeout=busy_timeout,
         clock=clock,
     )

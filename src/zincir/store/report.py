@@ -1,42 +1,47 @@
-"""Plain-text views of runs and their event logs (``zincir runs``, the demo's summary)."""
+"""Plain-text views of runs and their event logs (``zincir runs``, the demo's summary).
+
+The formatters take typed records (:class:`RunRecord`, and events as ``(seq, type,
+payload)``), so the same text comes from a live store or from the read-only view.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from .._errors import RunNotFound
-from ._sqlite import SQLiteStore
+from ._protocol import Store
+from ._records import RunRecord
 
-__all__ = ["format_run", "format_runs"]
+__all__ = ["EventLine", "format_run", "format_run_log", "format_runs"]
+
+EventLine = tuple[int, str, Any]
+"""One event as the report shows it: its seq, its type and its decoded payload."""
 
 
 def _short(value: Any, width: int = 90) -> str:
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def format_runs(runs: list[dict[str, Any]]) -> str:
-    """One line per run: id, status, name, provider, events, updated."""
-    if not runs:
-        return "no runs"
+def format_runs(runs: Iterable[RunRecord]) -> str:
+    """One line per run: id, status, events, updated, name."""
     lines = [f"{'run id':<36}  {'status':<9}  {'events':>6}  {'updated':<27}  name"]
     for run in runs:
         lines.append(
             f"{run['id']:<36}  {run['status']:<9}  {run['last_seq']:>6}  "
             f"{run['updated_at']:<27}  {run['name']}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines) if len(lines) > 1 else "no runs"
 
 
-async def format_run(store: SQLiteStore, run_id: str, *, limit: int | None = None) -> str:
+def format_run_log(run: RunRecord, events: Iterable[EventLine]) -> str:
     """A run's summary and its event log."""
-    run = await store.get_run(run_id)
-    if run is None:
-        raise RunNotFound(f"no run {run_id!r} in {store.path}", run_id=run_id)
     lease = (
         f"held by {run['lease_owner']} until {run['lease_expires_at']}"
-        if run["lease_owner"] else "none"
+        if run["lease_owner"]
+        else "none"
     )
     lines = [
         f"run       {run['id']}",
@@ -51,6 +56,15 @@ async def format_run(store: SQLiteStore, run_id: str, *, limit: int | None = Non
         "",
         f"{'seq':>5}  {'type':<20}  payload",
     ]
-    for event in await store.list_events(run_id, limit=limit):
-        lines.append(f"{event.seq:>5}  {event.type:<20}  {_short(event.payload)}")
+    for seq, kind, payload in events:
+        lines.append(f"{seq:>5}  {kind:<20}  {_short(payload)}")
     return "\n".join(lines)
+
+
+async def format_run(store: Store, run_id: str, *, limit: int | None = None) -> str:
+    """A run of ``store`` with its event log (RunNotFound if there is none)."""
+    run = await store.get_run(run_id)
+    if run is None:
+        raise RunNotFound(f"no run {run_id!r} in {store.path}", run_id=run_id)
+    events = await store.list_events(run_id, limit=limit)
+    return format_run_log(run, ((e.seq, e.type, e.payload) for e in events))

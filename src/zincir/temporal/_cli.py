@@ -16,11 +16,14 @@ import click
 from temporalio.client import Client
 from temporalio.service import RPCError, TLSConfig
 
+from .._cli_options import Seconds
 from .._target import import_target
 from ..durable._registry import HandlerRegistry
 from ._worker import Worker
 
 __all__ = ["exit_now", "load_registry", "temporal_worker_command"]
+
+MAX_ACTIVITIES = 2**31 - 1  # a slot count the Temporal SDK can hold (not an int overflow)
 
 
 def load_registry(target: str) -> HandlerRegistry:
@@ -96,25 +99,62 @@ async def _serve(
 
 @click.command("temporal-worker")
 @click.argument("target", metavar="MODULE:REGISTRY")
-@click.option("--address", envvar="ZINCIR_TEMPORAL_ADDRESS", default="127.0.0.1:7233",
-              show_default=True, help="Temporal frontend host:port ($ZINCIR_TEMPORAL_ADDRESS).")
-@click.option("--namespace", envvar="ZINCIR_TEMPORAL_NAMESPACE", default="default",
-              show_default=True, help="Temporal namespace ($ZINCIR_TEMPORAL_NAMESPACE).")
-@click.option("--task-queue", envvar="ZINCIR_TEMPORAL_TASK_QUEUE", required=True,
-              help="Task queue the TemporalRuntime starts workflows on.")
+@click.option(
+    "--address",
+    envvar="ZINCIR_TEMPORAL_ADDRESS",
+    default="127.0.0.1:7233",
+    show_default=True,
+    help="Temporal frontend host:port ($ZINCIR_TEMPORAL_ADDRESS).",
+)
+@click.option(
+    "--namespace",
+    envvar="ZINCIR_TEMPORAL_NAMESPACE",
+    default="default",
+    show_default=True,
+    help="Temporal namespace ($ZINCIR_TEMPORAL_NAMESPACE).",
+)
+@click.option(
+    "--task-queue",
+    envvar="ZINCIR_TEMPORAL_TASK_QUEUE",
+    required=True,
+    help="Task queue the TemporalRuntime starts workflows on.",
+)
 @click.option("--tls/--no-tls", default=False, help="Connect with TLS (implied by the others).")
-@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Client certificate (PEM) for mTLS.")
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Client private key (PEM) for mTLS.")
-@click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Server root CA (PEM).")
-@click.option("--api-key", envvar="TEMPORAL_API_KEY", show_envvar=True, default=None,
-              help="API key ($TEMPORAL_API_KEY; prefer the variable over the flag).")
-@click.option("--max-concurrent-activities", type=click.IntRange(min=1), default=None,
-              help="Handlers running at once in this process.")
-@click.option("--shutdown-grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
-              help="Seconds running handlers may finish in after SIGINT/SIGTERM.")
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Client certificate (PEM) for mTLS.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Client private key (PEM) for mTLS.",
+)
+@click.option(
+    "--tls-ca",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Server root CA (PEM).",
+)
+@click.option(
+    "--api-key",
+    envvar="TEMPORAL_API_KEY",
+    show_envvar=True,
+    default=None,
+    help="API key ($TEMPORAL_API_KEY; prefer the variable over the flag).",
+)
+@click.option(
+    "--max-concurrent-activities",
+    type=click.IntRange(1, MAX_ACTIVITIES),
+    default=None,
+    help="Handlers running at once in this process.",
+)
+@click.option(
+    "--shutdown-grace",
+    type=Seconds(0),
+    default=30.0,
+    show_default=True,
+    help="Seconds running handlers may finish in after SIGINT/SIGTERM.",
+)
 def temporal_worker_command(
     target: str,
     address: str,

@@ -1,4 +1,4 @@
-"""TemporalRuntime: the DurableRuntime contract on a Temporal service (SPEC §2, §9)."""
+"""TemporalRuntime: the DurableRuntime contract on a Temporal service."""
 
 from __future__ import annotations
 
@@ -36,10 +36,11 @@ from .._errors import (
     WorkerError,
     ZincirError,
 )
-from .._time import as_timedelta
+from .._validate import check_count, check_positive_duration
 from ..contract import DEFAULT_MAX_INPUT_BYTES, Invocation, OperationKind, Record
 from ..durable._registry import HandlerRegistry
 from ..durable._retry import RetryPolicy
+from ..store import Store
 from ._record_store import load_record, save_record
 from ._wire import DEFAULT_MAX_RECORD_BYTES, decode_wire
 from ._workflow import FAIL_CLOSED, WORKFLOW_NAME
@@ -86,9 +87,7 @@ class ActivityTimeouts:
             ("heartbeat", heartbeat),
         ):
             if value is not None:
-                value = as_timedelta(value, name=name)
-                if value <= timedelta(0):
-                    raise InvalidInput(f"the {name} timeout must be positive, not {value}")
+                value = check_positive_duration(value, f"the {name} timeout")
             object.__setattr__(self, name, value)
         if self.start_to_close is None and self.schedule_to_close is None:
             raise InvalidInput("set start_to_close or schedule_to_close: Temporal needs one")
@@ -135,9 +134,9 @@ def _retry_options(retry: RetryPolicy | TemporalRetryPolicy) -> dict[str, Any]:
     )
 
 
-def _timeouts(value: ActivityTimeouts | Mapping[str, Any] | timedelta | float | None) -> (
-    ActivityTimeouts
-):
+def _timeouts(
+    value: ActivityTimeouts | Mapping[str, Any] | timedelta | float | None,
+) -> ActivityTimeouts:
     if value is None:
         return ActivityTimeouts()
     if isinstance(value, ActivityTimeouts):
@@ -150,7 +149,7 @@ def _timeouts(value: ActivityTimeouts | Mapping[str, Any] | timedelta | float | 
                 f"activity timeouts take start_to_close, schedule_to_close, schedule_to_start "
                 f"and heartbeat: {error}"
             ) from None
-    return ActivityTimeouts(start_to_close=as_timedelta(value, name="start_to_close"))
+    return ActivityTimeouts(start_to_close=check_positive_duration(value, "start_to_close"))
 
 
 def _registrations(items: Iterable[Any]) -> frozenset[tuple[OperationKind, str]]:
@@ -182,7 +181,10 @@ class TemporalRuntime:
     (alias ``timeouts``) an ``ActivityTimeouts``, a mapping of its fields, or a start-to-close
     duration. With ``record_store`` (a zincir store), every terminal record is also kept in
     its ``operations`` table and read from it before any workflow start, so replay outlives
-    Temporal's retention.
+    Temporal's retention; as with ``LocalRuntime``, only a lease holder writes a run's log:
+    when a context of this process holds the run's lease, the record is kept together with
+    an ``operation_completed`` event appended under it (FencedOut or RunTerminal, with
+    nothing kept, once the run was taken over or finished), else the record alone.
     """
 
     def __init__(
@@ -196,28 +198,40 @@ class TemporalRuntime:
         timeouts: ActivityTimeouts | Mapping[str, Any] | timedelta | float | None = None,
         max_input_bytes: int | None = DEFAULT_MAX_INPUT_BYTES,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-        record_store: Any = None,
+        record_store: Store | None = None,
         workflow_id_prefix: str = DEFAULT_WORKFLOW_ID_PREFIX,
     ) -> None:
         if not isinstance(task_queue, str) or not task_queue:
             raise InvalidInput("task_queue must be a non-empty str")
-        if not isinstance(workflow_id_prefix, str) or not 0 < len(workflow_id_prefix) <= 200 \
-                or not workflow_id_prefix.isprintable():
+        if (
+            not isinstance(workflow_id_prefix, str)
+            or not 0 < len(workflow_id_prefix) <= 200
+            or not workflow_id_prefix.isprintable()
+        ):
             raise InvalidInput(
                 f"workflow_id_prefix must be 1-200 printable characters, not {workflow_id_prefix!r}"
             )
         if activity_timeouts is not None and timeouts is not None:
             raise InvalidInput("pass activity_timeouts or timeouts (its alias), not both")
-        for name, value in (("max_input_bytes", max_input_bytes),
-                            ("max_record_bytes", max_record_bytes)):
+        for name, value in (
+            ("max_input_bytes", max_input_bytes),
+            ("max_record_bytes", max_record_bytes),
+        ):
             if name == "max_input_bytes" and value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidInput(f"{name} must be a positive int, not {value!r}")
+            check_count(value, name, maximum=1 << 40)
+        if record_store is not None and not callable(
+            getattr(record_store, "save_operation_record", None)
+        ):
+            raise InvalidInput(
+                f"record_store must be a zincir store (open_store), not "
+                f"{type(record_store).__name__}"
+            )
         self.client = client
         self.task_queue = task_queue
         self.registrations: HandlerRegistry | frozenset[tuple[OperationKind, str]] = (
-            registrations if isinstance(registrations, HandlerRegistry)
+            registrations
+            if isinstance(registrations, HandlerRegistry)
             else _registrations(registrations)
         )
         self.retry = RetryPolicy() if retry is None else retry
@@ -247,12 +261,12 @@ class TemporalRuntime:
                 f"execute() takes an Invocation, not {type(invocation).__name__}"
             )
         invocation.validate(self.max_input_bytes)
+        lease = None
         if self.record_store is not None:
-            stored = await load_record(
-                self.record_store, invocation.run_id, invocation.step_id, invocation.sequence
-            )
+            stored = await load_record(self.record_store, invocation)
             if stored is not None:
                 return _checked(invocation, stored)
+            lease = self.record_store.lease_for(invocation.run_id)
         found = await self._run_workflow(invocation, start=self._registered(invocation))
         if found is None:
             raise MissingDurableHandler(
@@ -264,7 +278,7 @@ class TemporalRuntime:
             )
         record = _checked(invocation, found)
         if self.record_store is not None:
-            stored_record = await save_record(self.record_store, record)
+            stored_record = await save_record(self.record_store, record, lease)
             if stored_record is None:
                 raise InputDrift(
                     f"identity {invocation.stable_key()} is held in the record store by an "

@@ -55,7 +55,7 @@ def decode_wire(wire: object, *, limit: int = DEFAULT_MAX_RECORD_BYTES * 2) -> R
         )
     if wire.startswith(_ZLIB):
         try:
-            packed = base64.b64decode(wire[len(_ZLIB):].encode("ascii"), validate=True)
+            packed = base64.b64decode(wire[len(_ZLIB) :].encode("ascii"), validate=True)
             inflater = zlib.decompressobj()
             data = inflater.decompress(packed, limit + 1)
         except (binascii.Error, ValueError, zlib.error) as error:
@@ -83,15 +83,17 @@ def record_wire(invocation: Invocation, outcome: Outcome, *, max_record_bytes: i
     size = len(text.encode("utf-8"))
     if size > max_record_bytes:
         return _too_large(
-            invocation, f"the record is {size} bytes; the limit is {max_record_bytes} "
-            "(max_record_bytes): store large outputs elsewhere and return a reference"
+            invocation,
+            f"the record is {size} bytes; the limit is {max_record_bytes} "
+            "(max_record_bytes): store large outputs elsewhere and return a reference",
         )
     wire = encode_wire(record)
     if len(wire) > WIRE_LIMIT:
         return _too_large(
-            invocation, f"the record is {size} bytes and {len(wire)} bytes compressed; "
+            invocation,
+            f"the record is {size} bytes and {len(wire)} bytes compressed; "
             f"a Temporal payload holds at most {WIRE_LIMIT}: store large outputs elsewhere "
-            "and return a reference"
+            "and return a reference",
         )
     return wire
 

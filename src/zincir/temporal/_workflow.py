@@ -45,9 +45,9 @@ with workflow.unsafe.imports_passed_through():
 __all__ = [
     "ACTIVITY_NAME",
     "FAIL_CLOSED",
+    "WORKFLOW_NAME",
     "OperationActivities",
     "OperationWorkflow",
-    "WORKFLOW_NAME",
 ]
 
 WORKFLOW_NAME: Final = "zincir.operation.v1"
@@ -116,8 +116,12 @@ def _record_after(invocation: dict[str, Any], error: ActivityError) -> str:
             return cause.details[0]  # the failure record the activity built
         failure = Failure(cause.type or "ActivityFailed", not cause.non_retryable, cause.message)
     elif isinstance(cause, TimeoutError):
-        failure = Failure("ActivityTimeout", True, f"{cause.type.name if cause.type else ''} "
-                          f"timeout on every attempt: {cause.message}".strip())
+        failure = Failure(
+            "ActivityTimeout",
+            True,
+            f"{cause.type.name if cause.type else ''} "
+            f"timeout on every attempt: {cause.message}".strip(),
+        )
     elif isinstance(cause, CancelledError):
         raise cause
     else:
@@ -131,9 +135,7 @@ def _parse_invocation(invocation: dict[str, Any]) -> Invocation:
         request = Invocation.from_dict(invocation)
         request.validate(max_input_bytes=None)
     except InvalidInvocation as error:
-        raise ApplicationError(
-            error.detail, type="InvalidInvocation", non_retryable=True
-        ) from None
+        raise ApplicationError(error.detail, type="InvalidInvocation", non_retryable=True) from None
     return request
 
 
@@ -142,11 +144,18 @@ def _failure_wire(invocation: dict[str, Any], failure: Failure) -> str:
     request = _parse_invocation(invocation)
     message = printable(str(failure.message))[:4000]
     try:
-        return encode_wire(Record.for_invocation(request, Failure(
-            failure.error, failure.retryable, message)))
+        return encode_wire(
+            Record.for_invocation(request, Failure(failure.error, failure.retryable, message))
+        )
     except RecordFormatError:  # an error name that is not a stable name
-        return encode_wire(Record.for_invocation(request, Failure(
-            "ActivityFailed", failure.retryable, f"{failure.error!r}: {message}"[:4000])))
+        return encode_wire(
+            Record.for_invocation(
+                request,
+                Failure(
+                    "ActivityFailed", failure.retryable, f"{failure.error!r}: {message}"[:4000]
+                ),
+            )
+        )
 
 
 class OperationActivities:
@@ -191,9 +200,6 @@ class OperationActivities:
                 non_retryable=False,
             )
         return record_wire(request, outcome, max_record_bytes=max_record_bytes)
-
-
-
 
 
 def _start_heartbeat() -> asyncio.Task[None] | None:

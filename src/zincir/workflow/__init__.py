@@ -1,15 +1,16 @@
-"""Workflows: durable steps, sleep, messages and child runs (SPEC §6)."""
+"""Workflows: durable steps, sleep, messages and child runs."""
 
 from .._errors import WorkflowSuspended
-from ._children import ChildResult
-from ._context import DEFAULT_POLL_INTERVAL, WorkflowContext
+from .._validate import DEFAULT_POLL_INTERVAL
+from ..store import ChildResult, ReceivedMessage
+from ._context import WorkflowContext
 from ._core import Sleeper
-from ._messages import Message, send_message
+from ._messages import send_message
 
 __all__ = [
     "DEFAULT_POLL_INTERVAL",
     "ChildResult",
-    "Message",
+    "ReceivedMessage",
     "Sleeper",
     "WorkflowContext",
     "WorkflowSuspended",

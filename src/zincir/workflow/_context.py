@@ -15,30 +15,36 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-import apsw
-
 from .._errors import InvalidInput
 from .._json import dumps
-from .._time import as_timedelta, to_db
-from ..runs._context import DEFAULT_LEASE_TTL, AgentContext, transition
-from ..runs._lease import Lease, acquire, check_run_id, fenced_append, new_owner_id, validate_ttl
-from ..store import SQLiteStore
-from ._children import ChildResult, join_child, spawn_child
-from ._core import Core, Sleeper, check_name, default_sleeper
-from ._messages import Message, receive, send_from_run
+from .._validate import (
+    DEFAULT_POLL_INTERVAL,
+    check_id,
+    check_lease_ttl,
+    check_positive_duration,
+)
+from ..runs._context import DEFAULT_LEASE_TTL, AgentContext
+from ..runs._lease import new_owner_id
+from ..store import ChildResult, ReceivedMessage, Store
+from ._children import join_child, spawn_child
+from ._core import Core, Sleeper, check_store, default_sleeper
+from ._messages import receive, send_from_run
 from ._steps import recover_steps, run_step
 from ._timers import durable_sleep
 
-__all__ = ["DEFAULT_POLL_INTERVAL", "WorkflowContext"]
-
-DEFAULT_POLL_INTERVAL = timedelta(milliseconds=200)
+__all__ = ["WorkflowContext"]
 
 
-def _interval(value: timedelta | float) -> float:
-    seconds = as_timedelta(value, name="poll_interval").total_seconds()
-    if seconds <= 0:
-        raise InvalidInput(f"poll_interval must be positive, not {seconds:g} s")
-    return seconds
+def _interval(value: object) -> float:
+    return check_positive_duration(value, "poll_interval").total_seconds()
+
+
+def _sleeper(value: object) -> Sleeper:
+    if value is None:
+        return default_sleeper
+    if not callable(value):
+        raise InvalidInput(f"sleeper must be an async callable taking seconds, not {value!r}")
+    return value
 
 
 class WorkflowContext:
@@ -51,21 +57,29 @@ class WorkflowContext:
     the run is dispatched again when the wait is satisfied.
     """
 
-    def __init__(self, agent: AgentContext, *, sleeper: Sleeper | None = None,
-                 poll_interval: timedelta | float = DEFAULT_POLL_INTERVAL,
-                 suspend_waits: bool = False) -> None:
+    def __init__(
+        self,
+        agent: AgentContext,
+        *,
+        sleeper: Sleeper | None = None,
+        poll_interval: timedelta | float = DEFAULT_POLL_INTERVAL,
+        suspend_waits: bool = False,
+    ) -> None:
         if not isinstance(agent, AgentContext):
             raise InvalidInput(f"expected an AgentContext, not {type(agent).__name__}")
-        self._core = Core(agent, sleeper=sleeper or default_sleeper,
-                          poll_interval=_interval(poll_interval),
-                          suspend_waits=bool(suspend_waits))
+        self._core = Core(
+            agent,
+            sleeper=_sleeper(sleeper),
+            poll_interval=_interval(poll_interval),
+            suspend_waits=bool(suspend_waits),
+        )
 
     # -- acquisition --------------------------------------------------------------------
 
     @classmethod
     async def open(
         cls,
-        store: SQLiteStore,
+        store: Store,
         run_id: str,
         lease_ttl: timedelta | float = DEFAULT_LEASE_TTL,
         *,
@@ -77,49 +91,35 @@ class WorkflowContext:
     ) -> WorkflowContext:
         """Create run ``run_id`` if absent, else take it over; raises LeaseHeld while live.
 
-        Every call takes a new fencing token. A terminal run raises RunTerminal.
+        Every call takes a new fencing token. A terminal run raises RunTerminal. A new owner
+        replays the workflow, which records again any wait still pending.
         """
-        check_run_id(run_id)
-        ttl = validate_ttl(lease_ttl, run_id=run_id)
-        check_name(name, "a run name", run_id)
+        check_store(store)
+        check_id(run_id)
+        ttl = check_lease_ttl(lease_ttl, run_id=run_id)
+        check_id(name, "a run name", run_id=run_id)
         config_json = dumps({} if config is None else config, what="config", run_id=run_id)
+        wait = _sleeper(sleeper)
         interval = _interval(poll_interval)
-        owner = new_owner_id()
-
-        def take(conn: apsw.Connection) -> Lease:
-            now = store.clock()
-            stamp = to_db(now)
-            created = conn.execute(
-                "INSERT INTO agent_runs (id, name, status, config, lease_owner, lease_token, "
-                "lease_expires_at, created_at, updated_at) "
-                "VALUES (?, ?, 'running', ?, ?, 1, ?, ?, ?) ON CONFLICT (id) DO NOTHING "
-                "RETURNING lease_token",
-                (run_id, name, config_json, owner, to_db(now + ttl), stamp, stamp),
-            ).fetchone()
-            if created is not None:
-                lease = Lease(run_id, owner, 1, ttl)
-                fenced_append(conn, lease, now, [transition("pending", "running")])
-                return lease
-            token, status = acquire(conn, run_id, owner, ttl, now, force=False)
-            lease = Lease(run_id, owner, token, ttl)
-            # A new owner replays the workflow, which re-records any wait still pending.
-            conn.execute(
-                "UPDATE agent_runs SET status = 'running', wait_kind = NULL, wait_ref = NULL, "
-                "wait_until = NULL WHERE id = ?",
-                (run_id,),
-            )
-            if status == "pending":
-                fenced_append(conn, lease, now, [transition("pending", "running")])
-            return lease
-
-        lease = await store.write(take)
-        return cls(AgentContext.adopt(store, lease), sleeper=sleeper, poll_interval=interval,
-                   suspend_waits=suspend_waits)
+        lease = await store.open_run(
+            run_id, name=name, owner=new_owner_id(), ttl=ttl, config_json=config_json
+        )
+        return cls(
+            AgentContext.adopt(store, lease),
+            sleeper=wait,
+            poll_interval=interval,
+            suspend_waits=suspend_waits,
+        )
 
     @classmethod
-    def from_agent(cls, ctx: AgentContext, *, sleeper: Sleeper | None = None,
-                   poll_interval: timedelta | float = DEFAULT_POLL_INTERVAL,
-                   suspend_waits: bool = False) -> WorkflowContext:
+    def from_agent(
+        cls,
+        ctx: AgentContext,
+        *,
+        sleeper: Sleeper | None = None,
+        poll_interval: timedelta | float = DEFAULT_POLL_INTERVAL,
+        suspend_waits: bool = False,
+    ) -> WorkflowContext:
         """Use the lease of an AgentContext (e.g. from a ResumeWorker) for workflow calls."""
         return cls(ctx, sleeper=sleeper, poll_interval=poll_interval, suspend_waits=suspend_waits)
 
@@ -134,7 +134,7 @@ class WorkflowContext:
         return self._core.lease.token
 
     @property
-    def store(self) -> SQLiteStore:
+    def store(self) -> Store:
         return self._core.store
 
     @property
@@ -154,15 +154,18 @@ class WorkflowContext:
         The value returned is the stored JSON form (a tuple comes back as a list) on the
         first run as on replay. A body that raises stores nothing and may be retried; a
         result JSON cannot hold raises NotJsonSerializable. A step left running by another
-        context raises StepInProgress until :meth:`recover`.
+        context, or still running in this one, raises StepInProgress (the former until
+        :meth:`recover`); one whose result write failed here runs again when called again.
         """
         return await run_step(self._core, name, fn)
 
     async def recover(self) -> list[str]:
-        """Release step claims left by earlier owners; returns the released step names.
+        """Release unfinished step claims; returns the released step names.
 
-        Call it only once the previous process is confirmed dead: a released step runs its
-        body again (at least once, never concurrently with a live owner's body).
+        It releases the claims of earlier owners and this context's own claims whose body no
+        longer runs (a result write that failed), never a body still running here. Call it
+        only once the previous process is confirmed dead: a released step runs its body
+        again (at least once, never concurrently with a live owner's body).
         """
         return await recover_steps(self._core)
 
@@ -174,8 +177,9 @@ class WorkflowContext:
         """
         await durable_sleep(self._core, name, duration)
 
-    async def send(self, to_run_id: str, topic: str, payload: Any, *,
-                   key: str | None = None) -> int:
+    async def send(
+        self, to_run_id: str, topic: str, payload: Any, *, key: str | None = None
+    ) -> int:
         """Send a durable message to run ``to_run_id``; returns the message id.
 
         The send is keyed by ``key`` or, without it, by its order among this context's sends
@@ -183,8 +187,9 @@ class WorkflowContext:
         """
         return await send_from_run(self._core, to_run_id, topic, payload, key)
 
-    async def recv(self, topic: str, timeout: timedelta | float | None = None, *,
-                   key: str | None = None) -> Any:
+    async def recv(
+        self, topic: str, timeout: timedelta | float | None = None, *, key: str | None = None
+    ) -> Any:
         """Receive the next message on ``topic`` and return its payload (None on timeout).
 
         Keyed like :meth:`send`; a replayed receive returns the same message (or the same
@@ -193,13 +198,20 @@ class WorkflowContext:
         message = await receive(self._core, topic, timeout, key)
         return None if message is None else message.payload
 
-    async def recv_message(self, topic: str, timeout: timedelta | float | None = None, *,
-                           key: str | None = None) -> Message | None:
-        """Like :meth:`recv` but returns the whole :class:`Message` (sender, id, time)."""
+    async def recv_message(
+        self, topic: str, timeout: timedelta | float | None = None, *, key: str | None = None
+    ) -> ReceivedMessage | None:
+        """Like :meth:`recv` but returns the whole :class:`ReceivedMessage` (sender, id, time)."""
         return await receive(self._core, topic, timeout, key)
 
-    async def spawn(self, name: str, config: Any = None, *, run_id: str | None = None,
-                    run_name: str | None = None) -> str:
+    async def spawn(
+        self,
+        name: str,
+        config: Any = None,
+        *,
+        run_id: str | None = None,
+        run_name: str | None = None,
+    ) -> str:
         """Create child run ``name`` (pending, ``parent_id`` set) once; returns its run id.
 
         Spawning the same name again (a replay) returns the same child id.
@@ -232,4 +244,3 @@ class WorkflowContext:
 
     def __repr__(self) -> str:
         return f"<WorkflowContext run={self.run_id!r} token={self.lease_token}>"
-

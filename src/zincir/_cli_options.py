@@ -1,0 +1,102 @@
+"""Options every ``zincir`` command shares, defined once: ``--db`` has one meaning everywhere.
+
+``--db PATH`` names the zincir database: a SQLite file path or ``sqlite:///PATH``, by
+default ``$ZINCIR_DATABASE_PATH``, else ``./zincir.db``. It must be text (a path that is not
+valid UTF-8 is refused with a usage error, not a traceback).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import click
+
+from ._errors import InvalidInput
+from ._validate import MAX_DURATION, utf8
+from .store import default_database_path, sqlite_path_from_url
+from .store.sqlite import ReadOnlyDatabase
+
+__all__ = [
+    "DATABASE_ENV",
+    "DatabaseLocation",
+    "Seconds",
+    "database_option",
+    "read_only_database",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DATABASE_ENV = "ZINCIR_DATABASE_PATH"
+_POSTGRES = ("postgresql://", "postgres://")
+
+
+class DatabaseLocation(click.types.StringParamType):
+    """A database path or ``sqlite:///PATH``: non-empty UTF-8 text without NUL."""
+
+    name = "path"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        text: str = super().convert(value, param, ctx)
+        if not text:
+            self.fail("the database path is empty", param, ctx)
+        if "\x00" in text:
+            self.fail("the database path holds a NUL character", param, ctx)
+        if utf8(text) is None:
+            self.fail(
+                f"the path {text!r} is not valid UTF-8 text; rename the file or folder",
+                param,
+                ctx,
+            )
+        return text
+
+
+class Seconds(click.types.FloatParamType):
+    """A finite number of seconds within bounds (NaN, infinities and durations past what a
+    ``timedelta`` holds are usage errors, not tracebacks)."""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float = 0.0, maximum: timedelta = MAX_DURATION) -> None:
+        self.minimum = minimum
+        self.maximum = maximum.total_seconds()
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number) or not self.minimum <= number <= self.maximum:
+            self.fail(
+                f"{value!r} is not a number of seconds from {self.minimum:g} to {self.maximum:g}",
+                param,
+                ctx,
+            )
+        return number
+
+
+def database_option(command: F) -> F:
+    """Add ``--db PATH`` (passed as ``database``) to a click command."""
+    option = click.option(
+        "--db",
+        "database",
+        type=DatabaseLocation(),
+        metavar="PATH",
+        default=default_database_path,
+        show_default=False,
+        help=f"The zincir database, a SQLite file or sqlite:///PATH (default: ${DATABASE_ENV}, "
+        "else ./zincir.db).",
+    )
+    return option(command)
+
+
+def read_only_database(location: str) -> ReadOnlyDatabase:
+    """The read-only view of the database at ``--db`` for the commands that only read it
+    (``runs list``, ``runs show``, ``ui``): they never create, migrate or write a file."""
+    if location.startswith(_POSTGRES):
+        raise InvalidInput("only SQLite databases can be read here; pass --db PATH")
+    return ReadOnlyDatabase(sqlite_path_from_url(location))

@@ -1,0 +1,587 @@
+"""Versioned payload documents: the neutral JSON each operation kind carries.
+
+Every document is declarative data only: no callables, credentials, authorization headers
+or cancellation handles. Each validates strictly (unknown fields, wrong types, NaN and
+duplicate keys rejected) and raises ``InvalidDocument``; a header or metadata map naming a
+credential raises ``SensitiveHeader`` (configure credentials on the worker's transport).
+
+``parse_payload(kind, text)`` reads the input document of an operation kind (or, with
+``output=True``, its output document); ``Doc.from_json(text)`` and ``doc.to_json()`` read and
+write one document class. ``to_json()`` is compact and stable, so it can be an invocation's
+``input_json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Annotated, Any, Final, Literal, Self, TypeAlias, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from .._errors import InvalidDocument, SensitiveHeader
+from .._json import StrictJsonError, dumps, loads_strict_text
+from ._invocation import OperationKind
+
+__all__ = [
+    "INPUT_DOCUMENTS",
+    "OUTPUT_DOCUMENTS",
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "ClientIdentity",
+    "Document",
+    "EventDelivery",
+    "McpRequest",
+    "Message",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelSettings",
+    "PartDelta",
+    "PartEnd",
+    "PartStart",
+    "RetryDelay",
+    "RunContext",
+    "StreamPart",
+    "StreamUsage",
+    "TextPart",
+    "ToolCallPart",
+    "ToolDefinition",
+    "ToolOutput",
+    "ToolRequest",
+    "ToolReturnPart",
+    "Usage",
+    "is_sensitive_header",
+    "parse_payload",
+    "parse_stream_part",
+    "stream_parts",
+]
+
+_SENSITIVE_NAMES: Final = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
+)
+_SENSITIVE_SUFFIXES: Final = ("-token", "-api-key", "-secret")
+_MAX_PROVIDER_METADATA: Final = 32
+
+
+def is_sensitive_header(name: str) -> bool:
+    """Whether a header or metadata key names a credential (case-insensitive; ``_`` = ``-``)."""
+    key = name.strip().lower().replace("_", "-")
+    return key in _SENSITIVE_NAMES or key.endswith(_SENSITIVE_SUFFIXES)
+
+
+def _refuse(name: str) -> PydanticCustomError:
+    return PydanticCustomError(
+        "sensitive_header",
+        f"{name!r} names a credential; payloads are persisted, so configure it on the "
+        "worker's transport instead",
+    )
+
+
+def _check_headers(headers: dict[str, str]) -> dict[str, str]:
+    for name in headers:
+        if not name:
+            raise PydanticCustomError("empty_header", "a header name must not be empty")
+        if is_sensitive_header(name):
+            raise _refuse(name)
+    return headers
+
+
+def _check_metadata(metadata: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    pending: list[JsonValue] = [metadata]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if is_sensitive_header(key):
+                    raise _refuse(key)
+                pending.append(item)
+        elif isinstance(value, list):
+            pending.extend(value)
+    return metadata
+
+
+def _as_tuple(value: object) -> object:
+    return tuple(value) if isinstance(value, list) else value
+
+
+_T = TypeVar("_T")
+
+Items: TypeAlias = Annotated[Sequence[_T], BeforeValidator(_as_tuple)]
+"""A sequence, always stored as a tuple (a list is accepted and converted; a str is not)."""
+JsonObject: TypeAlias = dict[str, JsonValue]
+Headers: TypeAlias = Annotated[dict[str, str], AfterValidator(_check_headers)]
+Metadata: TypeAlias = Annotated[JsonObject, AfterValidator(_check_metadata)]
+Name: TypeAlias = Annotated[str, Field(min_length=1)]
+Count: TypeAlias = Annotated[int, Field(ge=0)]
+Seconds: TypeAlias = Annotated[float, Field(ge=0)]
+
+
+class _Strict(BaseModel):
+    """Strict, frozen, closed pydantic model whose errors are zincir errors."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=True, allow_inf_nan=False, hide_input_in_errors=True
+    )
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as error:
+            raise _translate(type(self).__name__, error) from None
+
+    # Pydantic then treats this as its own __init__: nested validation does not call it.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Self:
+        """Pydantic's validation, raising ``InvalidDocument`` instead of ``ValidationError``."""
+        try:
+            return super().model_validate(obj, *args, **kwargs)
+        except ValidationError as error:
+            raise _translate(cls.__name__, error) from None
+
+    @classmethod
+    def model_validate_json(cls, json_data: Any, *args: Any, **kwargs: Any) -> Self:
+        """Strict JSON validation, raising ``InvalidDocument`` instead of ``ValidationError``."""
+        return cls.model_validate(_strict_json(cls.__name__, json_data), *args, **kwargs)
+
+    @classmethod
+    def model_validate_strings(cls, obj: Any, *args: Any, **kwargs: Any) -> Self:
+        """Pydantic's string validation, raising ``InvalidDocument`` instead."""
+        try:
+            return super().model_validate_strings(obj, *args, **kwargs)
+        except ValidationError as error:
+            raise _translate(cls.__name__, error) from None
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Self:
+        """Read one document from strict JSON text; raises ``InvalidDocument``."""
+        return cls.model_validate(_strict_json(cls.__name__, text))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """Read one document from parsed JSON; raises ``InvalidDocument``."""
+        return cls.model_validate(data)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable; build a new document")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable; build a new document")
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; with ``update`` the result is validated like a new document."""
+        if not update:
+            return super().model_copy(deep=deep)
+        return self.model_validate({**dict(self), **update})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object form (tuples as lists)."""
+        return self.model_dump(mode="json")
+
+    def to_json(self) -> str:
+        """Compact, stable JSON text: fields in declaration order, UTF-8, no whitespace."""
+        return dumps(self.to_dict(), what=type(self).__name__)
+
+
+def _strict_json(what: str, text: object) -> Any:
+    try:
+        return loads_strict_text(text)
+    except StrictJsonError as error:
+        raise InvalidDocument(f"{what}: not one strict JSON document: {error}") from None
+
+
+def _translate(what: str, error: ValidationError) -> InvalidDocument:
+    """A zincir error naming each failing field; input values are never shown."""
+    details = error.errors(include_url=False, include_context=False, include_input=False)
+    sensitive = [detail for detail in details if detail["type"] == "sensitive_header"]
+    chosen = sensitive or details
+    shown = "; ".join(
+        f"{'.'.join(str(part) for part in detail['loc']) or '(document)'}: {detail['msg']}"
+        for detail in chosen[:5]
+    )
+    more = f" (and {len(chosen) - 5} more)" if len(chosen) > 5 else ""
+    cls = SensitiveHeader if sensitive else InvalidDocument
+    return cls(f"{what}: {shown}{more}")
+
+
+class Document(_Strict):
+    """Base of every top-level payload document; ``version`` is the wire format version."""
+
+    version: Literal[1] = 1
+
+
+# -- model request and response ---------------------------------------------------------
+
+
+class TextPart(_Strict):
+    """Text written by the user or system, or produced by the model."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolCallPart(_Strict):
+    """A tool call the model asked for."""
+
+    type: Literal["tool_call"] = "tool_call"
+    tool_call_id: Name
+    tool_name: Name
+    arguments: JsonObject = Field(default_factory=dict)
+
+
+class ToolReturnPart(_Strict):
+    """A tool's result sent back to the model."""
+
+    type: Literal["tool_return"] = "tool_return"
+    tool_call_id: Name
+    tool_name: Name
+    content: JsonValue
+    is_error: bool = False
+
+
+MessagePart: TypeAlias = Annotated[
+    TextPart | ToolCallPart | ToolReturnPart, Field(discriminator="type")
+]
+ResponsePart: TypeAlias = Annotated[TextPart | ToolCallPart, Field(discriminator="type")]
+
+
+class Message(_Strict):
+    """One message of the conversation sent to the model."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    parts: Items[MessagePart]
+
+
+class ToolDefinition(_Strict):
+    """A tool the model may call; ``parameters`` is its JSON Schema."""
+
+    name: Name
+    description: str = ""
+    parameters: JsonObject = Field(default_factory=dict)
+    strict: bool | None = None
+
+
+class ModelSettings(_Strict):
+    """Declarative request settings; ``extra_body`` holds provider-specific options."""
+
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0)] | None = None
+    top_p: Annotated[float, Field(ge=0, le=1)] | None = None
+    seed: int | None = None
+    stop_sequences: Items[str] = ()
+    parallel_tool_calls: bool | None = None
+    timeout_seconds: Annotated[float, Field(gt=0)] | None = None
+    extra_headers: Headers = Field(default_factory=dict)
+    extra_body: Metadata = Field(default_factory=dict)
+
+
+class ModelRequest(Document):
+    """Input of ``model_request`` and ``model_stream``: messages, tools and settings."""
+
+    model: str = ""
+    messages: Items[Message]
+    tools: Items[ToolDefinition] = ()
+    settings: ModelSettings = Field(default_factory=ModelSettings)
+    metadata: Metadata = Field(default_factory=dict)
+
+
+class Usage(_Strict):
+    """Token counts of one model response."""
+
+    input_tokens: Count = 0
+    output_tokens: Count = 0
+    cache_read_tokens: Count = 0
+    cache_write_tokens: Count = 0
+    details: dict[str, Count] = Field(default_factory=dict)
+
+
+class ModelResponse(Document):
+    """Output of ``model_request`` and ``model_stream``: text and tool-call parts, usage."""
+
+    parts: Items[ResponsePart]
+    usage: Usage = Field(default_factory=Usage)
+    model_name: str = ""
+    finish_reason: str | None = None
+    provider_response_id: str | None = None
+
+
+# -- stream parts ---------------------------------------------------------------------------
+
+
+class PartStart(Document):
+    """A response part begins; a tool-call part names its call id and tool."""
+
+    type: Literal["part_start"] = "part_start"
+    index: Count
+    part_kind: Literal["text", "tool_call"]
+    tool_call_id: Name | None = None
+    tool_name: Name | None = None
+
+    @model_validator(mode="after")
+    def _names_match_kind(self) -> Self:
+        named = self.tool_call_id is not None and self.tool_name is not None
+        unnamed = self.tool_call_id is None and self.tool_name is None
+        if (self.part_kind == "tool_call" and not named) or (
+            self.part_kind == "text" and not unnamed
+        ):
+            raise PydanticCustomError(
+                "part_names",
+                "a tool_call part needs tool_call_id and tool_name; a text part has neither",
+            )
+        return self
+
+
+class PartDelta(Document):
+    """More content of a part: text, or a fragment of a tool call's JSON arguments."""
+
+    type: Literal["part_delta"] = "part_delta"
+    index: Count
+    delta: str
+
+
+class PartEnd(Document):
+    """A part is complete."""
+
+    type: Literal["part_end"] = "part_end"
+    index: Count
+
+
+class StreamUsage(Document):
+    """The stream's usage; it follows the last part."""
+
+    type: Literal["usage"] = "usage"
+    usage: Usage
+
+
+StreamPart: TypeAlias = Annotated[
+    PartStart | PartDelta | PartEnd | StreamUsage, Field(discriminator="type")
+]
+_STREAM_PART: Final[TypeAdapter[StreamPart]] = TypeAdapter(StreamPart)
+
+
+def parse_stream_part(text: str | bytes) -> PartStart | PartDelta | PartEnd | StreamUsage:
+    """Read one stream part from strict JSON text; raises ``InvalidDocument``."""
+    data = _strict_json("StreamPart", text)
+    try:
+        return _STREAM_PART.validate_python(data)
+    except ValidationError as error:
+        raise _translate("StreamPart", error) from None
+
+
+def stream_parts(
+    response: ModelResponse,
+) -> tuple[PartStart | PartDelta | PartEnd | StreamUsage, ...]:
+    """The normalized stream of a response: start, one delta, end per part, then usage.
+
+    Replaying a stored response yields these whatever chunk boundaries the provider used.
+    """
+    events: list[PartStart | PartDelta | PartEnd | StreamUsage] = []
+    for index, part in enumerate(response.parts):
+        if isinstance(part, TextPart):
+            events.append(PartStart(index=index, part_kind="text"))
+            events.append(PartDelta(index=index, delta=part.text))
+        else:
+            events.append(
+                PartStart(
+                    index=index,
+                    part_kind="tool_call",
+                    tool_call_id=part.tool_call_id,
+                    tool_name=part.tool_name,
+                )
+            )
+            events.append(PartDelta(index=index, delta=dumps(part.arguments)))
+        events.append(PartEnd(index=index))
+    events.append(StreamUsage(usage=response.usage))
+    return tuple(events)
+
+
+# -- tools and approvals --------------------------------------------------------------------
+
+
+class RunContext(_Strict):
+    """The replay-safe part of the agent's run context a tool worker may read."""
+
+    run_id: Name
+    step: Count = 0
+    agent_name: str = ""
+    metadata: Metadata = Field(default_factory=dict)
+
+
+class ApprovalDecision(Document):
+    """Output of ``approval_resume``: the decision the agent applies to a paused call.
+
+    ``override_arguments`` replaces the arguments of an approved call; ``result`` is the
+    value supplied for an ``external_result``.
+    """
+
+    decision: Literal["approve", "deny", "external_result"]
+    reason: str = ""
+    override_arguments: JsonObject | None = None
+    result: JsonValue = None
+
+
+class ToolRequest(Document):
+    """Input of ``tool_call``: the call, its policy-transformed arguments and run context."""
+
+    call: ToolCallPart
+    arguments: JsonObject
+    context: RunContext
+    retry: Count = 0
+    approval: ApprovalDecision | None = None
+
+
+class ToolOutput(Document):
+    """Output of ``tool_call``: the tool's result and any follow-up request messages."""
+
+    tool_call_id: Name
+    tool_name: Name
+    content: JsonValue
+    is_error: bool = False
+    follow_up_messages: Items[Message] = ()
+    metadata: Metadata = Field(default_factory=dict)
+
+
+class ApprovalRequest(Document):
+    """Input of ``approval_resume``: a paused call and the decision proposed for it.
+
+    ``execution`` says how the call completes: run the tool after ``approval``, or accept an
+    ``external`` result.
+    """
+
+    call: ToolCallPart
+    arguments: JsonObject
+    execution: Literal["approval", "external"]
+    proposed: ApprovalDecision
+
+
+# -- MCP, events, retries -------------------------------------------------------------------
+
+
+class ClientIdentity(_Strict):
+    """The MCP client's name and version as sent in ``initialize``."""
+
+    name: Name
+    version: str = ""
+
+
+class McpRequest(Document):
+    """Input of ``mcp_request``: one high-level MCP operation, its round trips bounded.
+
+    ``meta`` is routing metadata (MCP ``_meta``); ``headers`` are public headers only.
+    """
+
+    method: Name
+    params: JsonObject = Field(default_factory=dict)
+    meta: Metadata = Field(default_factory=dict)
+    headers: Headers = Field(default_factory=dict)
+    client: ClientIdentity
+    capabilities: JsonObject = Field(default_factory=dict)
+    max_round_trips: Annotated[int, Field(ge=0, le=64)] = 8
+
+
+class EventDelivery(Document):
+    """Input of ``event_delivery``: one application or MCP event.
+
+    An MCP notification names the request it came from (``parent_sequence``) and its
+    position in that request's batch (``index``).
+    """
+
+    name: Name
+    data: JsonValue = None
+    source: Literal["application", "mcp"] = "application"
+    parent_sequence: Count | None = None
+    index: Count | None = None
+    metadata: Metadata = Field(default_factory=dict)
+
+
+class RetryDelay(Document):
+    """Input of ``retry_delay``: the durable timer before retry number ``retry``.
+
+    ``failed_request`` is the model-request number that failed; ``provider_metadata`` is
+    bounded to 32 entries.
+    """
+
+    retry: Annotated[int, Field(ge=1)]
+    failed_request: Count | None = None
+    delay_seconds: Seconds
+    cumulative_delay_seconds: Seconds
+    error: Name
+    retry_after_seconds: Seconds | None = None
+    provider_metadata: Annotated[Metadata, Field(max_length=_MAX_PROVIDER_METADATA)] = Field(
+        default_factory=dict
+    )
+
+    @model_validator(mode="after")
+    def _cumulative_covers_delay(self) -> Self:
+        if self.cumulative_delay_seconds < self.delay_seconds:
+            raise PydanticCustomError(
+                "cumulative_delay", "cumulative_delay_seconds must be at least delay_seconds"
+            )
+        return self
+
+    @property
+    def delay(self) -> timedelta:
+        """``delay_seconds`` as a duration."""
+        return timedelta(seconds=self.delay_seconds)
+
+    @property
+    def cumulative_delay(self) -> timedelta:
+        """``cumulative_delay_seconds`` as a duration."""
+        return timedelta(seconds=self.cumulative_delay_seconds)
+
+
+INPUT_DOCUMENTS: Final[Mapping[OperationKind, type[Document]]] = MappingProxyType(
+    {
+        OperationKind.MODEL_REQUEST: ModelRequest,
+        OperationKind.MODEL_STREAM: ModelRequest,
+        OperationKind.TOOL_CALL: ToolRequest,
+        OperationKind.MCP_REQUEST: McpRequest,
+        OperationKind.EVENT_DELIVERY: EventDelivery,
+        OperationKind.RETRY_DELAY: RetryDelay,
+        OperationKind.APPROVAL_RESUME: ApprovalRequest,
+    }
+)
+"""The input document of every operation kind."""
+
+OUTPUT_DOCUMENTS: Final[Mapping[OperationKind, type[Document]]] = MappingProxyType(
+    {
+        OperationKind.MODEL_REQUEST: ModelResponse,
+        OperationKind.MODEL_STREAM: ModelResponse,
+        OperationKind.TOOL_CALL: ToolOutput,
+        OperationKind.APPROVAL_RESUME: ApprovalDecision,
+    }
+)
+"""The output document of the kinds that have one; the others return free JSON."""
+
+
+def parse_payload(
+    kind: OperationKind | str, text: str | bytes, *, output: bool = False
+) -> Document:
+    """Read the input document of ``kind`` (its output document with ``output=True``).
+
+    Raises ``InvalidDocument`` (``SensitiveHeader`` for a credential header).
+    """
+    table = OUTPUT_DOCUMENTS if output else INPUT_DOCUMENTS
+    try:
+        document = table.get(OperationKind(kind))
+    except ValueError:
+        document = None
+    if document is None:
+        role = "output" if output else "input"
+        raise InvalidDocument(
+            f"no {role} document for kind {kind!r}; known: {', '.join(str(k) for k in table)}"
+        )
+    return document.from_json(text)

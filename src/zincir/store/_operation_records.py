@@ -1,0 +1,86 @@
+"""The typed records of durable operations (the ``operations`` table, one row per identity).
+
+An identity is (run_id, step_id, sequence); its row binds it to one kind, handler and
+input digest, is ``claimed`` by one owner while a handler runs, and ``completed`` once it
+holds the terminal record (the canonical record JSON the layer above encoded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+__all__ = ["NewOperation", "OperationClaim", "OperationKey", "OperationOutcome", "OperationRow"]
+
+
+@dataclass(frozen=True, slots=True)
+class OperationKey:
+    """An operation's identity."""
+
+    run_id: str
+    step_id: str
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewOperation:
+    """An identity and what binds it: kind, handler and input (stored with its first write)."""
+
+    key: OperationKey
+    kind: str
+    handler_id: str
+    input_digest: str
+    input_json: str
+
+    def binds(self, row: OperationRow) -> bool:
+        """Whether ``row`` was stored for this same kind, handler and input."""
+        return (row.kind, row.handler_id, row.input_digest) == (
+            self.kind,
+            self.handler_id,
+            self.input_digest,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OperationOutcome:
+    """A terminal record to store: its canonical JSON, its outcome's name, and the details
+    (error and retryable, or reason) its ``operation_completed`` event carries."""
+
+    record_json: str
+    outcome: Literal["success", "failure", "suspended"]
+    details: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRow:
+    """One ``operations`` row as stored."""
+
+    kind: str
+    handler_id: str
+    input_digest: str
+    status: Literal["claimed", "completed"]
+    record: str | None
+    claim_owner: str | None
+    claim_expires_at: datetime | None
+    attempts: int
+
+    def held_elsewhere(self, owner_prefix: str, now: datetime) -> bool:
+        """A live claim whose owner does not start with ``owner_prefix``."""
+        return (
+            self.status == "claimed"
+            and self.claim_owner is not None
+            and not self.claim_owner.startswith(owner_prefix)
+            and self.claim_expires_at is not None
+            and self.claim_expires_at > now
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OperationClaim:
+    """The answer to a claim: ``claimed`` (the row's ``attempts`` is this attempt's number),
+    or the row that prevented it (completed, bound to other input, or held elsewhere)."""
+
+    claimed: bool
+    row: OperationRow

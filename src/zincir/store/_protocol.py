@@ -1,0 +1,200 @@
+"""The Store protocol: every operation the layers above ask of a backend, named and typed.
+
+Each backend (``store/sqlite/`` today) implements all of it, and nothing above ``store/``
+holds a statement or a driver object. Writes that belong to a run take its ``Lease`` and
+are fenced inside their own transaction: a fenced owner's write raises (``FencedOut``,
+``RunTerminal``, ``RunNotFound``) with nothing stored. Driver errors surface as
+``StoreError`` subclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from .._time import Clock
+from ._operation_records import (
+    NewOperation,
+    OperationClaim,
+    OperationKey,
+    OperationOutcome,
+    OperationRow,
+)
+from ._records import (
+    CheckpointRecord,
+    Event,
+    Lease,
+    NewEvent,
+    RunRecord,
+    RunState,
+)
+from ._workflow_records import (
+    ChildOutcome,
+    ChildResult,
+    ReceivedMessage,
+    StepClaim,
+    TimerRecord,
+    WaitAttempt,
+)
+
+__all__ = ["Store"]
+
+
+class Store(Protocol):
+    """A durable store of runs, their logs, checkpoints, steps, messages and operations."""
+
+    backend: str
+    path: str
+    clock: Clock
+
+    def now(self) -> datetime: ...
+    async def close(self) -> None: ...
+    def hold_lease(self, lease: Lease) -> None: ...
+    def drop_lease(self, lease: Lease) -> None: ...
+    def lease_for(self, run_id: str) -> Lease | None: ...
+
+    # -- runs, leases and the log ---------------------------------------------------------
+
+    async def create_run(
+        self,
+        run_id: str,
+        *,
+        name: str,
+        owner: str,
+        ttl: timedelta,
+        provider: str = "",
+        config_json: str = "{}",
+        parent_id: str | None = None,
+    ) -> Lease: ...
+    async def open_run(
+        self,
+        run_id: str,
+        *,
+        name: str,
+        owner: str,
+        ttl: timedelta,
+        config_json: str = "{}",
+    ) -> Lease: ...
+    async def acquire_run(
+        self, run_id: str, *, owner: str, ttl: timedelta, force: bool = False
+    ) -> Lease: ...
+    async def renew_lease(self, lease: Lease) -> bool: ...
+    async def release_lease(self, lease: Lease) -> bool: ...
+    async def finish_run(
+        self, lease: Lease, status: str, *, result_json: str | None = None, error: str | None = None
+    ) -> None: ...
+    async def append_events(self, lease: Lease, events: Sequence[NewEvent]) -> int: ...
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
+    async def list_runs(self, limit: int = 100, status: str | None = None) -> list[RunRecord]: ...
+    async def list_events(
+        self, run_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]: ...
+
+    # -- model responses, tool intents and semantic checkpoints ---------------------------
+
+    async def record_response(
+        self, lease: Lease, response_json: str, intents: Sequence[tuple[str, str]]
+    ) -> int: ...
+    async def record_tool_result(self, lease: Lease, call_id: str, result_json: str) -> int: ...
+    async def open_intents(self, run_id: str) -> list[Any]: ...
+    async def propose_checkpoint(
+        self, lease: Lease, candidate: Mapping[str, Any], state_json: str
+    ) -> CheckpointRecord: ...
+    async def decide_checkpoint(
+        self, lease: Lease, checkpoint: CheckpointRecord, accepted: bool, evidence: Any
+    ) -> int: ...
+    async def proposed_checkpoint(self, run_id: str) -> CheckpointRecord | None: ...
+    async def load_state(self, run_id: str) -> RunState: ...
+
+    # -- claims of abandoned runs (ResumeWorker) ------------------------------------------
+
+    async def claim_runs(
+        self,
+        owner: str,
+        ttl: timedelta,
+        limit: int,
+        *,
+        max_attempts: int | None,
+        backoff: Callable[[int], timedelta],
+    ) -> list[Lease]: ...
+    async def run_is_finished(self, run_id: str) -> bool: ...
+    async def settle_attempt(
+        self,
+        lease: Lease,
+        error: str | None,
+        *,
+        max_attempts: int | None,
+        backoff: Callable[[int], timedelta],
+    ) -> None: ...
+
+    # -- workflows: steps, timers, waits, messages, child runs ----------------------------
+
+    async def claim_step(self, lease: Lease, name: str) -> StepClaim: ...
+    async def finish_step(self, lease: Lease, name: str, result_json: str) -> int: ...
+    async def abandon_step(self, lease: Lease, name: str) -> bool: ...
+    async def recover_steps(
+        self, lease: Lease, *, in_flight: Collection[str] = ()
+    ) -> list[str]: ...
+    async def get_timer(self, run_id: str, name: str) -> TimerRecord | None: ...
+    async def sleep_attempt(
+        self, lease: Lease, name: str, duration: timedelta
+    ) -> WaitAttempt[None]: ...
+    async def send_message(
+        self, to_run_id: str, topic: str, payload_json: str, *, key: str | None = None
+    ) -> int: ...
+    async def send_from_run(
+        self, lease: Lease, to_run_id: str, topic: str, payload_json: str, *, send_key: str
+    ) -> int: ...
+    async def replayed_receive(
+        self, run_id: str, recv_key: str
+    ) -> WaitAttempt[ReceivedMessage | None] | None: ...
+    async def receive_attempt(
+        self, lease: Lease, topic: str, recv_key: str, timeout: timedelta | None
+    ) -> WaitAttempt[ReceivedMessage | None]: ...
+    async def message_ready(self, run_id: str, topic: str) -> bool: ...
+    async def spawn_child(
+        self,
+        lease: Lease,
+        spawn_name: str,
+        *,
+        child_id: str,
+        run_name: str,
+        config_json: str = "{}",
+    ) -> str: ...
+    async def child_outcome(self, run_id: str, child_id: str) -> ChildOutcome: ...
+    async def join_attempt(self, lease: Lease, child_id: str) -> WaitAttempt[ChildResult]: ...
+
+    # -- operation records ----------------------------------------------------------------
+    # Under ``lease`` (the one this process holds on the operation's run) a claim is fenced
+    # and a finish appends ``operation_completed`` in its transaction; without one the
+    # record is stored and no run's log is written.
+
+    async def get_operation(self, key: OperationKey) -> OperationRow | None: ...
+    async def claim_operation(
+        self,
+        operation: NewOperation,
+        *,
+        owner: str,
+        ttl: timedelta,
+        owner_prefix: str | None = None,
+        lease: Lease | None = None,
+    ) -> OperationClaim: ...
+    async def renew_operation_claim(
+        self, key: OperationKey, *, owner: str, ttl: timedelta, lease: Lease | None = None
+    ) -> bool: ...
+    async def count_operation_attempt(
+        self, key: OperationKey, *, owner: str, ttl: timedelta, lease: Lease | None = None
+    ) -> OperationRow | None: ...
+    async def release_operation_claim(self, key: OperationKey, *, owner: str) -> bool: ...
+    async def finish_operation(
+        self,
+        operation: NewOperation,
+        outcome: OperationOutcome,
+        *,
+        owner: str,
+        lease: Lease | None = None,
+    ) -> OperationRow | None: ...
+    async def save_operation_record(
+        self, operation: NewOperation, outcome: OperationOutcome, *, lease: Lease | None = None
+    ) -> OperationRow | None: ...

@@ -1,0 +1,119 @@
+"""The typed records the store exchanges with every layer: no driver rows leave ``store/``.
+
+Timestamps inside :class:`RunRecord` are the stored fixed-width UTC text
+(``2030-01-01T00:00:00.000000Z``), which sorts like the instants it names; the other
+records carry aware datetimes and decoded JSON values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final, Literal, NamedTuple, TypedDict
+
+from .._time import to_db
+
+__all__ = [
+    "LIVE_STATUSES",
+    "RUN_COLUMNS",
+    "TERMINAL_STATUSES",
+    "CheckpointRecord",
+    "Event",
+    "Lease",
+    "NewEvent",
+    "RunRecord",
+    "RunState",
+    "RunStatus",
+]
+
+RunStatus = Literal["pending", "running", "completed", "failed", "cancelled"]
+TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled"})
+LIVE_STATUSES: Final = frozenset({"pending", "running"})
+
+
+class RunRecord(TypedDict):
+    """One run as stored: its identity, status, lease, attempts and wait."""
+
+    id: str
+    parent_id: str | None
+    spawn_name: str | None
+    name: str
+    status: str
+    provider: str
+    config: str
+    result: str | None
+    lease_owner: str | None
+    lease_token: int
+    lease_expires_at: str | None
+    last_seq: int
+    attempts: int
+    next_attempt_at: str | None
+    last_error: str | None
+    wait_kind: str | None
+    wait_ref: str | None
+    wait_until: str | None
+    created_at: str
+    updated_at: str
+
+
+RUN_COLUMNS: Final = tuple(RunRecord.__annotations__)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of a run's append-only log."""
+
+    run_id: str
+    seq: int
+    type: str
+    payload: Any
+    created_at: datetime
+
+
+class NewEvent(NamedTuple):
+    """An event to append: its type, its payload as JSON text, and the tool call it is about."""
+
+    type: str
+    payload_json: str
+    tool_call_id: str | None = None
+
+
+@dataclass(slots=True)
+class Lease:
+    """The lease a context holds on a run: every write it makes is fenced by owner and token."""
+
+    run_id: str
+    owner: str
+    token: int
+    ttl: timedelta
+
+    def expiry(self, now: datetime) -> str:
+        """The stored expiry of a lease renewed at ``now``."""
+        return to_db(now + self.ttl)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRecord:
+    """A semantic checkpoint: its candidate, the verifier's decision and its lineage."""
+
+    id: int
+    round: int
+    status: str
+    candidate: Any
+    evidence: Any
+    lineage_seq: int
+    proposed_seq: int
+    decided_seq: int | None
+    decided_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """A run's status and config, its latest accepted checkpoint and the events after it."""
+
+    run_id: str
+    status: str
+    config: Any
+    last_seq: int
+    checkpoint: CheckpointRecord | None
+    events: list[Event]

@@ -1,0 +1,34 @@
+"""The SQLite backend (APSW): the store, its writer, its migrations and its read-only view."""
+
+from ._base import migrations, sqlite_path_from_url
+from ._readonly import (
+    CheckpointRow,
+    EventRow,
+    MessageRow,
+    OperationRow,
+    PendingToolRow,
+    ReadOnlyDatabase,
+    SnapshotReader,
+    StepRow,
+    TimerRow,
+    Usage,
+    decode_json,
+)
+from ._store import SQLiteStore
+
+__all__ = [
+    "CheckpointRow",
+    "EventRow",
+    "MessageRow",
+    "OperationRow",
+    "PendingToolRow",
+    "ReadOnlyDatabase",
+    "SQLiteStore",
+    "SnapshotReader",
+    "StepRow",
+    "TimerRow",
+    "Usage",
+    "decode_json",
+    "migrations",
+    "sqlite_path_from_url",
+]

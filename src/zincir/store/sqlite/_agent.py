@@ -1,0 +1,251 @@
+"""Model responses, tool intents and semantic checkpoints (the bring-your-own-loop log)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import apsw
+
+from ..._errors import CheckpointError, DuplicateToolCall, RunNotFound, UnknownToolCall
+from ..._json import dumps, loads_strict
+from ..._time import from_db, to_db
+from .._records import CheckpointRecord, Lease, NewEvent, RunState
+from ._base import SQLiteBase, one
+from ._log import append
+from ._runs import _INLINE_EVENTS, read_events
+
+__all__ = ["AgentOps"]
+
+_CHECKPOINT_COLUMNS = (
+    "id, round, status, state, evidence, lineage_seq, proposed_seq, decided_seq, decided_at"
+)
+
+
+def _checkpoint(row: tuple[Any, ...]) -> CheckpointRecord:
+    cid, round_no, status, state, evidence, lineage, proposed, decided, decided_at = row
+    return CheckpointRecord(
+        int(cid),
+        int(round_no),
+        str(status),
+        loads_strict(state),
+        None if evidence is None else loads_strict(evidence),
+        int(lineage),
+        int(proposed),
+        decided,
+        None if decided_at is None else from_db(decided_at),
+    )
+
+
+class AgentOps(SQLiteBase):
+    """Responses and tool intents, tool results, checkpoints, and the fresh-context state."""
+
+    async def record_response(
+        self, lease: Lease, response_json: str, intents: Sequence[tuple[str, str]]
+    ) -> int:
+        """Append ``llm_call`` and one ``tool_call`` intent per (call id, JSON) in one
+        transaction; return the ``llm_call`` seq. DuplicateToolCall (nothing stored) when a
+        call id already has an intent in the run."""
+        run_id = lease.run_id
+        events = [NewEvent("llm_call", response_json)]
+        events += [NewEvent("tool_call", body, call_id) for call_id, body in intents]
+
+        def write(conn: apsw.Connection) -> int:
+            if intents:
+                marks = ", ".join("?" for _ in intents)
+                taken = conn.execute(
+                    "SELECT tool_call_id FROM events WHERE run_id = ? AND type = 'tool_call' "
+                    f"AND tool_call_id IN ({marks}) LIMIT 1",
+                    (run_id, *(call_id for call_id, _ in intents)),
+                ).fetchone()
+                if taken is not None:
+                    raise DuplicateToolCall(
+                        f"tool call id {taken[0]!r} already has an intent in this run; "
+                        "nothing was stored",
+                        run_id=run_id,
+                    )
+            last_seq = append(conn, lease, self.clock(), events)
+            if intents:
+                first = last_seq - len(intents) + 1
+                conn.executemany(
+                    "INSERT INTO open_intents (run_id, tool_call_id, seq) VALUES (?, ?, ?)",
+                    [(run_id, call_id, first + i) for i, (call_id, _) in enumerate(intents)],
+                )
+            return last_seq - len(intents)
+
+        return await self._write(write)
+
+    async def record_tool_result(self, lease: Lease, call_id: str, result_json: str) -> int:
+        """Append the ``tool_result`` of an open intent; return its seq. UnknownToolCall
+        without an intent, DuplicateToolCall when it already has a result."""
+        run_id = lease.run_id
+
+        def write(conn: apsw.Connection) -> int:
+            closed = conn.execute(
+                "DELETE FROM open_intents WHERE run_id = ? AND tool_call_id = ? RETURNING 1",
+                (run_id, call_id),
+            ).fetchone()
+            if closed is None:
+                intent = conn.execute(
+                    "SELECT 1 FROM events WHERE run_id = ? AND type = 'tool_call' "
+                    "AND tool_call_id = ?",
+                    (run_id, call_id),
+                ).fetchone()
+                if intent is None:
+                    raise UnknownToolCall(
+                        f"no tool intent {call_id!r}; record_response must record it first",
+                        run_id=run_id,
+                    )
+                raise DuplicateToolCall(
+                    f"tool call {call_id!r} already has a result", run_id=run_id
+                )
+            return append(
+                conn, lease, self.clock(), [NewEvent("tool_result", result_json, call_id)]
+            )
+
+        return await self._write(write)
+
+    async def open_intents(self, run_id: str) -> list[Any]:
+        """The payloads of tool intents without a result, in the order they were recorded."""
+
+        def read(conn: apsw.Connection) -> list[Any]:
+            return [
+                loads_strict(payload)
+                for (payload,) in conn.execute(
+                    "SELECT intent.payload FROM open_intents AS open JOIN events AS intent "
+                    "ON intent.run_id = open.run_id AND intent.seq = open.seq "
+                    "WHERE open.run_id = ? ORDER BY open.seq",
+                    (run_id,),
+                )
+            ]
+
+        return await self._read(read)
+
+    async def propose_checkpoint(
+        self, lease: Lease, candidate: Mapping[str, Any], state_json: str
+    ) -> CheckpointRecord:
+        """Store a candidate (next round) and its ``checkpoint_proposed`` event, fenced.
+
+        ``candidate`` is the JSON-ready form already encoded as ``state_json``.
+        """
+        run_id = lease.run_id
+
+        def write(conn: apsw.Connection) -> CheckpointRecord:
+            now = self.clock()
+            lineage = append(conn, lease, now)
+            (round_no,) = one(
+                conn,
+                "SELECT COALESCE(MAX(round), 0) + 1 FROM checkpoints WHERE run_id = ?",
+                (run_id,),
+            )
+            (checkpoint_id,) = one(
+                conn,
+                "INSERT INTO checkpoints (run_id, round, status, state, lineage_seq, "
+                "proposed_seq, created_at) VALUES (?, ?, 'proposed', ?, ?, ?, ?) RETURNING id",
+                (run_id, round_no, state_json, lineage, lineage + 1, to_db(now)),
+            )
+            event = dumps(
+                {
+                    "checkpoint_id": checkpoint_id,
+                    "round": round_no,
+                    "lineage_seq": lineage,
+                    "candidate": candidate,
+                }
+            )
+            append(conn, lease, now, [NewEvent("checkpoint_proposed", event)])
+            return CheckpointRecord(
+                checkpoint_id,
+                round_no,
+                "proposed",
+                candidate,
+                None,
+                lineage,
+                lineage + 1,
+                None,
+                None,
+            )
+
+        return await self._write(write)
+
+    async def decide_checkpoint(
+        self, lease: Lease, checkpoint: CheckpointRecord, accepted: bool, evidence: Any
+    ) -> int:
+        """Store the verifier's one decision on a proposed checkpoint with its event;
+        CheckpointError (nothing stored) when it was already decided."""
+        status = "accepted" if accepted else "rejected"
+        evidence_json = dumps(evidence, what="verifier evidence", run_id=lease.run_id)
+        event = dumps(
+            {
+                "checkpoint_id": checkpoint.id,
+                "round": checkpoint.round,
+                "lineage_seq": checkpoint.lineage_seq,
+                "evidence": evidence,
+            }
+        )
+
+        def write(conn: apsw.Connection) -> int:
+            now = self.clock()
+            seq = append(conn, lease, now, [NewEvent(f"checkpoint_{status}", event)])
+            decided = conn.execute(
+                "UPDATE checkpoints SET status = ?, evidence = ?, decided_seq = ?, "
+                "decided_at = ? WHERE id = ? AND status = 'proposed' RETURNING 1",
+                (status, evidence_json, seq, to_db(now), checkpoint.id),
+            ).fetchone()
+            if decided is None:
+                raise CheckpointError(
+                    f"checkpoint {checkpoint.id} already has a verifier decision",
+                    run_id=lease.run_id,
+                )
+            return seq
+
+        return await self._write(write)
+
+    async def proposed_checkpoint(self, run_id: str) -> CheckpointRecord | None:
+        """The latest candidate still waiting for its verifier decision, or None."""
+
+        def read(conn: apsw.Connection) -> CheckpointRecord | None:
+            row = conn.execute(
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? "
+                "AND status = 'proposed' ORDER BY round DESC LIMIT 1",
+                (run_id,),
+            ).fetchone()
+            return None if row is None else _checkpoint(row)
+
+        return await self._read(read)
+
+    async def load_state(self, run_id: str) -> RunState:
+        """Status, config, the latest accepted checkpoint and only the events after it.
+
+        A short tail is read on the calling thread; a long one on a worker thread.
+        """
+
+        def read(conn: apsw.Connection, *, inline: bool) -> RunState | None:
+            run = conn.execute(
+                "SELECT status, config, last_seq FROM agent_runs WHERE id = ?", (run_id,)
+            ).fetchone()
+            if run is None:
+                raise RunNotFound(f"no run {run_id!r} in this store", run_id=run_id)
+            status, config, last_seq = run
+            row = conn.execute(
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? "
+                "AND status = 'accepted' ORDER BY round DESC LIMIT 1",
+                (run_id,),
+            ).fetchone()
+            checkpoint = None if row is None else _checkpoint(row)
+            after = 0 if checkpoint is None else int(checkpoint.decided_seq or 0)
+            if inline and int(last_seq) - after > _INLINE_EVENTS:
+                return None
+            return RunState(
+                run_id,
+                str(status),
+                loads_strict(config),
+                int(last_seq),
+                checkpoint,
+                read_events(conn, run_id, after),
+            )
+
+        state = await self._read(lambda conn: read(conn, inline=True))
+        if state is None:
+            state = await self._read(lambda conn: read(conn, inline=False), offload=True)
+        assert state is not None
+        return state

@@ -1,0 +1,203 @@
+"""Claims of abandoned or waiting runs (the ResumeWorker) and how an attempt ended.
+
+A run is claimable when it is not terminal, its lease is absent or expired, its backoff
+(``next_attempt_at``) has passed and its workflow wait, if any, is satisfied. A claim is
+one conditional UPDATE that bumps the fencing token, inside one ``BEGIN IMMEDIATE``
+transaction, so racing workers never claim one run twice and never take a live lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import apsw
+
+from ..._json import dumps
+from ..._time import to_db
+from .._records import TERMINAL_STATUSES, Lease, NewEvent
+from ._base import SQLiteBase, one
+from ._log import append_checked, transition
+
+__all__ = ["CLAIMABLE_SQL", "ClaimOps"]
+
+Backoff = Callable[[int], timedelta]
+
+CLAIMABLE_SQL = """
+r.status IN ('pending', 'running')
+AND (r.lease_owner IS NULL OR r.lease_expires_at IS NULL OR r.lease_expires_at <= :now)
+AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= :now)
+AND (r.wait_kind IS NULL
+     OR (r.wait_until IS NOT NULL AND r.wait_until <= :now)
+     OR (r.wait_kind = 'message' AND EXISTS (
+         SELECT 1 FROM messages AS m
+         WHERE m.to_run_id = r.id AND m.topic = r.wait_ref AND m.received_at IS NULL))
+     OR (r.wait_kind = 'child' AND EXISTS (
+         SELECT 1 FROM agent_runs AS c
+         WHERE c.id = r.wait_ref AND c.status IN ('completed', 'failed', 'cancelled'))))
+"""
+
+
+def _fail(
+    conn: apsw.Connection, run_id: str, stamp: str, status: str, attempts: int, error: str
+) -> tuple[str, int, list[NewEvent]]:
+    """Mark a run failed after its last attempt (token bumped: a late owner is fenced)."""
+    (last_seq,) = one(
+        conn,
+        "UPDATE agent_runs SET status = 'failed', last_error = ?, lease_owner = NULL, "
+        "lease_expires_at = NULL, lease_token = lease_token + 1, wait_kind = NULL, "
+        "wait_ref = NULL, wait_until = NULL, updated_at = ?, last_seq = last_seq + 1 "
+        "WHERE id = ? RETURNING last_seq",
+        (error, stamp, run_id),
+    )
+    event = transition(status, "failed", error=error, attempts=attempts)
+    return run_id, int(last_seq) - 1, [event]
+
+
+class ClaimOps(SQLiteBase):
+    """Claiming runs for a ResumeWorker and recording how each attempt ended."""
+
+    async def claim_runs(
+        self, owner: str, ttl: timedelta, limit: int, *, max_attempts: int | None, backoff: Backoff
+    ) -> list[Lease]:
+        """Claim up to ``limit`` claimable runs in one transaction; return their leases.
+
+        Each claim bumps the token, counts an attempt and sets the next attempt's time;
+        a run whose ``max_attempts`` are spent is marked failed instead.
+        """
+
+        def write(conn: apsw.Connection) -> list[Lease]:
+            now = self.clock()
+            stamp = to_db(now)
+            rows = [
+                (str(run_id), str(status), int(attempts), last_error)
+                for run_id, status, attempts, last_error in conn.execute(
+                    f"SELECT r.id, r.status, r.attempts, r.last_error FROM agent_runs AS r "
+                    f"WHERE {CLAIMABLE_SQL} ORDER BY r.updated_at, r.id LIMIT :limit",
+                    {"now": stamp, "limit": limit},
+                )
+            ]
+            if not rows:
+                return []
+            spent = [row for row in rows if max_attempts is not None and row[2] >= max_attempts]
+            appended = [
+                _fail(
+                    conn,
+                    run_id,
+                    stamp,
+                    status,
+                    attempts,
+                    last_error
+                    or (
+                        f"attempt {attempts} ended without completing the run (crashed or returned)"
+                    ),
+                )
+                for run_id, status, attempts, last_error in spent
+            ]
+            wanted = [row[0] for row in rows if max_attempts is None or row[2] < max_attempts]
+            claimed = (
+                []
+                if not wanted
+                else [
+                    (str(run_id), int(token), int(attempt), int(last_seq))
+                    for run_id, token, attempt, last_seq in conn.execute(
+                        "UPDATE agent_runs SET lease_owner = :owner, "
+                        "lease_token = lease_token + 1, lease_expires_at = :expires, "
+                        "attempts = attempts + 1, status = 'running', wait_kind = NULL, "
+                        "wait_ref = NULL, wait_until = NULL, updated_at = :now, "
+                        "last_seq = last_seq + CASE status WHEN 'pending' THEN 2 ELSE 1 END "
+                        "WHERE id IN (SELECT value FROM json_each(:ids)) "
+                        "RETURNING id, lease_token, attempts, last_seq",
+                        {
+                            "owner": owner,
+                            "expires": to_db(now + ttl),
+                            "now": stamp,
+                            "ids": dumps(wanted),
+                        },
+                    )
+                ]
+            )
+            pending = {row[0] for row in rows if row[1] == "pending"}
+            leases: list[Lease] = []
+            retry_at: list[tuple[str, str]] = []
+            for run_id, token, attempt, last_seq in claimed:
+                events = [transition("pending", "running")] if run_id in pending else []
+                events.append(
+                    NewEvent(
+                        "run_claimed",
+                        dumps({"worker": owner, "attempt": attempt, "lease_token": token}),
+                    )
+                )
+                appended.append((run_id, last_seq - len(events), events))
+                retry_at.append((to_db(now + backoff(attempt)), run_id))
+                leases.append(Lease(run_id, owner, token, ttl))
+            append_checked(conn, now, appended)
+            conn.executemany("UPDATE agent_runs SET next_attempt_at = ? WHERE id = ?", retry_at)
+            return leases
+
+        return await self._write(write)
+
+    async def run_is_finished(self, run_id: str) -> bool:
+        """True when the run is terminal (or gone)."""
+
+        def read(conn: apsw.Connection) -> bool:
+            row = conn.execute("SELECT status FROM agent_runs WHERE id = ?", (run_id,)).fetchone()
+            return row is None or row[0] in TERMINAL_STATUSES
+
+        return await self._read(read)
+
+    async def settle_attempt(
+        self, lease: Lease, error: str | None, *, max_attempts: int | None, backoff: Backoff
+    ) -> None:
+        """Record how the attempt under ``lease`` ended, unless the run moved on since.
+
+        A clean return backs off until the next attempt (or, when the run now waits on a
+        timer, message or child, resets the attempt count: waiting is progress). An error
+        records ``last_error`` and ``attempt_failed``; after ``max_attempts`` the run fails.
+        The handler may have released the lease: the token alone fences this write.
+        """
+
+        def write(conn: apsw.Connection) -> None:
+            now: datetime = self.clock()
+            stamp = to_db(now)
+            row = conn.execute(
+                "SELECT status, attempts, wait_kind, last_seq FROM agent_runs WHERE id = ? "
+                "AND lease_token = ? AND (lease_owner IS NULL OR lease_owner = ?)",
+                (lease.run_id, lease.token, lease.owner),
+            ).fetchone()
+            if row is None or row[0] in TERMINAL_STATUSES:
+                return  # completed or failed by the handler, or taken over since
+            status, attempts, waiting, last_seq = row
+            if error is None:
+                if waiting is not None:
+                    conn.execute(
+                        "UPDATE agent_runs SET attempts = 0, next_attempt_at = NULL, "
+                        "updated_at = ? WHERE id = ?",
+                        (stamp, lease.run_id),
+                    )
+                else:
+                    conn.execute(
+                        "UPDATE agent_runs SET next_attempt_at = ?, updated_at = ? WHERE id = ?",
+                        (to_db(now + backoff(attempts)), stamp, lease.run_id),
+                    )
+                return
+            if max_attempts is not None and attempts >= max_attempts:
+                append_checked(
+                    conn, now, [_fail(conn, lease.run_id, stamp, status, attempts, error)]
+                )
+                return
+            retry = to_db(now + backoff(attempts))
+            conn.execute(
+                "UPDATE agent_runs SET last_error = ?, next_attempt_at = ?, updated_at = ?, "
+                "last_seq = last_seq + 1 WHERE id = ?",
+                (error, retry, stamp, lease.run_id),
+            )
+            payload: dict[str, Any] = {"attempt": attempts, "error": error, "retry_at": retry}
+            append_checked(
+                conn,
+                now,
+                [(lease.run_id, int(last_seq), [NewEvent("attempt_failed", dumps(payload))])],
+            )
+
+        await self._write(write)

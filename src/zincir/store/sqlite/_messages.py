@@ -1,0 +1,219 @@
+"""Durable messages between runs on the ``messages`` table: keyed sends, once-only receives.
+
+A send is keyed (by its sender run and key, or by recipient and key from outside any run),
+so a replayed send finds its stored message. A receive takes the oldest unreceived message
+of its topic and stamps it with the receive key, so a replayed receive returns the same
+message. A receive timeout is a stored timer named after the receive key.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import apsw
+
+from ..._errors import InvalidInput, RunNotFound
+from ..._json import dumps, loads_strict
+from ..._time import from_db, to_db
+from .._records import Lease, NewEvent
+from .._workflow_records import ReceivedMessage, WaitAttempt
+from ._base import SQLiteBase
+from ._log import append
+from ._timers import clear_wait, ensure_timer, fire_timer, read_timer, set_wait
+
+__all__ = ["MessageOps"]
+
+_COLUMNS = "id, to_run_id, topic, payload, from_run_id, send_key, created_at"
+_DEADLINE = "zincir.recv:"  # the timer of a receive's deadline: this prefix + its key
+
+
+def _message(row: tuple[Any, ...]) -> ReceivedMessage:
+    mid, to, topic, payload, sender, key, created = row
+    return ReceivedMessage(mid, to, topic, loads_strict(payload), sender, key, from_db(created))
+
+
+def _insert(
+    conn: apsw.Connection,
+    now: datetime,
+    to_run_id: str,
+    topic: str,
+    body: str,
+    sender: str | None,
+    key: str | None,
+) -> int:
+    exists = conn.execute("SELECT 1 FROM agent_runs WHERE id = ?", (to_run_id,)).fetchone()
+    if exists is None:
+        raise RunNotFound(
+            f"cannot send {topic!r}: no run {to_run_id!r} in this store", run_id=to_run_id
+        )
+    row = conn.execute(
+        "INSERT INTO messages (to_run_id, topic, payload, from_run_id, send_key, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+        (to_run_id, topic, body, sender, key, to_db(now)),
+    ).fetchone()
+    assert row is not None  # RETURNING of a successful INSERT
+    return int(row[0])
+
+
+def _same_message(found: tuple[Any, ...], to_run_id: str, topic: str, key: str) -> int:
+    mid, to, stored_topic = found
+    if (to, stored_topic) != (to_run_id, topic):
+        raise InvalidInput(
+            f"send key {key!r} already sent {stored_topic!r} to run {to!r}; "
+            "use a distinct key for each message",
+            run_id=to_run_id,
+        )
+    return int(mid)
+
+
+def _replayed(
+    conn: apsw.Connection, run_id: str, recv_key: str
+) -> WaitAttempt[ReceivedMessage | None] | None:
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM messages WHERE to_run_id = ? AND received_by = ?",
+        (run_id, recv_key),
+    ).fetchone()
+    if row is not None:
+        return WaitAttempt(True, _message(row))
+    deadline = read_timer(conn, run_id, _DEADLINE + recv_key)
+    if deadline is not None and deadline.completed:
+        return WaitAttempt(True, None, deadline.wake_at)
+    return None
+
+
+class MessageOps(SQLiteBase):
+    """Sends, receives and the readiness probe of a pending receive."""
+
+    async def send_message(
+        self, to_run_id: str, topic: str, payload_json: str, *, key: str | None = None
+    ) -> int:
+        """Send from outside any run; with ``key`` a repeated send returns the first id.
+
+        RunNotFound for a missing recipient; InvalidInput if ``key`` already sent another
+        topic or to another run.
+        """
+
+        def write(conn: apsw.Connection) -> int:
+            if key is not None:
+                found = conn.execute(
+                    "SELECT id, to_run_id, topic FROM messages WHERE to_run_id = ? "
+                    "AND send_key = ? AND from_run_id IS NULL",
+                    (to_run_id, key),
+                ).fetchone()
+                if found is not None:
+                    return _same_message(found, to_run_id, topic, key)
+            return _insert(conn, self.clock(), to_run_id, topic, payload_json, None, key)
+
+        return await self._write(write)
+
+    async def send_from_run(
+        self, lease: Lease, to_run_id: str, topic: str, payload_json: str, *, send_key: str
+    ) -> int:
+        """Send from the lease's run (fenced, with ``message_sent``), once per ``send_key``.
+
+        A replayed send returns the stored message's id without writing.
+        """
+
+        def write(conn: apsw.Connection) -> int:
+            found = conn.execute(
+                "SELECT id, to_run_id, topic FROM messages WHERE from_run_id = ? AND send_key = ?",
+                (lease.run_id, send_key),
+            ).fetchone()
+            if found is not None:
+                return _same_message(found, to_run_id, topic, send_key)
+            now = self.clock()
+            append(conn, lease, now)
+            mid = _insert(conn, now, to_run_id, topic, payload_json, lease.run_id, send_key)
+            event = {"to": to_run_id, "topic": topic, "key": send_key, "message_id": mid}
+            append(conn, lease, now, [NewEvent("message_sent", dumps(event))])
+            return mid
+
+        return await self._write(write)
+
+    async def replayed_receive(
+        self, run_id: str, recv_key: str
+    ) -> WaitAttempt[ReceivedMessage | None] | None:
+        """What the receive ``recv_key`` of ``run_id`` already resolved to (its message, or
+        a timeout with its deadline), or None if it is still pending."""
+        return await self._read(lambda conn: _replayed(conn, run_id, recv_key))
+
+    async def receive_attempt(
+        self,
+        lease: Lease,
+        topic: str,
+        recv_key: str,
+        timeout: timedelta | None,
+    ) -> WaitAttempt[ReceivedMessage | None]:
+        """Resolve receive ``recv_key`` on ``topic``: replay it, take the oldest unreceived
+        message (``message_received``), or time out once the stored deadline (created now +
+        ``timeout`` on the first attempt) has passed (``recv_timed_out``, value None).
+
+        Otherwise the run's wait on ``topic`` is recorded, until the deadline if any.
+        """
+        deadline_name = _DEADLINE + recv_key
+
+        def write(conn: apsw.Connection) -> WaitAttempt[ReceivedMessage | None]:
+            replayed = _replayed(conn, lease.run_id, recv_key)
+            if replayed is not None:
+                return replayed
+            now = self.clock()
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM messages WHERE to_run_id = ? AND topic = ? "
+                "AND received_at IS NULL ORDER BY id LIMIT 1",
+                (lease.run_id, topic),
+            ).fetchone()
+            if row is not None:
+                taken = _message(row)
+                event = {
+                    "topic": topic,
+                    "key": recv_key,
+                    "message_id": taken.id,
+                    "from": taken.from_run_id,
+                }
+                append(conn, lease, now, [NewEvent("message_received", dumps(event))])
+                conn.execute(
+                    "UPDATE messages SET received_by = ?, received_at = ? WHERE id = ?",
+                    (recv_key, to_db(now), taken.id),
+                )
+                conn.execute(
+                    "UPDATE timers SET completed_at = ? WHERE run_id = ? AND name = ? "
+                    "AND completed_at IS NULL",
+                    (to_db(now), lease.run_id, deadline_name),
+                )
+                clear_wait(conn, lease.run_id, "message", topic)
+                return WaitAttempt(True, taken)
+            deadline = None
+            if timeout is not None:
+                deadline = ensure_timer(conn, lease, now, deadline_name, timeout).wake_at
+                if now >= deadline:
+                    fire_timer(
+                        conn,
+                        lease,
+                        now,
+                        deadline_name,
+                        "recv_timed_out",
+                        {"topic": topic, "key": recv_key},
+                    )
+                    clear_wait(conn, lease.run_id, "message", topic)
+                    return WaitAttempt(True, None, deadline)
+            append(conn, lease, now)
+            set_wait(conn, lease.run_id, "message", topic, deadline)
+            return WaitAttempt(False, None, deadline)
+
+        return await self._write(write)
+
+    async def message_ready(self, run_id: str, topic: str) -> bool:
+        """Whether an unreceived message on ``topic`` waits for ``run_id`` (a cheap probe)."""
+
+        def read(conn: apsw.Connection) -> bool:
+            return (
+                conn.execute(
+                    "SELECT 1 FROM messages WHERE to_run_id = ? AND topic = ? "
+                    "AND received_at IS NULL LIMIT 1",
+                    (run_id, topic),
+                ).fetchone()
+                is not None
+            )
+
+        return await self._read(read)

@@ -1,0 +1,529 @@
+"""A read-only view of a zincir SQLite file (the inspector, ``zincir runs``).
+
+It never creates, migrates or writes the file: each :meth:`ReadOnlyDatabase.snapshot`
+opens ``file:PATH?mode=ro`` (``SQLITE_OPEN_READONLY``, ``query_only``), checks that the
+file is a zincir database this code can read, reads in one transaction and closes. The
+named queries return typed rows whose JSON columns are decoded (text that is not strict
+JSON is kept as it is), and a table a database does not have yet reads as empty. Driver
+errors leave as zincir errors, damaged pages as :class:`~zincir.DatabaseCorrupt`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Final, TypedDict, TypeVar, cast
+from urllib.parse import quote
+
+import apsw
+
+from ..._errors import DatabaseCorrupt, InvalidInput, NotAZincirDatabase
+from ..._json import StrictJsonError, loads_strict
+from ..._validate import MAX_SEQUENCE, utf8
+from .._records import RUN_COLUMNS, RunRecord
+from ._base import check_zincir_file, migrations
+from ._errors import translate
+
+__all__ = [
+    "CheckpointRow",
+    "EventRow",
+    "MessageRow",
+    "OperationRow",
+    "PendingToolRow",
+    "ReadOnlyDatabase",
+    "SnapshotReader",
+    "StepRow",
+    "TimerRow",
+    "Usage",
+    "decode_json",
+]
+
+T = TypeVar("T")
+Row = dict[str, Any]
+Usage = dict[str, int | float]
+
+_REQUIRED_TABLES: Final = frozenset({"schema_migrations", "agent_runs", "events"})
+_USAGE_CACHE_SIZE: Final = 1000
+_RUN_DEFAULTS: Final[dict[str, Any]] = {
+    "provider": "",
+    "config": "{}",
+    "lease_token": 0,
+    "last_seq": 0,
+    "attempts": 0,
+}
+
+
+def decode_json(text: Any) -> Any:
+    """Stored JSON text as a value; text that is not one strict JSON document stays text."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return loads_strict(text)
+    except StrictJsonError:
+        return text
+
+
+class EventRow(TypedDict):
+    """One event of a run's log, its payload decoded."""
+
+    run_id: str
+    seq: int
+    type: str
+    payload: Any
+    created_at: str
+    tool_call_id: str | None
+
+
+class PendingToolRow(TypedDict):
+    """A tool intent with no result yet (in doubt after a crash)."""
+
+    seq: int
+    payload: Any
+    created_at: str
+    tool_call_id: str | None
+
+
+class CheckpointRow(TypedDict):
+    """A semantic checkpoint: its candidate state, decision, evidence and lineage."""
+
+    id: int
+    run_id: str
+    round: int
+    status: str
+    state: Any
+    evidence: Any
+    lineage_seq: int
+    proposed_seq: int
+    decided_seq: int | None
+    created_at: str
+    decided_at: str | None
+
+
+class OperationRow(TypedDict):
+    """A durable operation of a run, its input and record decoded."""
+
+    run_id: str
+    step_id: str
+    sequence: int
+    kind: str
+    handler_id: str
+    input_digest: str
+    input_json: Any
+    status: str
+    outcome: str | None
+    record: Any
+    claim_owner: str | None
+    claim_expires_at: str | None
+    attempts: int
+    created_at: str
+    updated_at: str
+    completed_at: str | None
+
+
+class StepRow(TypedDict):
+    """A workflow step: its claim and its decoded result."""
+
+    run_id: str
+    name: str
+    status: str
+    claim_owner: str | None
+    claim_token: int | None
+    result: Any
+    started_at: str
+    completed_at: str | None
+
+
+class TimerRow(TypedDict):
+    """A workflow timer."""
+
+    run_id: str
+    name: str
+    wake_at: str
+    completed_at: str | None
+    created_at: str
+
+
+class MessageRow(TypedDict):
+    """A message sent to or from a run, its payload decoded."""
+
+    id: int
+    to_run_id: str
+    topic: str
+    payload: Any
+    from_run_id: str | None
+    send_key: str | None
+    created_at: str
+    received_by: str | None
+    received_at: str | None
+
+
+def _columns(row_type: type[Any]) -> tuple[str, ...]:
+    return tuple(row_type.__annotations__)
+
+
+_EVENT_COLUMNS: Final = ", ".join(_columns(EventRow))
+_CHECKPOINT_COLUMNS: Final = ", ".join(_columns(CheckpointRow))
+_OPERATION_COLUMNS: Final = ", ".join(_columns(OperationRow))
+_STEP_COLUMNS: Final = ", ".join(_columns(StepRow))
+_TIMER_COLUMNS: Final = ", ".join(_columns(TimerRow))
+_MESSAGE_COLUMNS: Final = ", ".join(_columns(MessageRow))
+_JSON_COLUMNS: Final = frozenset({"payload", "state", "evidence", "record", "input_json", "result"})
+
+
+@contextmanager
+def _reading(path: str) -> Iterator[None]:
+    """The driver-error boundary of a read: text that is not UTF-8 means damaged pages."""
+    try:
+        yield
+    except UnicodeDecodeError:
+        raise DatabaseCorrupt(
+            f"{path} holds text that is not valid UTF-8, so it is damaged (or was written by "
+            "another program); check it with `sqlite3 FILE 'PRAGMA integrity_check'` and "
+            "restore it from a backup"
+        ) from None
+    except (apsw.Error, OverflowError, UnicodeError) as error:
+        raise translate(error, path) from None
+
+
+def _as_dict(cursor: apsw.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
+    return {column[0]: value for column, value in zip(cursor.getdescription(), row, strict=True)}
+
+
+def _run_record(row: dict[str, Any]) -> RunRecord:
+    """An ``agent_runs`` row as a RunRecord; a column an older schema lacks reads as unset."""
+    return cast(RunRecord, {name: row.get(name, _RUN_DEFAULTS.get(name)) for name in RUN_COLUMNS})
+
+
+class ReadOnlyDatabase:
+    """A zincir SQLite file opened read-only: one short connection per snapshot."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        text = os.fspath(path)
+        if not isinstance(text, str) or "\x00" in text or utf8(text) is None:
+            raise InvalidInput(
+                f"the database path {text!r} must be UTF-8 text without NUL; rename the file "
+                "or folder"
+            )
+        self.path = os.path.abspath(text)
+        self.known_version = migrations()[-1][0]
+        self._usage_cache: dict[tuple[str, str], tuple[int, Usage]] = {}
+        self._usage_lock = threading.Lock()
+
+    def _connect(self) -> apsw.Connection:
+        if not os.path.isfile(self.path):
+            raise NotAZincirDatabase(
+                f"there is no database at {self.path}; run `zincir demo` or your application "
+                "to create one, or pass --db PATH (reading never creates a database)"
+            )
+        uri = "file:" + quote(self.path) + "?mode=ro"
+        with _reading(self.path):
+            conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        try:
+            with _reading(self.path):
+                conn.setbusytimeout(5000)
+                conn.execute("PRAGMA query_only=1")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _tables(self, conn: apsw.Connection) -> frozenset[str]:
+        """The file's tables, after refusing a file that is not a readable zincir database."""
+        try:
+            version = check_zincir_file(conn, self.path)
+        except NotAZincirDatabase as error:
+            raise NotAZincirDatabase(f"{error.detail} (it holds no zincir schema)") from None
+        with _reading(self.path):
+            tables = frozenset(
+                str(name)
+                for (name,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
+            )
+        if version is None or not _REQUIRED_TABLES <= tables:
+            raise NotAZincirDatabase(
+                f"{self.path} holds no zincir schema; run `zincir demo` or your application "
+                "(which migrates it with `zincir migrate`) first, or pass --db PATH"
+            )
+        return tables
+
+    def check(self) -> None:
+        """Raise unless the file is a zincir database this code can read (NotAZincirDatabase,
+        SchemaTooNew, DatabaseCorrupt, ...)."""
+        with self.snapshot():
+            pass
+
+    @contextmanager
+    def snapshot(self) -> Iterator[SnapshotReader]:
+        """A :class:`SnapshotReader` over one consistent read transaction."""
+        conn = self._connect()
+        try:
+            with _reading(self.path):
+                conn.execute("BEGIN")
+            yield SnapshotReader(conn, self, self._tables(conn))
+        finally:
+            try:
+                with _reading(self.path):
+                    if not conn.getautocommit():
+                        conn.execute("COMMIT")
+            finally:
+                conn.close()
+
+    def _cached_usage(self, key: tuple[str, str]) -> tuple[int, Usage]:
+        with self._usage_lock:
+            return self._usage_cache.get(key, (0, {}))
+
+    def _store_usage(self, key: tuple[str, str], upto: int, totals: Usage) -> None:
+        with self._usage_lock:
+            if len(self._usage_cache) > _USAGE_CACHE_SIZE:
+                self._usage_cache.clear()
+            self._usage_cache[key] = (upto, dict(totals))
+
+
+class SnapshotReader:
+    """The named read queries, inside one read transaction of a :class:`ReadOnlyDatabase`."""
+
+    def __init__(
+        self, conn: apsw.Connection, database: ReadOnlyDatabase, tables: frozenset[str]
+    ) -> None:
+        self._conn = conn
+        self._database = database
+        self._tables = tables
+
+    @property
+    def path(self) -> str:
+        """The database file being read."""
+        return self._database.path
+
+    def _query(self, fn: Callable[[apsw.Connection], T]) -> T:
+        with _reading(self._database.path):
+            return fn(self._conn)
+
+    def _unless_unsupported(self, fn: Callable[[apsw.Connection], T]) -> T | None:
+        """``fn``'s result, or None when this SQLite cannot run its statement (no JSON
+        functions, no index to hint); every other driver error is raised as a zincir error."""
+        with _reading(self._database.path):
+            try:
+                return fn(self._conn)
+            except apsw.SQLError:
+                return None
+
+    def _rows(self, sql: str, params: Sequence[Any]) -> Callable[[apsw.Connection], list[Row]]:
+        def read(conn: apsw.Connection) -> list[Row]:
+            cursor = conn.cursor()
+            cursor.row_trace = _as_dict
+            return list(cursor.execute(sql, tuple(params)))
+
+        return read
+
+    def _dicts(self, sql: str, params: Sequence[Any], *, decode: bool = True) -> list[Row]:
+        """Rows as dicts keyed by column name, JSON columns decoded unless ``decode`` is off."""
+        found = self._query(self._rows(sql, params))
+        if decode:
+            for row in found:
+                for column in _JSON_COLUMNS & row.keys():
+                    row[column] = decode_json(row[column])
+        return found
+
+    def _optional(self, table: str, sql: str, params: Sequence[Any]) -> list[Row]:
+        """Rows of a table this database may not have (an older schema): empty if absent."""
+        return self._dicts(sql, params) if table in self._tables else []
+
+    # -- runs -----------------------------------------------------------------------------
+
+    def list_runs(self, status: str | None = None, limit: int = 100) -> list[RunRecord]:
+        """The latest runs by update time, optionally of one status."""
+        where, params = ("WHERE status = ?", (status,)) if status else ("", ())
+        return [
+            _run_record(row)
+            for row in self._dicts(
+                f"SELECT * FROM agent_runs {where} ORDER BY updated_at DESC, id LIMIT ?",
+                (*params, _limit(limit)),
+                decode=False,
+            )
+        ]
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """One run, or None."""
+        found = self._dicts("SELECT * FROM agent_runs WHERE id = ?", (run_id,), decode=False)
+        return _run_record(found[0]) if found else None
+
+    def children(self, run_id: str, limit: int = 500) -> list[RunRecord]:
+        """The runs spawned by ``run_id``, oldest first."""
+        return [
+            _run_record(row)
+            for row in self._dicts(
+                "SELECT * FROM agent_runs WHERE parent_id = ? ORDER BY created_at, id LIMIT ?",
+                (run_id, _limit(limit)),
+                decode=False,
+            )
+        ]
+
+    # -- the log --------------------------------------------------------------------------
+
+    def events(self, run_id: str, after_seq: int = 0, limit: int = 200) -> list[EventRow]:
+        """One page of the log after ``after_seq``: keyset on the (run_id, seq) primary key."""
+        return cast(
+            list[EventRow],
+            self._dicts(
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = ? AND seq > ? "
+                "ORDER BY seq LIMIT ?",
+                (run_id, min(max(after_seq, 0), MAX_SEQUENCE), _limit(limit)),
+            ),
+        )
+
+    def iter_events(
+        self, run_id: str, after_seq: int = 0, *, page_size: int = 1000
+    ) -> Iterator[EventRow]:
+        """Every event after ``after_seq``, read page by page within this snapshot."""
+        while True:
+            page = self.events(run_id, after_seq, page_size)
+            yield from page
+            if len(page) < page_size:
+                return
+            after_seq = page[-1]["seq"]
+
+    def answered(self, run_id: str, call_ids: Sequence[str]) -> set[str]:
+        """Which of these tool call ids already have a ``tool_result``."""
+        if not call_ids:
+            return set()
+        marks = ", ".join("?" for _ in call_ids)
+        return self._query(
+            lambda conn: {
+                str(call_id)
+                for (call_id,) in conn.execute(
+                    "SELECT tool_call_id FROM events WHERE run_id = ? AND type = 'tool_result' "
+                    f"AND tool_call_id IN ({marks})",
+                    (run_id, *call_ids),
+                )
+            }
+        )
+
+    def pending_tools(self, run_id: str, limit: int = 500) -> list[PendingToolRow]:
+        """Tool intents without a result (in doubt after a crash), oldest first."""
+        columns = "intent.seq, intent.payload, intent.created_at, intent.tool_call_id"
+        if "open_intents" in self._tables:  # O(pending), not O(intents)
+            return cast(
+                list[PendingToolRow],
+                self._dicts(
+                    f"SELECT {columns} FROM open_intents AS open JOIN events AS intent "
+                    "ON intent.run_id = open.run_id AND intent.seq = open.seq "
+                    "WHERE open.run_id = ? ORDER BY open.seq LIMIT ?",
+                    (run_id, _limit(limit)),
+                ),
+            )
+        sql = (
+            f"SELECT {columns} FROM events AS intent {{hint}} WHERE intent.run_id = ? "
+            "AND intent.type = 'tool_call' AND NOT EXISTS (SELECT 1 FROM events AS outcome "
+            "WHERE outcome.run_id = intent.run_id AND outcome.type = 'tool_result' "
+            "AND outcome.tool_call_id = intent.tool_call_id) ORDER BY intent.seq LIMIT ?"
+        )
+        params = (run_id, _limit(limit))
+        # the partial index of intents: O(intents), not O(events), on a long run
+        hinted = self._unless_unsupported(
+            self._rows(sql.format(hint="INDEXED BY events_one_intent"), params)
+        )
+        found = (
+            hinted if hinted is not None else self._query(self._rows(sql.format(hint=""), params))
+        )
+        for row in found:
+            row["payload"] = decode_json(row["payload"])
+        return cast(list[PendingToolRow], found)
+
+    def usage(self, run: RunRecord) -> Usage:
+        """Totals of the numeric ``usage`` fields of the run's ``llm_call`` events.
+
+        The log is append-only, so totals are cached per run (by id and creation time) and
+        only events newer than the cached ones are summed.
+        """
+        run_id = str(run["id"])
+        key = (run_id, str(run["created_at"]))
+        upto, cached = self._database._cached_usage(key)
+        last_seq = int(run["last_seq"] or 0)
+        if upto >= last_seq and upto:
+            return dict(cached)
+        totals = dict(cached)
+        found = self._unless_unsupported(  # None: an SQLite without the JSON functions
+            lambda conn: conn.execute(
+                "SELECT usage.key, SUM(usage.value) FROM events AS e, "
+                "json_each(e.payload, '$.usage') AS usage WHERE e.run_id = ? AND e.seq > ? "
+                "AND e.seq <= ? AND e.type = 'llm_call' AND json_valid(e.payload) "
+                "AND json_type(e.payload, '$.usage') = 'object' "
+                "AND usage.type IN ('integer', 'real') GROUP BY usage.key",
+                (run_id, upto, last_seq),
+            ).fetchall()
+        )
+        if found is None:
+            return totals
+        for name, total in found:
+            if isinstance(total, int | float):
+                totals[str(name)] = totals.get(str(name), 0) + total
+        self._database._store_usage(key, last_seq, totals)
+        return dict(totals)
+
+    # -- durable state --------------------------------------------------------------------
+
+    def checkpoints(self, run_id: str, limit: int = 500) -> list[CheckpointRow]:
+        """The run's semantic checkpoints by round."""
+        return cast(
+            list[CheckpointRow],
+            self._optional(
+                "checkpoints",
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? "
+                "ORDER BY round LIMIT ?",
+                (run_id, _limit(limit)),
+            ),
+        )
+
+    def operations(self, run_id: str, limit: int = 500) -> list[OperationRow]:
+        """The run's durable operations, oldest first."""
+        return cast(
+            list[OperationRow],
+            self._optional(
+                "operations",
+                f"SELECT {_OPERATION_COLUMNS} FROM operations WHERE run_id = ? "
+                "ORDER BY created_at, step_id, sequence LIMIT ?",
+                (run_id, _limit(limit)),
+            ),
+        )
+
+    def steps(self, run_id: str, limit: int = 500) -> list[StepRow]:
+        """The run's workflow steps, in the order they started."""
+        return cast(
+            list[StepRow],
+            self._optional(
+                "steps",
+                f"SELECT {_STEP_COLUMNS} FROM steps WHERE run_id = ? "
+                "ORDER BY started_at, name LIMIT ?",
+                (run_id, _limit(limit)),
+            ),
+        )
+
+    def timers(self, run_id: str, limit: int = 500) -> list[TimerRow]:
+        """The run's workflow timers by wake time."""
+        return cast(
+            list[TimerRow],
+            self._optional(
+                "timers",
+                f"SELECT {_TIMER_COLUMNS} FROM timers WHERE run_id = ? "
+                "ORDER BY wake_at, name LIMIT ?",
+                (run_id, _limit(limit)),
+            ),
+        )
+
+    def messages(self, run_id: str, limit: int = 500) -> list[MessageRow]:
+        """Messages sent to or from the run, oldest first."""
+        return cast(
+            list[MessageRow],
+            self._optional(
+                "messages",
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE to_run_id = ? OR from_run_id = ? "
+                "ORDER BY id LIMIT ?",
+                (run_id, run_id, _limit(limit)),
+            ),
+        )
+
+
+def _limit(limit: int) -> int:
+    """A row limit the driver can bind (at least 0, at most 2**63-1)."""
+    return min(max(int(limit), 0), MAX_SEQUENCE)

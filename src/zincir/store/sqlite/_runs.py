@@ -1,0 +1,269 @@
+"""Runs and leases: creating, taking over, renewing, releasing and finishing a run; its log."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+import apsw
+
+from ..._errors import LeaseHeld, RunNotFound, RunTerminal
+from ..._json import loads_strict
+from ..._time import from_db, to_db
+from .._records import RUN_COLUMNS, TERMINAL_STATUSES, Event, Lease, NewEvent, RunRecord
+from ._base import SQLiteBase, one
+from ._log import append, insert_run, run_exists_error, transition
+
+__all__ = ["RunOps", "acquire", "read_events", "run_record"]
+
+_RUN_SELECT = f"SELECT {', '.join(RUN_COLUMNS)} FROM agent_runs"
+_INLINE_EVENTS = 256  # a log read of at most this many events runs on the caller's thread
+
+
+def run_record(row: tuple[object, ...]) -> RunRecord:
+    """An ``agent_runs`` row (selected by ``_RUN_SELECT``) as a RunRecord."""
+    record: RunRecord = dict(zip(RUN_COLUMNS, row, strict=True))  # type: ignore[assignment]
+    return record
+
+
+def read_events(
+    conn: apsw.Connection, run_id: str, after_seq: int, limit: int | None = None
+) -> list[Event]:
+    """Events of ``run_id`` with seq > ``after_seq``, in order."""
+    return [
+        Event(run_id, seq, kind, loads_strict(payload), from_db(created))
+        for seq, kind, payload, created in conn.execute(
+            "SELECT seq, type, payload, created_at FROM events "
+            "WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (run_id, after_seq, -1 if limit is None else limit),
+        )
+    ]
+
+
+def acquire(
+    conn: apsw.Connection,
+    run_id: str,
+    owner: str,
+    ttl: timedelta,
+    now_text: str,
+    expires: str,
+    *,
+    force: bool,
+) -> tuple[int, str]:
+    """Take the lease of an existing non-terminal run; return (token, status before)."""
+    row = conn.execute(
+        "SELECT status, lease_owner, lease_expires_at FROM agent_runs WHERE id = ?", (run_id,)
+    ).fetchone()
+    if row is None:
+        raise RunNotFound(f"no run {run_id!r} in this store", run_id=run_id)
+    status, holder, lease_expiry = row
+    if status in TERMINAL_STATUSES:
+        raise RunTerminal(f"the run is {status} and cannot be recovered", run_id=run_id)
+    if not force and holder is not None and lease_expiry is not None and lease_expiry > now_text:
+        raise LeaseHeld(
+            f"owner {holder} holds a live lease until {lease_expiry}; wait for it to expire, "
+            "or force_recover once that process is confirmed dead",
+            run_id=run_id,
+        )
+    (token,) = one(
+        conn,
+        "UPDATE agent_runs SET lease_owner = ?, lease_token = lease_token + 1, "
+        "lease_expires_at = ?, updated_at = ? WHERE id = ? RETURNING lease_token",
+        (owner, expires, now_text, run_id),
+    )
+    return int(token), str(status)
+
+
+class RunOps(SQLiteBase):
+    """Runs, leases and the event log."""
+
+    async def create_run(
+        self,
+        run_id: str,
+        *,
+        name: str,
+        owner: str,
+        ttl: timedelta,
+        provider: str = "",
+        config_json: str = "{}",
+        parent_id: str | None = None,
+    ) -> Lease:
+        """Create a ``running`` run under a new lease (token 1) with its first transition.
+
+        RunExists if the id is taken, RunNotFound if ``parent_id`` names no run.
+        """
+        lease = Lease(run_id, owner, 1, ttl)
+
+        def write(conn: apsw.Connection) -> Lease:
+            created = insert_run(
+                conn,
+                run_id,
+                self.clock(),
+                name=name,
+                provider=provider,
+                config_json=config_json,
+                parent_id=parent_id,
+                lease=lease,
+            )
+            if not created:
+                raise run_exists_error(run_id, "use AgentContext.recover to take it over")
+            return lease
+
+        return await self._write(write)
+
+    async def open_run(
+        self,
+        run_id: str,
+        *,
+        name: str,
+        owner: str,
+        ttl: timedelta,
+        config_json: str = "{}",
+    ) -> Lease:
+        """Create run ``run_id`` if absent, else take it over (LeaseHeld while live).
+
+        A taken-over run is ``running`` with no recorded wait: its new owner replays the
+        workflow, which records any wait still pending.
+        """
+
+        def write(conn: apsw.Connection) -> Lease:
+            now = self.clock()
+            fresh = Lease(run_id, owner, 1, ttl)
+            if insert_run(conn, run_id, now, name=name, config_json=config_json, lease=fresh):
+                return fresh
+            token, status = acquire(
+                conn, run_id, owner, ttl, to_db(now), fresh.expiry(now), force=False
+            )
+            lease = Lease(run_id, owner, token, ttl)
+            conn.execute(
+                "UPDATE agent_runs SET status = 'running', wait_kind = NULL, wait_ref = NULL, "
+                "wait_until = NULL WHERE id = ?",
+                (run_id,),
+            )
+            if status == "pending":
+                append(conn, lease, now, [transition("pending", "running")])
+            return lease
+
+        return await self._write(write)
+
+    async def acquire_run(
+        self, run_id: str, *, owner: str, ttl: timedelta, force: bool = False
+    ) -> Lease:
+        """Take over an existing run: a new token; LeaseHeld while another lease is live
+        (unless ``force``), RunTerminal for a finished run, RunNotFound for none."""
+
+        def write(conn: apsw.Connection) -> Lease:
+            now = self.clock()
+            token, status = acquire(
+                conn, run_id, owner, ttl, to_db(now), to_db(now + ttl), force=force
+            )
+            lease = Lease(run_id, owner, token, ttl)
+            if status == "pending":
+                conn.execute("UPDATE agent_runs SET status = 'running' WHERE id = ?", (run_id,))
+                append(conn, lease, now, [transition("pending", "running")])
+            return lease
+
+        return await self._write(write)
+
+    async def renew_lease(self, lease: Lease) -> bool:
+        """Extend ``lease``; False if it was taken over, released or its run finished."""
+
+        def write(conn: apsw.Connection) -> bool:
+            return (
+                conn.execute(
+                    "UPDATE agent_runs SET lease_expires_at = ? WHERE id = ? "
+                    "AND lease_owner = ? AND lease_token = ? "
+                    "AND status IN ('pending', 'running') RETURNING 1",
+                    (lease.expiry(self.clock()), lease.run_id, lease.owner, lease.token),
+                ).fetchone()
+                is not None
+            )
+
+        return await self._write(write)
+
+    async def release_lease(self, lease: Lease) -> bool:
+        """Drop ``lease`` if it still holds its run; False if it was already gone."""
+
+        def write(conn: apsw.Connection) -> bool:
+            return (
+                conn.execute(
+                    "UPDATE agent_runs SET lease_owner = NULL, lease_expires_at = NULL, "
+                    "updated_at = ? WHERE id = ? AND lease_owner = ? AND lease_token = ? "
+                    "RETURNING 1",
+                    (to_db(self.clock()), lease.run_id, lease.owner, lease.token),
+                ).fetchone()
+                is not None
+            )
+
+        return await self._write(write)
+
+    async def finish_run(
+        self, lease: Lease, status: str, *, result_json: str | None = None, error: str | None = None
+    ) -> None:
+        """Move the run to a terminal ``status`` (fenced), with its transition, and clear
+        its lease and wait."""
+
+        def write(conn: apsw.Connection) -> None:
+            append(conn, lease, self.clock(), [transition("running", status)])
+            conn.execute(
+                "UPDATE agent_runs SET status = ?, result = ?, last_error = ?, "
+                "lease_owner = NULL, lease_expires_at = NULL, wait_kind = NULL, "
+                "wait_ref = NULL, wait_until = NULL WHERE id = ?",
+                (status, result_json, error, lease.run_id),
+            )
+
+        await self._write(write)
+
+    async def append_events(self, lease: Lease, events: Sequence[NewEvent]) -> int:
+        """Append ``events`` to the lease's run (fenced, gapless); return the last seq."""
+        batch = list(events)
+        return await self._write(lambda conn: append(conn, lease, self.clock(), batch))
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """One run, or None."""
+
+        def read(conn: apsw.Connection) -> RunRecord | None:
+            row = conn.execute(f"{_RUN_SELECT} WHERE id = ?", (run_id,)).fetchone()
+            return None if row is None else run_record(row)
+
+        return await self._read(read)
+
+    async def list_runs(self, limit: int = 100, status: str | None = None) -> list[RunRecord]:
+        """The latest runs (by update time), optionally of one status."""
+
+        def read(conn: apsw.Connection) -> list[RunRecord]:
+            where, params = ("WHERE status = ?", (status,)) if status else ("", ())
+            return [
+                run_record(row)
+                for row in conn.execute(
+                    f"{_RUN_SELECT} {where} ORDER BY updated_at DESC, id LIMIT ?", (*params, limit)
+                )
+            ]
+
+        return await self._read(read, offload=limit > _INLINE_EVENTS)
+
+    async def list_events(
+        self, run_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        """Events of ``run_id`` with seq > ``after_seq``, in order (at most ``limit``).
+
+        A short read runs on the calling thread; a long one on a worker thread.
+        """
+
+        def short(conn: apsw.Connection) -> list[Event] | None:
+            if limit is None or limit > _INLINE_EVENTS:
+                row = conn.execute(
+                    "SELECT last_seq FROM agent_runs WHERE id = ?", (run_id,)
+                ).fetchone()
+                if row is not None and int(row[0]) - after_seq > _INLINE_EVENTS:
+                    return None
+            return read_events(conn, run_id, after_seq, limit)
+
+        events = await self._read(short)
+        if events is None:
+            events = await self._read(
+                lambda conn: read_events(conn, run_id, after_seq, limit), offload=True
+            )
+        return events

@@ -1,0 +1,22 @@
+"""SQLiteStore: the embedded store, one mixin of operations per table family."""
+
+from __future__ import annotations
+
+from ._agent import AgentOps
+from ._base import SQLiteBase
+from ._claims import ClaimOps
+from ._operations import OperationOps
+from ._runs import RunOps
+from ._workflow import WorkflowOps
+
+__all__ = ["SQLiteStore"]
+
+
+class SQLiteStore(RunOps, AgentOps, ClaimOps, WorkflowOps, OperationOps, SQLiteBase):
+    """An opened, migrated SQLite database implementing every operation of ``Store``."""
+
+    async def __aenter__(self) -> SQLiteStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()

@@ -1,0 +1,43 @@
+"""Test seams for code built on zincir (as ``temporalio.testing`` is for Temporal).
+
+``FakeClock`` is a clock that only moves when the test moves it. Hand it to the store as its
+clock (``open_store(path, clock=clock)``) and its ``sleep`` to a workflow as its sleeper
+(``WorkflowContext(..., sleeper=clock.sleep)``): leases, timers and deadlines then expire
+when the test says so, and nothing really waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+__all__ = ["FakeClock"]
+
+_START: Final = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+class FakeClock:
+    """The store's clock and a workflow's sleeper for tests: sleeping moves the clock.
+
+    Calling it returns ``now`` (timezone-aware UTC; 2030-01-01 unless ``start`` says
+    otherwise). ``advance(seconds)`` moves it forward; ``await sleep(seconds)`` records the
+    duration in ``slept``, advances the clock by it and yields to the event loop once.
+    """
+
+    def __init__(self, start: datetime = _START) -> None:
+        self.now = start
+        self.slept: list[float] = []
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward by ``seconds``."""
+        self.now += timedelta(seconds=seconds)
+
+    async def sleep(self, seconds: float) -> None:
+        """Record the sleep, move the clock by it, and let other tasks run once."""
+        self.slept.append(seconds)
+        self.advance(seconds)
+        await asyncio.sleep(0)
