@@ -12,6 +12,7 @@ __all__ = [
     "MAX_NESTING",
     "StrictJsonError",
     "dumps",
+    "encode_checked",
     "loads_strict",
     "loads_strict_text",
 ]
@@ -71,14 +72,13 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(","
 _CONTAINERS = (dict, list, tuple)
 
 
-def _structure_problem(value: Any) -> str | None:
-    """Why ``value`` would not read back as itself: a non-str object key (``{1: "a",
-    "1": "b"}`` would encode one key twice) or nesting past MAX_NESTING."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
+def _key_problem(value: Any) -> str | None:
+    """A non-str object key anywhere in ``value`` (``{1: "a", "1": "b"}`` would encode one
+    key twice, and no key would read back as the int it was)."""
+    stack = [value]
+    push, containers = stack.append, _CONTAINERS
     while stack:
-        item, depth = stack.pop()
-        if depth > MAX_NESTING:
-            return f"it is nested deeper than {MAX_NESTING} arrays or objects"
+        item = stack.pop()
         if isinstance(item, dict):
             for key, child in item.items():
                 if not isinstance(key, str):
@@ -86,13 +86,34 @@ def _structure_problem(value: Any) -> str | None:
                         f"object keys must be str (JSON has no other keys), "
                         f"not {type(key).__name__} {key!r}"
                     )
-                if isinstance(child, _CONTAINERS) and child:
-                    stack.append((child, depth + 1))
+                if child and isinstance(child, containers):
+                    push(child)
         else:
             for child in item:
-                if isinstance(child, _CONTAINERS) and child:
-                    stack.append((child, depth + 1))
+                if child and isinstance(child, containers):
+                    push(child)
     return None
+
+
+def _depth(value: Any) -> int:
+    """The deepest nesting of arrays and objects in ``value``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend(
+            (child, depth + 1) for child in children if isinstance(child, _CONTAINERS) and child
+        )
+    return deepest
+
+
+def encode_checked(value: Any) -> str:
+    """Compact JSON of a value zincir built itself from parts already checked (validated ids,
+    numbers, documents that went through :func:`dumps`): the same text, without the walk."""
+    text: str = _ENCODER.encode(value)
+    return text
 
 
 def dumps(value: Any, *, what: str = "value", run_id: str | None = None) -> str:
@@ -108,7 +129,13 @@ def dumps(value: Any, *, what: str = "value", run_id: str | None = None) -> str:
     except (TypeError, ValueError, RecursionError) as error:
         problem = str(error) or type(error).__name__
     if problem is None and isinstance(value, _CONTAINERS) and value:
-        problem = _structure_problem(value)  # acyclic: the encoder refuses cycles
+        problem = _key_problem(value)  # acyclic: the encoder refuses cycles
+        if (
+            problem is None
+            and text.count("[") + text.count("{") > MAX_NESTING
+            and _depth(value) > MAX_NESTING
+        ):
+            problem = f"it is nested deeper than {MAX_NESTING} arrays or objects"
     if problem is None:
         try:
             size = len(text.encode("utf-8"))

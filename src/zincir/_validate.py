@@ -31,6 +31,7 @@ __all__ = [
     "check_sequence",
     "int_problem",
     "name_problem",
+    "printable",
     "shown",
     "utf8",
 ]
@@ -61,6 +62,11 @@ def utf8(value: str) -> bytes | None:
         return value.encode("utf-8")
     except UnicodeEncodeError:
         return None
+
+
+def printable(text: str) -> str:
+    """``text`` with lone surrogates escaped, so it is valid UTF-8 (error descriptions)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def shown(value: object, limit: int = 60) -> str:

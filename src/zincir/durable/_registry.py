@@ -18,6 +18,7 @@ from .._errors import (
     Suspend,
 )
 from .._json import StrictJsonError, dumps, loads_strict
+from .._validate import printable
 from ..contract import Failure, Invocation, OperationKind, Outcome, Record, Success, Suspended
 
 __all__ = [
@@ -26,7 +27,6 @@ __all__ = [
     "attempt_outcome",
     "dispatch",
     "outcome_of",
-    "printable",
 ]
 
 Handler = Callable[[Invocation, Any], Awaitable[Any] | Any]
@@ -193,8 +193,3 @@ def _invalid(invocation: Invocation, detail: str) -> Failure:
             f"produced an outcome that cannot be stored: {detail}"
         )[:4000],
     )
-
-
-def printable(text: str) -> str:
-    """``text`` with lone surrogates escaped, so it is valid UTF-8."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -10,7 +10,7 @@ from typing import Any
 
 from .._errors import CheckpointError, DuplicateToolCall, InvalidInput
 from .._json import dumps
-from .._validate import check_id, check_optional_id, name_problem
+from .._validate import check_id, check_optional_id, name_problem, printable
 from ..store import CheckpointRecord, Lease, Store
 from ._lease import Heartbeat, check_run_id, new_owner_id, validate_ttl
 from ._types import (
@@ -258,7 +258,7 @@ class AgentContext:
         run_id = self.run_id
         result_json = None if result is None else dumps(result, what="result", run_id=run_id)
         if error is not None:  # a description, kept as valid UTF-8 whatever it holds
-            error = error.encode("utf-8", "backslashreplace").decode("utf-8")
+            error = printable(error)
         self._heartbeat.check()
         await self.store.finish_run(self._lease, status, result_json=result_json, error=error)
         self._done = True

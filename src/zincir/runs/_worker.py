@@ -30,6 +30,7 @@ from .._validate import (
     check_count,
     check_duration,
     check_positive_duration,
+    printable,
 )
 from ..store import Lease, Store
 from ._context import DEFAULT_LEASE_TTL, AgentContext
@@ -190,7 +191,7 @@ class ResumeWorker:
             await self._release(ctx)
             raise
         except Exception as failure:
-            error = f"{type(failure).__name__}: {failure}"
+            error = printable(f"{type(failure).__name__}: {failure}")
             log.warning("[run %s] handler failed: %s", lease.run_id, error)
         try:
             await self._settle(lease, error)

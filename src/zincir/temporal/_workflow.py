@@ -38,8 +38,9 @@ with workflow.unsafe.imports_passed_through():
         InvalidInvocation,
         RecordFormatError,
     )
+    from .._validate import printable
     from ..contract import Failure, Invocation, Record
-    from ..durable._registry import HandlerRegistry, attempt_outcome, printable
+    from ..durable._registry import HandlerRegistry, attempt_outcome
     from ._wire import DEFAULT_MAX_RECORD_BYTES, encode_wire, record_wire
 
 __all__ = [

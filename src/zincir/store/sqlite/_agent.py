@@ -8,7 +8,7 @@ from typing import Any
 import apsw
 
 from ..._errors import CheckpointError, DuplicateToolCall, RunNotFound, UnknownToolCall
-from ..._json import dumps, loads_strict
+from ..._json import dumps, encode_checked, loads_strict
 from ..._time import from_db, to_db
 from .._records import CheckpointRecord, Lease, NewEvent, RunState
 from ._base import SQLiteBase, one
@@ -144,7 +144,7 @@ class AgentOps(SQLiteBase):
                 "proposed_seq, created_at) VALUES (?, ?, 'proposed', ?, ?, ?, ?) RETURNING id",
                 (run_id, round_no, state_json, lineage, lineage + 1, to_db(now)),
             )
-            event = dumps(
+            event = encode_checked(
                 {
                     "checkpoint_id": checkpoint_id,
                     "round": round_no,
@@ -174,7 +174,7 @@ class AgentOps(SQLiteBase):
         CheckpointError (nothing stored) when it was already decided."""
         status = "accepted" if accepted else "rejected"
         evidence_json = dumps(evidence, what="verifier evidence", run_id=lease.run_id)
-        event = dumps(
+        event = encode_checked(
             {
                 "checkpoint_id": checkpoint.id,
                 "round": checkpoint.round,

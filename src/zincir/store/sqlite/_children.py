@@ -11,7 +11,7 @@ from __future__ import annotations
 import apsw
 
 from ..._errors import RunExists, RunNotFound
-from ..._json import dumps, loads_strict
+from ..._json import encode_checked, loads_strict
 from .._records import TERMINAL_STATUSES, Lease, NewEvent
 from .._workflow_records import ChildOutcome, ChildResult, WaitAttempt
 from ._base import SQLiteBase
@@ -58,7 +58,7 @@ class ChildOps(SQLiteBase):
                 return str(found[0])
             now = self.clock()
             event = {"name": spawn_name, "child_id": child_id}
-            append(conn, lease, now, [NewEvent("child_spawned", dumps(event))])
+            append(conn, lease, now, [NewEvent("child_spawned", encode_checked(event))])
             if not insert_run(
                 conn,
                 child_id,

@@ -14,7 +14,7 @@ from typing import Any
 
 import apsw
 
-from ..._json import dumps
+from ..._json import dumps, encode_checked
 from ..._time import to_db
 from .._records import TERMINAL_STATUSES, Lease, NewEvent
 from ._base import SQLiteBase, one
@@ -113,7 +113,7 @@ class ClaimOps(SQLiteBase):
                             "owner": owner,
                             "expires": to_db(now + ttl),
                             "now": stamp,
-                            "ids": dumps(wanted),
+                            "ids": encode_checked(wanted),
                         },
                     )
                 ]
@@ -126,7 +126,7 @@ class ClaimOps(SQLiteBase):
                 events.append(
                     NewEvent(
                         "run_claimed",
-                        dumps({"worker": owner, "attempt": attempt, "lease_token": token}),
+                        encode_checked({"worker": owner, "attempt": attempt, "lease_token": token}),
                     )
                 )
                 appended.append((run_id, last_seq - len(events), events))

@@ -16,7 +16,7 @@ from datetime import datetime
 import apsw
 
 from ..._errors import FencedOut, RunExists, RunNotFound, RunTerminal
-from ..._json import dumps
+from ..._json import encode_checked
 from ..._time import to_db
 from .._records import TERMINAL_STATUSES, Lease, NewEvent
 
@@ -38,7 +38,7 @@ _INSERT = (
 
 def transition(old: str, new: str, **details: object) -> NewEvent:
     """The ``state_transition`` event that accompanies a status change."""
-    return NewEvent("state_transition", dumps({"from": old, "to": new, **details}))
+    return NewEvent("state_transition", encode_checked({"from": old, "to": new, **details}))
 
 
 def diagnose(conn: apsw.Connection, run_id: str, token: int) -> Exception:

@@ -14,7 +14,7 @@ from typing import Any
 import apsw
 
 from ..._errors import InvalidInput, RunNotFound
-from ..._json import dumps, loads_strict
+from ..._json import encode_checked, loads_strict
 from ..._time import from_db, to_db
 from .._records import Lease, NewEvent
 from .._workflow_records import ReceivedMessage, WaitAttempt
@@ -126,7 +126,7 @@ class MessageOps(SQLiteBase):
             append(conn, lease, now)
             mid = _insert(conn, now, to_run_id, topic, payload_json, lease.run_id, send_key)
             event = {"to": to_run_id, "topic": topic, "key": send_key, "message_id": mid}
-            append(conn, lease, now, [NewEvent("message_sent", dumps(event))])
+            append(conn, lease, now, [NewEvent("message_sent", encode_checked(event))])
             return mid
 
         return await self._write(write)
@@ -171,7 +171,7 @@ class MessageOps(SQLiteBase):
                     "message_id": taken.id,
                     "from": taken.from_run_id,
                 }
-                append(conn, lease, now, [NewEvent("message_received", dumps(event))])
+                append(conn, lease, now, [NewEvent("message_received", encode_checked(event))])
                 conn.execute(
                     "UPDATE messages SET received_by = ?, received_at = ? WHERE id = ?",
                     (recv_key, to_db(now), taken.id),

@@ -16,7 +16,7 @@ from typing import Any, Final
 import apsw
 
 from ..._errors import FencedOut, RunNotFound, RunTerminal
-from ..._json import dumps
+from ..._json import encode_checked
 from ..._time import from_db, to_db
 from .._operation_records import (
     NewOperation,
@@ -77,7 +77,7 @@ def _completed_event(operation: NewOperation, outcome: OperationOutcome, attempt
         "attempts": attempts,
         **outcome.details,
     }
-    return NewEvent("operation_completed", dumps(payload, what="event payload"))
+    return NewEvent("operation_completed", encode_checked(payload))
 
 
 def _complete(

@@ -12,7 +12,7 @@ from collections.abc import Collection
 import apsw
 
 from ..._errors import StepInProgress
-from ..._json import dumps, loads_strict
+from ..._json import encode_checked, loads_strict
 from ..._time import to_db
 from .._records import Lease, NewEvent
 from .._workflow_records import StepClaim
@@ -72,7 +72,7 @@ class StepOps(SQLiteBase):
 
         StepInProgress if the claim was released (``recover()``) meanwhile; returns the seq.
         """
-        event = NewEvent("step_completed", dumps({"name": name}))
+        event = NewEvent("step_completed", encode_checked({"name": name}))
 
         def write(conn: apsw.Connection) -> int:
             now = self.clock()
@@ -119,7 +119,7 @@ class StepOps(SQLiteBase):
         Earlier owners' claims and this lease's own stale ones (a result write that failed)
         are deleted, with one ``steps_recovered`` event; returns the names, sorted.
         """
-        keep = dumps(sorted(in_flight))
+        keep = encode_checked(sorted(in_flight))
 
         def write(conn: apsw.Connection) -> list[str]:
             now = self.clock()
@@ -134,7 +134,8 @@ class StepOps(SQLiteBase):
                 )
             )
             if names:
-                append(conn, lease, now, [NewEvent("steps_recovered", dumps({"names": names}))])
+                event = NewEvent("steps_recovered", encode_checked({"names": names}))
+                append(conn, lease, now, [event])
             return names
 
         return await self._write(write)

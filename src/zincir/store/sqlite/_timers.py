@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import apsw
 
-from ..._json import dumps
+from ..._json import encode_checked
 from ..._time import from_db, to_db
 from .._records import Lease, NewEvent
 from .._workflow_records import TimerRecord, WaitAttempt
@@ -69,7 +69,8 @@ def ensure_timer(
     if stored is not None:
         return stored
     wake = now + duration
-    append(conn, lease, now, [NewEvent("timer_set", dumps({"name": name, "wake_at": to_db(wake)}))])
+    event = encode_checked({"name": name, "wake_at": to_db(wake)})
+    append(conn, lease, now, [NewEvent("timer_set", event)])
     conn.execute(
         "INSERT INTO timers (run_id, name, wake_at, created_at) VALUES (?, ?, ?, ?)",
         (lease.run_id, name, to_db(wake), to_db(now)),
@@ -86,7 +87,7 @@ def fire_timer(
     details: dict[str, Any] | None = None,
 ) -> None:
     """Mark timer ``name`` completed and log ``event`` (with ``details``) for it, fenced."""
-    append(conn, lease, now, [NewEvent(event, dumps({"name": name, **(details or {})}))])
+    append(conn, lease, now, [NewEvent(event, encode_checked({"name": name, **(details or {})}))])
     conn.execute(
         "UPDATE timers SET completed_at = ? WHERE run_id = ? AND name = ? AND completed_at IS NULL",
         (to_db(now), lease.run_id, name),
