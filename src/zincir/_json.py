@@ -13,6 +13,7 @@ __all__ = [
     "StrictJsonError",
     "dumps",
     "encode_checked",
+    "loads_own",
     "loads_strict",
     "loads_strict_text",
 ]
@@ -43,6 +44,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+_PLAIN_DECODER = json.JSONDecoder()
 _DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
 
 
@@ -111,6 +113,11 @@ def _depth(value: Any) -> int:
     return deepest
 
 
+def loads_own(text: str) -> Any:
+    """The value of JSON text :func:`dumps` has just produced (it holds no duplicate key)."""
+    return _PLAIN_DECODER.decode(text)
+
+
 def encode_checked(value: Any) -> str:
     """Compact JSON of a value zincir built itself from parts already checked (validated ids,
     numbers, documents that went through :func:`dumps`): the same text, without the walk."""
@@ -134,6 +141,7 @@ def dumps(value: Any, *, what: str = "value", run_id: str | None = None) -> str:
         problem = _key_problem(value)  # acyclic: the encoder refuses cycles
         if (
             problem is None
+            and len(text) > 2 * MAX_NESTING
             and text.count("[") + text.count("{") > MAX_NESTING
             and _depth(value) > MAX_NESTING
         ):

@@ -80,6 +80,8 @@ def name_problem(what: str, value: object, *, max_bytes: int = MAX_ID_BYTES) -> 
     ``max_bytes`` UTF-8 bytes, without lone surrogates or control characters."""
     if not isinstance(value, str):
         return f"{what} must be a str, got {type(value).__name__}"
+    if value.isascii() and value.isprintable() and 0 < len(value) <= max_bytes:
+        return None  # the common case, decided without encoding or a regex
     data = utf8(value)
     if data is None:
         return f"{what} is not valid UTF-8 text (it holds a lone surrogate)"

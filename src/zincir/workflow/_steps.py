@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import FencedOut, InvalidInput, RunTerminal, StepInProgress
-from .._json import dumps, loads_strict
+from .._json import dumps, loads_own
 from .._validate import check_id
 from ._core import Core
 
@@ -80,7 +80,7 @@ async def run_step(core: Core, name: str, fn: Callable[[], Any]) -> Any:
         core.check()
         await core.store.finish_step(lease, name, result_json)
         # Return the stored form, so a first run and a replay see the same value.
-        return loads_strict(result_json)
+        return loads_own(result_json)
     finally:
         _IN_FLIGHT.discard(running)
 

@@ -51,20 +51,14 @@ class AgentOps(SQLiteBase):
         events += [NewEvent("tool_call", body, call_id) for call_id, body in intents]
 
         def write(conn: apsw.Connection) -> int:
-            if intents:
-                marks = ", ".join("?" for _ in intents)
-                taken = conn.execute(
-                    "SELECT tool_call_id FROM events WHERE run_id = ? AND type = 'tool_call' "
-                    f"AND tool_call_id IN ({marks}) LIMIT 1",
-                    (run_id, *(call_id for call_id, _ in intents)),
-                ).fetchone()
-                if taken is not None:
-                    raise DuplicateToolCall(
-                        f"tool call id {taken[0]!r} already has an intent in this run; "
-                        "nothing was stored",
-                        run_id=run_id,
-                    )
-            last_seq = append(conn, lease, self.clock(), events)
+            try:
+                last_seq = append(conn, lease, self.clock(), events)
+            except apsw.ConstraintError:  # the unique index of intents per (run, call id)
+                raise DuplicateToolCall(
+                    "a tool call id in this response already has an intent in this run; "
+                    "nothing was stored",
+                    run_id=run_id,
+                ) from None
             if intents:
                 first = last_seq - len(intents) + 1
                 conn.executemany(

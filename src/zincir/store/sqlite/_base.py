@@ -248,17 +248,10 @@ class SQLiteBase:
 
         ``durable=False`` (for marks such as step claims) may skip the fsync under
         ``synchronous="full"``: the write survives a process crash but maybe not power loss.
-        See the module docstring for what ``fn`` may do.
+        See the module docstring for what ``fn`` may do; the writer translates the driver
+        errors it raises.
         """
-        path = self.path
-
-        def guarded(conn: Conn) -> T:
-            try:
-                return fn(conn)
-            except (apsw.Error, OverflowError, UnicodeError) as error:
-                raise translate(error, path) from None
-
-        return await self._writer.run(guarded, solo=len(self._leases) <= 1, durable=durable)
+        return await self._writer.run(fn, solo=len(self._leases) <= 1, durable=durable)
 
     async def _read(self, fn: Callable[[Conn], T], *, offload: bool = False) -> T:
         """Run ``fn(connection)`` in one read snapshot.

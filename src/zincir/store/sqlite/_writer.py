@@ -191,7 +191,7 @@ class Writer:
             job.result = job.fn(conn)
         except BaseException as error:
             _safe_rollback(conn)
-            job.error = error
+            job.error = self._own(error)
             return True
         try:
             conn.execute("COMMIT")
@@ -275,7 +275,7 @@ class Writer:
             try:
                 job.result = job.fn(conn)
             except BaseException as error:
-                job.error = error
+                job.error = self._own(error)
                 _safe_rollback(conn)
                 return False
         return True
@@ -289,9 +289,15 @@ class Writer:
             try:
                 job.result = job.fn(conn)
             except BaseException as error:
-                job.error = error
+                job.error = self._own(error)
                 conn.execute("ROLLBACK TO zincir_job")
             conn.execute("RELEASE zincir_job")
+
+    def _own(self, error: BaseException) -> BaseException:
+        """A transaction function's error as its caller sees it: driver errors translated."""
+        if isinstance(error, apsw.Error | OverflowError | UnicodeError):
+            return translate(error, self._path)
+        return error
 
     def _begin_waiting(self) -> None:
         """BEGIN IMMEDIATE, retrying within the busy timeout while another process writes."""
