@@ -79,24 +79,24 @@ _CONTAINERS = (dict, list, tuple)
 def _key_problem(value: Any) -> str | None:
     """A non-str object key anywhere in ``value`` (``{1: "a", "1": "b"}`` would encode one
     key twice, and no key would read back as the int it was)."""
-    stack = [value]
-    push, containers = stack.append, _CONTAINERS
-    while stack:
+    stack: list[Any] | None = None
+    item = value
+    while True:
+        children = item.items() if isinstance(item, dict) else enumerate(item)
+        for key, child in children:
+            if not isinstance(key, str) and isinstance(item, dict):
+                return (
+                    f"object keys must be str (JSON has no other keys), "
+                    f"not {type(key).__name__} {key!r}"
+                )
+            if child and isinstance(child, _CONTAINERS):
+                if stack is None:
+                    stack = [child]
+                else:
+                    stack.append(child)
+        if not stack:
+            return None
         item = stack.pop()
-        if isinstance(item, dict):
-            for key, child in item.items():
-                if not isinstance(key, str):
-                    return (
-                        f"object keys must be str (JSON has no other keys), "
-                        f"not {type(key).__name__} {key!r}"
-                    )
-                if child and isinstance(child, containers):
-                    push(child)
-        else:
-            for child in item:
-                if child and isinstance(child, containers):
-                    push(child)
-    return None
 
 
 def _depth(value: Any) -> int:

@@ -25,6 +25,7 @@ from zincir.durable import HandlerRegistry, LocalRuntime
 
 WORKER = REPO / "tests" / "crash" / "runtime_worker.py"
 FENCED_WORKER = REPO / "tests" / "crash" / "fenced_runtime_worker.py"
+STORM_WORKER = REPO / "tests" / "crash" / "storm_worker.py"
 KEY = ("crash-run", "tool.call", 0)
 
 
@@ -257,3 +258,47 @@ async def test_a_process_taken_over_mid_operation_writes_nothing_to_the_run(
     finally:
         await store.close()
         old.close()
+
+
+@pytest.mark.crash
+async def test_a_takeover_storm_leaves_no_write_of_an_older_token(tmp_path: Path) -> None:
+    """Four processes take one run from each other for seconds while their runtimes record
+    operations: every operation_completed in the log belongs to the owner of that moment."""
+    db, run_id = tmp_path / "storm.db", "storm"
+    store = zincir.open_store(db)
+    ctx = await AgentContext.create(store, "storm", run_id=run_id)
+    await ctx.close()
+    await store.close()
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(STORM_WORKER), str(db), run_id, "3"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    rounds = 0
+    for process in processes:
+        out, err = await asyncio.to_thread(process.communicate, timeout=120)
+        assert process.returncode == 0, err
+        rounds += int(out.split()[-1])
+    seqs_and_types = rows(db, "SELECT seq, type, payload FROM events ORDER BY seq")
+    assert [seq for seq, _, _ in seqs_and_types] == list(range(1, len(seqs_and_types) + 1))
+    owner_of_now, tokens, written = 0, [], 0
+    for _, kind, payload in seqs_and_types:
+        body = json.loads(payload)
+        if kind == "llm_call":
+            owner_of_now = int(body["content"].split()[1])
+            tokens.append(owner_of_now)
+        elif kind == "operation_completed":
+            assert body["sequence"] // 100 == owner_of_now, (body, owner_of_now)
+            written += 1
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+    assert rounds >= 8 and len(tokens) >= 8 and written > 0
+    # Records of fenced executions were never stored: each stored record is its owner's.
+    for sequence, status in rows(db, "SELECT sequence, status FROM operations"):
+        if status == "completed":
+            assert sequence // 100 in tokens

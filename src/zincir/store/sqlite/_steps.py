@@ -21,6 +21,8 @@ from ._log import append, check_fence
 
 __all__ = ["StepOps"]
 
+_CLAIMED = StepClaim("claimed")
+
 
 class StepOps(SQLiteBase):
     """Claim, finish, abandon and recover durable steps."""
@@ -46,7 +48,7 @@ class StepOps(SQLiteBase):
                 # Fenced like every write; the run's row (lease expiry, seq) is left to the
                 # result's transaction: one page less to commit per step.
                 check_fence(conn, lease)
-                return StepClaim("claimed")
+                return _CLAIMED
             row = conn.execute(
                 "SELECT status, result, claim_owner, claim_token FROM steps "
                 "WHERE run_id = ? AND name = ?",
@@ -62,7 +64,7 @@ class StepOps(SQLiteBase):
                     "UPDATE steps SET started_at = ? WHERE run_id = ? AND name = ?",
                     (stamp, lease.run_id, name),
                 )
-                return StepClaim("claimed")
+                return _CLAIMED
             return StepClaim("held", owner=owner, token=token)
 
         return await self._write(write, durable=False)
