@@ -1,0 +1,112 @@
+"""``Handlers`` (the worker-registered ids a durable run routes to) and ``DurableBinding``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from typing import Any
+
+from .._errors import InvalidInput
+from .._validate import check_id, check_lease_ttl
+from ..contract import OperationKind
+from ..durable import DurableRuntime
+from ..store import Store
+
+__all__ = ["DurableBinding", "Handlers"]
+
+_KINDS = {
+    "model_request": OperationKind.MODEL_REQUEST,
+    "model_stream": OperationKind.MODEL_STREAM,
+    "tool_call": OperationKind.TOOL_CALL,
+    "mcp_request": OperationKind.MCP_REQUEST,
+    "retry_delay": OperationKind.RETRY_DELAY,
+    "approval_resume": OperationKind.APPROVAL_RESUME,
+    "event_delivery": OperationKind.EVENT_DELIVERY,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Handlers:
+    """The handler id of each operation kind a durable run may execute (each optional)."""
+
+    model_request: str | None = None
+    model_stream: str | None = None
+    tool_call: str | None = None
+    mcp_request: str | None = None
+    retry_delay: str | None = None
+    approval_resume: str | None = None
+    event_delivery: str | None = None
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                check_id(value, f"the {field.name} handler id")
+
+    def configured(self) -> list[tuple[OperationKind, str]]:
+        """Every (kind, handler id) that is set."""
+        return [
+            (kind, value)
+            for name, kind in _KINDS.items()
+            if (value := getattr(self, name)) is not None
+        ]
+
+    def for_kind(self, kind: OperationKind) -> str | None:
+        """The handler id configured for ``kind``, or None."""
+        for name, known in _KINDS.items():
+            if known == kind:
+                value: str | None = getattr(self, name)
+                return value
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class DurableBinding:
+    """Routes an agent run through ``runtime``: one run id, its handlers, its lease.
+
+    ``step_namespace`` prefixes every step id (``ns.model.request``) without changing
+    handler ids or sequences; ``store`` holds the run's row and lease (default: the
+    runtime's own store).
+    """
+
+    runtime: DurableRuntime
+    run_id: str
+    handlers: Handlers
+    step_namespace: str | None = None
+    lease_ttl: timedelta = timedelta(seconds=30)
+    store: Store | None = None
+
+    def __post_init__(self) -> None:
+        check_id(self.run_id, "a run id")
+        if not callable(getattr(self.runtime, "execute", None)):
+            raise InvalidInput(
+                "runtime must be a DurableRuntime (an object with async execute(invocation))",
+                run_id=self.run_id,
+            )
+        if not isinstance(self.handlers, Handlers):
+            raise InvalidInput("handlers must be a zincir.agent.Handlers", run_id=self.run_id)
+        if self.step_namespace is not None:
+            check_id(self.step_namespace, "a step namespace", run_id=self.run_id)
+        object.__setattr__(self, "lease_ttl", check_lease_ttl(self.lease_ttl, run_id=self.run_id))
+
+    def step_id(self, step: str) -> str:
+        """``step`` under the binding's namespace."""
+        return step if self.step_namespace is None else f"{self.step_namespace}.{step}"
+
+    def run_store(self) -> Store:
+        """The store that holds the run's row and lease."""
+        store: Any = self.store if self.store is not None else getattr(self.runtime, "store", None)
+        if store is None:
+            raise InvalidInput(
+                "this runtime has no store; pass DurableBinding(store=...) to hold the run",
+                run_id=self.run_id,
+            )
+        return _as_store(store)
+
+
+def _as_store(store: Any) -> Store:
+    """``store`` as a Store (checked loosely: it must at least read runs)."""
+    if not callable(getattr(store, "get_run", None)):
+        raise InvalidInput(f"store must be a zincir store, not {type(store).__name__}")
+    result: Store = store
+    return result

@@ -1,0 +1,89 @@
+"""Preflight: every handler a durable run can need is configured (and registered) first.
+
+Checked before anything is stored or any model is called, and again before each model
+request, because a dynamic toolset may offer new tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from .._errors import MissingDurableHandler, MissingDurableToolsetOrigins
+from ..contract import OperationKind
+from ..durable import HandlerRegistry
+from ._binding import DurableBinding
+from ._tools import Tool, ToolOrigin, Toolset
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+
+__all__ = ["ResolvedToolsets", "check_route"]
+
+ResolvedToolsets = Sequence[tuple[Toolset, Sequence[Tool]]]
+
+_FAMILY = {
+    ToolOrigin.APPLICATION: OperationKind.TOOL_CALL,
+    ToolOrigin.MCP: OperationKind.MCP_REQUEST,
+}
+
+
+def check_route(agent: Agent, binding: DurableBinding, resolved: ResolvedToolsets = ()) -> None:
+    """Raise unless every handler the run can need is configured and registered.
+
+    ``resolved`` holds the tools dynamic toolsets offer for the next request; without it
+    only their declared ``durable_origins`` are checked.
+    """
+    run_id = binding.run_id
+    needs: dict[OperationKind, str] = {OperationKind.MODEL_REQUEST: "every model request"}
+    if agent.retry.max_attempts > 1:
+        needs[OperationKind.RETRY_DELAY] = (
+            f"the retry policy allows {agent.retry.max_attempts} attempts"
+        )
+    offered = dict(resolved)
+    for toolset in agent.toolsets:
+        origins = toolset.durable_origins
+        if origins is None:
+            raise MissingDurableToolsetOrigins(
+                f"dynamic toolset {toolset.id or '(unnamed)'} does not declare its origins; "
+                "pass Toolset.dynamic(fn, durable_origins={ToolOrigin.APPLICATION, ...})",
+                run_id=run_id,
+            )
+        tools = toolset.tools if not toolset.is_dynamic else offered.get(toolset, ())
+        _check_declared(toolset, origins, tools, run_id)
+        for origin in origins:
+            if origin in _FAMILY:
+                needs.setdefault(_FAMILY[origin], f"tools of origin {origin.value}")
+        if any(tool.requires_approval for tool in tools):
+            needs[OperationKind.APPROVAL_RESUME] = "a tool requires approval"
+    _check_handlers(binding, needs)
+
+
+def _check_declared(
+    toolset: Toolset, origins: frozenset[ToolOrigin], tools: Iterable[Tool], run_id: str
+) -> None:
+    for tool in tools:
+        if tool.origin not in origins:
+            raise MissingDurableToolsetOrigins(
+                f"toolset {toolset.id or '(unnamed)'} offered tool {tool.name!r} of origin "
+                f"{tool.origin.value}, which its durable_origins do not declare; add it",
+                run_id=run_id,
+            )
+
+
+def _check_handlers(binding: DurableBinding, needs: dict[OperationKind, str]) -> None:
+    registry = getattr(binding.runtime, "registry", None)
+    problems: list[str] = []
+    for kind, why in needs.items():
+        handler_id = binding.handlers.for_kind(kind)
+        if handler_id is None:
+            problems.append(f"Handlers({kind.value}=...) is not configured ({why})")
+        elif isinstance(registry, HandlerRegistry) and (kind, handler_id) not in registry:
+            problems.append(
+                f"{kind.value} handler {handler_id!r} is not registered in the runtime's "
+                f"registry ({why}); call serve(registry, agent, handlers)"
+            )
+    if problems:
+        raise MissingDurableHandler(
+            "the durable run cannot start: " + "; ".join(problems), run_id=binding.run_id
+        )

@@ -1,0 +1,173 @@
+"""``serve``: the worker side, one registered handler per configured handler id.
+
+Each handler reads the neutral payload document of its kind and does the work the agent
+process never does on the durable path: ask the model, run a tool, wait, decide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .._errors import InvalidDocument, InvalidInput, OperationFailed
+from ..contract import Invocation, OperationKind
+from ..contract.payloads import (
+    ApprovalDecision,
+    ApprovalRequest,
+    EventDelivery,
+    McpRequest,
+    ModelRequest,
+    ModelResponse,
+    RetryDelay,
+    RunContext,
+    ToolOutput,
+    ToolRequest,
+)
+from ..durable import HandlerRegistry
+from ._binding import Handlers
+from ._models import coerce_response
+from ._stream import assemble_stream
+from ._tools import Tool, ToolArgumentsRejected, ToolOrigin
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+
+__all__ = ["Approver", "serve"]
+
+Approver = Callable[[ApprovalRequest], Awaitable[Any] | Any]
+_Handler = Callable[[Invocation, Any], Awaitable[Any]]
+
+
+def serve(
+    registry: HandlerRegistry,
+    agent: Agent,
+    handlers: Handlers,
+    approver: Approver | None = None,
+) -> None:
+    """Register, for each id configured in ``handlers``, the handler that serves ``agent``."""
+    if not isinstance(registry, HandlerRegistry):
+        raise InvalidInput("registry must be a zincir.HandlerRegistry")
+    if not isinstance(handlers, Handlers):
+        raise InvalidInput("handlers must be a zincir.agent.Handlers")
+    makers: dict[OperationKind, Callable[[], _Handler]] = {
+        OperationKind.MODEL_REQUEST: lambda: _model_request(agent),
+        OperationKind.MODEL_STREAM: lambda: _model_stream(agent),
+        OperationKind.TOOL_CALL: lambda: _tool_call(agent),
+        OperationKind.MCP_REQUEST: lambda: _mcp_request(agent),
+        OperationKind.RETRY_DELAY: _retry_delay,
+        OperationKind.APPROVAL_RESUME: lambda: _approval_resume(approver),
+        OperationKind.EVENT_DELIVERY: lambda: _event_delivery(agent),
+    }
+    for kind, handler_id in handlers.configured():
+        registry.register(kind, handler_id, makers[kind]())
+
+
+def _model_request(agent: Agent) -> _Handler:
+    async def handle(invocation: Invocation, request: Any) -> Any:
+        document = ModelRequest.from_dict(request)
+        try:
+            answer = await agent.model.request(document)
+            response = coerce_response(answer, model=agent.model.name)
+        except InvalidDocument as error:
+            raise OperationFailed("InvalidModelResponse", False, error.detail) from None
+        return response.to_dict()
+
+    return handle
+
+
+def _model_stream(agent: Agent) -> _Handler:
+    async def handle(invocation: Invocation, request: Any) -> Any:
+        document = ModelRequest.from_dict(request)
+        try:
+            parts, usage = await assemble_stream(agent.model.stream(document))
+            response = ModelResponse(parts=parts, usage=usage, model_name=agent.model.name)
+        except InvalidDocument as error:
+            raise OperationFailed("InvalidModelResponse", False, error.detail) from None
+        return response.to_dict()
+
+    return handle
+
+
+async def _run(
+    tool: Tool | None, name: str, origin: ToolOrigin, arguments: Mapping[str, Any]
+) -> Any:
+    if tool is None or tool.origin is not origin:
+        raise OperationFailed(
+            "UnknownTool", False, f"this worker serves no {origin.value} tool {name!r}"
+        )
+    try:
+        return await tool.call(arguments)
+    except ToolArgumentsRejected as error:
+        raise OperationFailed("InvalidToolArguments", False, error.message) from None
+
+
+def _tool_call(agent: Agent) -> _Handler:
+    async def handle(invocation: Invocation, request: Any) -> Any:
+        document = ToolRequest.from_dict(request)
+        call = document.call
+        tool = await agent.find_tool(call.tool_name, document.context)
+        content = await _run(tool, call.tool_name, ToolOrigin.APPLICATION, document.arguments)
+        return ToolOutput(
+            tool_call_id=call.tool_call_id, tool_name=call.tool_name, content=content
+        ).to_dict()
+
+    return handle
+
+
+def _mcp_request(agent: Agent) -> _Handler:
+    async def handle(invocation: Invocation, request: Any) -> Any:
+        document = McpRequest.from_dict(request)
+        name, arguments = document.params.get("name"), document.params.get("arguments", {})
+        if document.method != "tools/call" or not isinstance(name, str):
+            raise OperationFailed(
+                "UnsupportedMcpMethod",
+                False,
+                f"this worker serves tools/call, not {document.method!r}",
+            )
+        if not isinstance(arguments, dict):
+            raise OperationFailed("InvalidToolArguments", False, "arguments must be an object")
+        context = RunContext(run_id=invocation.run_id, agent_name=agent.name)
+        tool = await agent.find_tool(name, context)
+        content = await _run(tool, name, ToolOrigin.MCP, arguments)
+        call_id = f"{invocation.step_id}#{invocation.sequence}"
+        return ToolOutput(tool_call_id=call_id, tool_name=name, content=content).to_dict()
+
+    return handle
+
+
+def _retry_delay() -> _Handler:
+    async def handle(invocation: Invocation, request: Any) -> Any:
+        document = RetryDelay.from_dict(request)
+        await asyncio.sleep(document.delay_seconds)
+        return {"slept_seconds": document.delay_seconds}
+
+    return handle
+
+
+def _approval_resume(approver: Approver | None) -> _Handler:
+    async def handle(invocation: Invocation, request: Any) -> Any:
+        document = ApprovalRequest.from_dict(request)
+        if approver is None:
+            return document.proposed.to_dict()
+        decision = approver(document)
+        if inspect.isawaitable(decision):
+            decision = await decision
+        if isinstance(decision, Mapping):
+            decision = ApprovalDecision.from_dict(decision)
+        if not isinstance(decision, ApprovalDecision):
+            raise OperationFailed(
+                "InvalidApprovalDecision", False, "the approver must return an ApprovalDecision"
+            )
+        return decision.to_dict()
+
+    return handle
+
+
+def _event_delivery(agent: Agent) -> _Handler:
+    async def handle(invocation: Invocation, request: Any) -> Any:
+        await agent.deliver(EventDelivery.from_dict(request))
+        return {"delivered": True}
+
+    return handle

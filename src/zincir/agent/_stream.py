@@ -1,0 +1,79 @@
+"""Assemble a ``ModelResponse`` from stream parts, whatever the chunk boundaries were."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable
+from dataclasses import dataclass, field
+
+from .._errors import InvalidDocument
+from .._json import StrictJsonError, loads_strict
+from ..contract.payloads import (
+    PartDelta,
+    PartEnd,
+    PartStart,
+    StreamPart,
+    StreamUsage,
+    TextPart,
+    ToolCallPart,
+    Usage,
+)
+
+__all__ = ["assemble_stream"]
+
+
+@dataclass(slots=True)
+class _Open:
+    start: PartStart
+    chunks: list[str] = field(default_factory=list)
+
+
+async def assemble_stream(
+    parts: AsyncIterable[StreamPart],
+) -> tuple[list[TextPart | ToolCallPart], Usage]:
+    """The complete parts (in index order) and usage of a stream; InvalidDocument if broken."""
+    opened: dict[int, _Open] = {}
+    finished: dict[int, TextPart | ToolCallPart] = {}
+    usage = Usage()
+    async for part in parts:
+        if isinstance(part, PartStart):
+            if part.index in opened or part.index in finished:
+                raise InvalidDocument(f"stream part {part.index} started twice")
+            opened[part.index] = _Open(part)
+        elif isinstance(part, PartDelta):
+            _open(opened, part.index).chunks.append(part.delta)
+        elif isinstance(part, PartEnd):
+            finished[part.index] = _finish(opened.pop(part.index, None), part.index)
+        elif isinstance(part, StreamUsage):
+            usage = part.usage
+        else:
+            raise InvalidDocument(f"a stream yielded {type(part).__name__}, not a stream part")
+    if opened:
+        raise InvalidDocument(f"stream parts {sorted(opened)} never ended")
+    return [finished[index] for index in sorted(finished)], usage
+
+
+def _open(opened: dict[int, _Open], index: int) -> _Open:
+    if index not in opened:
+        raise InvalidDocument(f"stream part {index} has a delta outside start/end")
+    return opened[index]
+
+
+def _finish(part: _Open | None, index: int) -> TextPart | ToolCallPart:
+    if part is None:
+        raise InvalidDocument(f"stream part {index} ended without starting")
+    text = "".join(part.chunks)
+    start = part.start
+    if start.part_kind == "text":
+        return TextPart(text=text)
+    try:
+        arguments = loads_strict(text or "{}")
+    except StrictJsonError as error:
+        raise InvalidDocument(
+            f"tool call {start.tool_call_id!r}: arguments are not JSON: {error}"
+        ) from None
+    if not isinstance(arguments, dict):
+        raise InvalidDocument(f"tool call {start.tool_call_id!r}: arguments are not a JSON object")
+    assert start.tool_call_id is not None and start.tool_name is not None
+    return ToolCallPart(
+        tool_call_id=start.tool_call_id, tool_name=start.tool_name, arguments=arguments
+    )

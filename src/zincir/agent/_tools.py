@@ -1,0 +1,252 @@
+"""Tools the model may call: ``Tool`` / ``@tool``, ``Toolset`` and ``ToolOrigin``.
+
+A tool's JSON Schema comes from its signature (through pydantic); its arguments are
+validated against the same model before the tool is called, so a bad call goes back to the
+model as a retry prompt instead of reaching the function.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from enum import StrEnum
+from typing import Any, overload
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from .._errors import InvalidInput
+from .._validate import name_problem
+from ..contract.payloads import RunContext, ToolDefinition
+
+__all__ = [
+    "DynamicTools",
+    "Tool",
+    "ToolArgumentsRejected",
+    "ToolOrigin",
+    "Toolset",
+    "as_tool",
+    "tool",
+]
+
+ToolFunction = Callable[..., Any]
+
+
+class ToolOrigin(StrEnum):
+    """Where a tool's side effect runs on the durable path.
+
+    ``application`` → a ``tool.call`` operation; ``mcp`` → an ``mcp.request`` operation;
+    ``workflow`` → in the agent process, replayed freely, so it must have no external effect.
+    """
+
+    APPLICATION = "application"
+    MCP = "mcp"
+    WORKFLOW = "workflow"
+
+
+class ToolArgumentsRejected(Exception):
+    """Arguments that fail a tool's schema; ``message`` is what the model is told."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+
+class Tool:
+    """A function the model may call, with its name, description and JSON Schema."""
+
+    def __init__(
+        self,
+        fn: ToolFunction,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        schema: Mapping[str, Any] | None = None,
+        requires_approval: bool = False,
+        origin: ToolOrigin | str = ToolOrigin.APPLICATION,
+    ) -> None:
+        if not callable(fn):
+            raise InvalidInput(f"a tool needs a callable, not {type(fn).__name__}")
+        self.fn = fn
+        self.name = name if name is not None else getattr(fn, "__name__", "")
+        problem = name_problem("a tool name", self.name, max_bytes=64)
+        if problem is not None:
+            raise InvalidInput(problem)
+        try:
+            self.origin = ToolOrigin(origin)
+        except ValueError:
+            raise InvalidInput(
+                f"unknown tool origin {origin!r}; use one of {[o.value for o in ToolOrigin]}"
+            ) from None
+        self.description = description if description is not None else _summary(fn)
+        self.requires_approval = bool(requires_approval)
+        self._parameters, self._arguments = _arguments_model(fn, self.name)
+        self.schema = dict(schema) if schema is not None else _schema(self._arguments)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r}, origin={self.origin.value!r})"
+
+    def definition(self) -> ToolDefinition:
+        """The document the model sees."""
+        return ToolDefinition(name=self.name, description=self.description, parameters=self.schema)
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The validated arguments in JSON form; raises ToolArgumentsRejected."""
+        return self._model(arguments).model_dump(mode="json")
+
+    async def call(self, arguments: Mapping[str, Any]) -> Any:
+        """Validate ``arguments``, call the function, return its result as JSON data."""
+        instance = self._model(arguments)
+        result = self.fn(**{name: getattr(instance, name) for name in self._parameters})
+        if inspect.isawaitable(result):
+            result = await result
+        try:
+            return to_jsonable_python(result)
+        except PydanticSerializationError as error:
+            raise InvalidInput(
+                f"tool {self.name!r} returned a value that is not JSON data: {error}"
+            ) from None
+
+    def _model(self, arguments: Mapping[str, Any]) -> BaseModel:
+        if not isinstance(arguments, Mapping):
+            raise ToolArgumentsRejected("the arguments must be a JSON object")
+        try:
+            return self._arguments.model_validate(dict(arguments))
+        except ValidationError as error:
+            raise ToolArgumentsRejected(_explain(error)) from None
+
+
+@overload
+def tool(fn: ToolFunction, /) -> Tool: ...
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    schema: Mapping[str, Any] | None = None,
+    requires_approval: bool = False,
+    origin: ToolOrigin | str = ToolOrigin.APPLICATION,
+) -> Callable[[ToolFunction], Tool]: ...
+def tool(
+    fn: ToolFunction | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    schema: Mapping[str, Any] | None = None,
+    requires_approval: bool = False,
+    origin: ToolOrigin | str = ToolOrigin.APPLICATION,
+) -> Tool | Callable[[ToolFunction], Tool]:
+    """Make a ``Tool`` of a function: ``@tool`` or ``@tool(requires_approval=True)``."""
+
+    def make(function: ToolFunction) -> Tool:
+        return Tool(
+            function,
+            name=name,
+            description=description,
+            schema=schema,
+            requires_approval=requires_approval,
+            origin=origin,
+        )
+
+    return make if fn is None else make(fn)
+
+
+def as_tool(value: Tool | ToolFunction) -> Tool:
+    """A ``Tool`` as is; a plain function wrapped with the defaults."""
+    return value if isinstance(value, Tool) else Tool(value)
+
+
+DynamicTools = Callable[
+    [RunContext], Awaitable[Iterable[Tool | ToolFunction]] | Iterable[Tool | ToolFunction]
+]
+
+
+class Toolset:
+    """A group of tools: static, or ``Toolset.dynamic`` (chosen per model request).
+
+    ``durable_origins`` says which origins a toolset's tools may have; a static toolset
+    knows them, a dynamic one must declare them to run durably.
+    """
+
+    def __init__(self, tools: Iterable[Tool | ToolFunction] = (), *, id: str | None = None) -> None:
+        self.id = id
+        self.tools: tuple[Tool, ...] = tuple(as_tool(item) for item in tools)
+        self.durable_origins: frozenset[ToolOrigin] | None = frozenset(
+            item.origin for item in self.tools
+        )
+        self._function: DynamicTools | None = None
+
+    @classmethod
+    def dynamic(
+        cls,
+        fn: DynamicTools,
+        *,
+        durable_origins: Iterable[ToolOrigin | str] | None = None,
+        id: str | None = None,
+    ) -> Toolset:
+        """Tools chosen by ``fn(run_context)`` before each model request."""
+        if not callable(fn):
+            raise InvalidInput("a dynamic toolset needs a callable (RunContext) -> tools")
+        toolset = cls(id=id)
+        toolset._function = fn
+        toolset.durable_origins = (
+            None if durable_origins is None else frozenset(ToolOrigin(o) for o in durable_origins)
+        )
+        return toolset
+
+    @property
+    def is_dynamic(self) -> bool:
+        return self._function is not None
+
+    async def resolve(self, context: RunContext) -> tuple[Tool, ...]:
+        """The tools offered for the next model request."""
+        if self._function is None:
+            return self.tools
+        chosen = self._function(context)
+        if inspect.isawaitable(chosen):
+            chosen = await chosen
+        return tuple(as_tool(item) for item in chosen)
+
+
+def _summary(fn: ToolFunction) -> str:
+    doc = inspect.getdoc(fn) or ""
+    return doc.split("\n\n", 1)[0].strip()
+
+
+def _arguments_model(fn: ToolFunction, name: str) -> tuple[tuple[str, ...], type[BaseModel]]:
+    """The parameter names and a closed pydantic model of ``fn``'s keyword arguments."""
+    try:
+        signature = inspect.signature(fn)
+        hints = typing.get_type_hints(fn)
+    except (TypeError, ValueError, NameError) as error:
+        raise InvalidInput(f"cannot read the signature of tool {name!r}: {error}") from None
+    fields: dict[str, Any] = {}
+    for parameter in signature.parameters.values():
+        if parameter.kind not in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+            raise InvalidInput(
+                f"tool {name!r}: parameter {parameter.name!r} must be passable by keyword "
+                "(no *args, **kwargs or positional-only parameters)"
+            )
+        default = ... if parameter.default is parameter.empty else parameter.default
+        fields[parameter.name] = (hints.get(parameter.name, Any), default)
+    model: type[BaseModel] = create_model(
+        f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    return tuple(fields), model
+
+
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    return schema
+
+
+def _explain(error: ValidationError) -> str:
+    details = error.errors(include_url=False, include_context=False, include_input=False)
+    lines = [
+        f"{'.'.join(str(part) for part in detail['loc']) or '(arguments)'}: {detail['msg']}"
+        for detail in details[:10]
+    ]
+    return "invalid arguments: " + "; ".join(lines) + ". Fix the arguments and call again."

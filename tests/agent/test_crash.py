@@ -1,0 +1,89 @@
+"""A durable agent killed with SIGKILL inside a model request, then run again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import zincir
+from tests.agent.agent_worker import CLAIM_TTL, LEASE_TTL
+from tests.agent.reference import HANDLERS, build, lines
+from tests.conftest import REPO
+from tests.helpers import rows, seqs
+from zincir.agent import DurableBinding, serve
+
+WORKER = Path(__file__).with_name("agent_worker.py")
+
+pytestmark = pytest.mark.crash
+
+
+def start(db: Path, log: Path, *options: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), str(db), str(log), "crash-run", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+async def test_killed_inside_the_third_model_request_replays_the_rest(tmp_path: Path) -> None:
+    db, log = tmp_path / "x.db", tmp_path / "log"
+    worker = start(db, log, "--hang-at", "2")
+    try:
+        assert worker.stdout is not None
+        line = await asyncio.to_thread(worker.stdout.readline)
+        assert line == "inside\n", worker.stderr.read() if worker.stderr else ""
+        assert lines(log) == ["model 0", "tool first 1", "model 1", "tool second 2", "model 2"]
+        committed = rows(
+            db, "SELECT step_id, sequence FROM operations WHERE status = 'completed' ORDER BY 1, 2"
+        )
+        assert ("tool.call", 1000) in committed
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+        for stream in (worker.stdout, worker.stderr):
+            if stream is not None:
+                stream.close()
+
+    agent = build(log)
+    registry = zincir.HandlerRegistry()
+    serve(registry, agent, HANDLERS)
+    store = zincir.open_store(db)
+    try:
+        runtime = zincir.LocalRuntime(store, registry, claim_ttl=CLAIM_TTL, poll_interval=0.02)
+        binding = DurableBinding(runtime, "crash-run", HANDLERS, lease_ttl=LEASE_TTL)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                result = await agent.run("Use both tools.", durable=binding)
+                break
+            except zincir.LeaseHeld:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+    finally:
+        await store.close()
+
+    assert result.output == "done: first=1 + second=2"
+    assert lines(log) == [
+        "model 0",
+        "tool first 1",
+        "model 1",
+        "tool second 2",
+        "model 2",
+        "model 2",
+    ]
+    found = seqs(db, "crash-run")
+    assert found == list(range(1, len(found) + 1))
+    types = [t for (t,) in rows(db, "SELECT type FROM events ORDER BY seq")]
+    assert types.count("llm_call") == 3 and types.count("tool_result") == 2
+    status = rows(db, "SELECT status FROM agent_runs WHERE id = 'crash-run'")
+    assert status == [("completed",)]
