@@ -265,13 +265,15 @@ class SQLiteBase:
         return self._read_now(fn)
 
     def _read_now(self, fn: Callable[[Conn], T]) -> T:
-        with translating(self.path):
+        try:
             conn = self._reader()
             conn.execute("BEGIN")
             try:
                 return fn(conn)
             finally:
                 conn.execute("COMMIT")
+        except (apsw.Error, OverflowError, UnicodeError) as error:
+            raise translate(error, self.path) from None
 
     def _reader(self) -> Conn:
         conn: Conn | None = getattr(self._local, "conn", None)
