@@ -1,4 +1,4 @@
-"""The DurableRuntime conformance suite: what every runtime guarantees (SPEC §2 (0)-(5)).
+"""The DurableRuntime conformance suite: what every runtime guarantees.
 
 Subclass ``RuntimeConformance`` in a ``test_*.py`` module and provide a ``make_runtime``
 fixture: an async factory ``(registry: HandlerRegistry) -> DurableRuntime``. Runtimes made by

@@ -1,4 +1,4 @@
--- Workflow waits: what a run is blocked on while no process drives it (SPEC §5, §6).
+-- Workflow waits: what a run is blocked on while no process drives it.
 -- A ResumeWorker claims a waiting run only once its wait is satisfied: the deadline has
 -- passed, a message arrived on the awaited topic, or the awaited child run is terminal.
 
