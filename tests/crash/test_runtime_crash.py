@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +19,18 @@ import pytest
 
 import zincir
 from tests.conftest import REPO
+from tests.crash.leased_runtime_worker import invocation as leased_invocation
+from tests.crash.runtime_worker import INVOCATION as LEASELESS_INVOCATION
 from tests.helpers import rows
 from zincir import AgentContext
+from zincir._time import from_db
 from zincir.contract import Invocation, OperationKind, Success, decode_record, encode_record
 from zincir.durable import HandlerRegistry, LocalRuntime
 
 WORKER = REPO / "tests" / "crash" / "runtime_worker.py"
 FENCED_WORKER = REPO / "tests" / "crash" / "fenced_runtime_worker.py"
 STORM_WORKER = REPO / "tests" / "crash" / "storm_worker.py"
+LEASED_WORKER = REPO / "tests" / "crash" / "leased_runtime_worker.py"
 KEY = ("crash-run", "tool.call", 0)
 
 
@@ -230,7 +235,7 @@ async def test_a_process_taken_over_mid_operation_writes_nothing_to_the_run(
         invocation = Invocation(
             run_id, "tool.call", 0, OperationKind.TOOL_CALL, "fenced-tools", '{"order":"A1"}'
         )
-        if new_owner == "finishes":  # the old claim, no longer renewed, expires first
+        if new_owner == "finishes":  # the old claim, of a superseded token, is taken over
             record = await asyncio.wait_for(runtime.execute(invocation), 20)
             await ctx.complete()
         before = await store.list_events(run_id)
@@ -302,3 +307,171 @@ async def test_a_takeover_storm_leaves_no_write_of_an_older_token(tmp_path: Path
     for sequence, status in rows(db, "SELECT sequence, status FROM operations"):
         if status == "completed":
             assert sequence // 100 in tokens
+
+
+# -- a claim made under the run's lease passes to the run's next owner -------------------------
+
+
+LEASED_RUN = "leased-run"
+CLAIM_TTL = 30.0  # the default: a claim-expiry wait would be obvious
+
+
+def leased_worker(tmp_path: Path, *options: str) -> Worker:
+    argv = [
+        str(LEASED_WORKER),
+        str(tmp_path / "ops.db"),
+        str(tmp_path / "side.jsonl"),
+        LEASED_RUN,
+        "--claim-ttl",
+        str(CLAIM_TTL),
+        *options,
+    ]
+    return Worker(tmp_path, "", argv=argv)
+
+
+class Calls:
+    """A handler that remembers its invocations and returns ``answer``."""
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+        self.calls: list[Invocation] = []
+
+    def __call__(self, invocation: Invocation, request: object) -> object:
+        self.calls.append(invocation)
+        return self.answer
+
+
+def runtime_on(
+    store: zincir.SQLiteStore, handler_id: str, handler: Calls, claim_ttl: float = CLAIM_TTL
+) -> LocalRuntime:
+    registry = HandlerRegistry()
+    registry.register(OperationKind.TOOL_CALL, handler_id, handler)
+    return LocalRuntime(store, registry, claim_ttl=claim_ttl, poll_interval=0.02)
+
+
+def leased_claim(db: Path) -> tuple[Any, ...]:
+    [row] = rows(
+        db,
+        "SELECT status, claim_lease_token, claim_expires_at, attempts FROM operations "
+        "WHERE run_id = ?",
+        (LEASED_RUN,),
+    )
+    return row
+
+
+async def recover_when_free(store: zincir.SQLiteStore, run_id: str) -> AgentContext:
+    """AgentContext.recover, retried until the dead owner's lease has expired."""
+    while True:
+        try:
+            return await AgentContext.recover(store, run_id)
+        except zincir.LeaseHeld:
+            await asyncio.sleep(0.05)
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("recovery", ["force_recover", "lease_expired"])
+async def test_a_killed_owners_claim_passes_to_the_runs_new_owner_at_once(
+    tmp_path: Path, recovery: str
+) -> None:
+    """SIGKILL inside the handler with claim_ttl=30 s: the process that recovers the run runs
+    the handler at once, without waiting for the dead claim's expiry."""
+    db = tmp_path / "ops.db"
+    zincir.open_store(db).close_sync()
+    lease_ttl = "1.0" if recovery == "lease_expired" else "60"
+    victim = leased_worker(tmp_path, "--lease-ttl", lease_ttl)
+    store = zincir.open_store(db)
+    try:
+        await asyncio.to_thread(victim.expect, "inside")
+        victim.kill()
+        status, token, expires, attempts = leased_claim(db)
+        assert (status, token, attempts) == ("claimed", 1, 1)  # under the victim's lease
+        assert from_db(expires) - datetime.now(UTC) > timedelta(seconds=20)  # live by expiry
+        if recovery == "force_recover":
+            ctx = await AgentContext.force_recover(store, LEASED_RUN)
+        else:
+            ctx = await asyncio.wait_for(recover_when_free(store, LEASED_RUN), 10)
+        assert ctx.lease_token == 2
+        handler = Calls({"by": "new owner"})
+        runtime = runtime_on(store, "leased-tools", handler)
+        started = time.monotonic()
+        record = await asyncio.wait_for(runtime.execute(leased_invocation(LEASED_RUN)), 10)
+        assert time.monotonic() - started < 5, "it waited for the dead claim's expiry"
+        await ctx.complete()
+    finally:
+        await store.close()
+        victim.close()
+    assert record.outcome == Success('{"by":"new owner"}') and len(handler.calls) == 1
+    assert rows(db, "SELECT status, record, attempts, claim_lease_token FROM operations") == [
+        ("completed", encode_record(record), 2, 2)
+    ]
+    assert len(side_effects(tmp_path)) == 1  # the victim's call; at least once
+    payloads = [
+        json.loads(payload)
+        for (payload,) in rows(
+            db, "SELECT payload FROM events WHERE type = 'operation_completed' ORDER BY seq"
+        )
+    ]
+    assert [(p["sequence"], p["outcome"], p["attempts"]) for p in payloads] == [(0, "success", 2)]
+
+
+@pytest.mark.crash
+async def test_a_live_claim_of_the_current_lease_in_another_process_is_waited_for(
+    tmp_path: Path,
+) -> None:
+    """While the run's owner is alive its claim is honoured past claim_ttl (renewed); killed
+    with its lease still current, its claim is taken over only once it expires."""
+    db = tmp_path / "ops.db"
+    zincir.open_store(db).close_sync()
+    victim = leased_worker(tmp_path, "--lease-ttl", "60", "--claim-ttl", "1.5")
+    store = zincir.open_store(db)
+    try:
+        await asyncio.to_thread(victim.expect, "inside")
+        handler = Calls({"by": "waiter"})
+        runtime = runtime_on(store, "leased-tools", handler, claim_ttl=1.5)
+        waiting = asyncio.ensure_future(runtime.execute(leased_invocation(LEASED_RUN)))
+        await asyncio.sleep(2.0)
+        assert not waiting.done() and handler.calls == []  # the owner's live claim
+        assert leased_claim(db)[:2] == ("claimed", 1)  # made under the current token
+        victim.kill()
+        killed = time.monotonic()
+        record = await asyncio.wait_for(waiting, 20)
+        assert time.monotonic() - killed >= 0.9  # it waited for the claim's expiry
+    finally:
+        await store.close()
+        victim.close()
+    assert handler.calls and record.outcome == Success('{"by":"waiter"}')
+    assert rows(db, "SELECT status, attempts FROM operations") == [("completed", 2)]
+
+
+@pytest.mark.crash
+async def test_a_claim_made_without_a_lease_still_waits_for_its_expiry(tmp_path: Path) -> None:
+    """A leaseless process's claim carries no token: the run's new owner waits for it."""
+    db, run_id = tmp_path / "ops.db", KEY[0]
+    store = zincir.open_store(db)
+    try:
+        await (await AgentContext.create(store, "leaseless claim", run_id=run_id)).close()
+        victim = Worker(tmp_path, "hang", "--claim-ttl", "1.5")
+        try:
+            await asyncio.to_thread(victim.expect, "inside")
+            [(token, attempts)] = rows(db, "SELECT claim_lease_token, attempts FROM operations")
+            assert (token, attempts) == (None, 1)
+            victim.kill()
+        finally:
+            victim.close()
+        killed = time.monotonic()
+        ctx = await AgentContext.recover(store, run_id)
+        handler = Calls({"by": "new owner"})
+        runtime = runtime_on(store, "crash-tools", handler, claim_ttl=1.5)
+        record = await asyncio.wait_for(runtime.execute(LEASELESS_INVOCATION), 20)
+        assert time.monotonic() - killed >= 0.9  # it waited for the claim's expiry
+        await ctx.complete()
+    finally:
+        await store.close()
+    assert record.outcome == Success('{"by":"new owner"}') and len(handler.calls) == 1
+    assert rows(db, "SELECT status, attempts, claim_lease_token FROM operations") == [
+        ("completed", 2, ctx.lease_token)
+    ]
+    [event] = [
+        e for e in rows(db, "SELECT type, payload FROM events") if e[0] == "operation_completed"
+    ]
+    assert json.loads(event[1])["attempts"] == 2

@@ -563,7 +563,7 @@ async def test_a_taken_over_owner_stores_no_record_and_no_event(
         new_ctx = await AgentContext.force_recover(new_store, "run-fenced")
         fresh = Calls(lambda i, r: {"by": "new"})
         if new_owner == "finishes":
-            # the old claim is no longer renewed once fenced: it expires within claim_ttl
+            # the old claim was made under the superseded lease: it is taken over at once
             record = await asyncio.wait_for(
                 runtime_for(new_store, fresh, claim_ttl=0.3).execute(invocation), 10
             )
@@ -651,3 +651,167 @@ async def test_a_replay_under_a_fenced_lease_returns_the_stored_record(db_path: 
     finally:
         await old_store.close()
         await new_store.close()
+
+
+# -- a claim made under a run's lease passes to the run's next owner at once ----------------
+
+
+async def abandoned_leased_claim(
+    old_store: SQLiteStore, run_id: str, claim_ttl: timedelta | float = 30
+) -> AgentContext:
+    """A context of ``old_store`` holds ``run_id``; its runtime's claim (claim_ttl 30 s) is
+    left behind by a cancelled execution, as a killed process leaves it."""
+    ctx = await AgentContext.create(old_store, "leased", run_id=run_id)
+    blocked = Gated()
+    task = asyncio.ensure_future(
+        runtime_for(old_store, blocked, claim_ttl=claim_ttl).execute(make_invocation(run_id))
+    )
+    await blocked.entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return ctx
+
+
+def claim_columns(db_path: Path) -> list[tuple[Any, ...]]:
+    return rows(
+        db_path, "SELECT status, claim_lease_owner, claim_lease_token, attempts FROM operations"
+    )
+
+
+@pytest.mark.parametrize("lost", ["force_recover", "released", "finished", "expired"])
+async def test_a_claim_under_a_lost_lease_is_taken_over_at_once(db_path: Path, lost: str) -> None:
+    """The dead owner's claim (30 s claim_ttl) passes to the run's next owner, or to anyone
+    once nobody holds the run, without waiting for its expiry: it runs the handler again."""
+    old_store = zincir.open_store(db_path)
+    # "expired": the taker's clock is ten minutes ahead, past the lease (30 s) but not the
+    # claim (an hour), so only the lease's expiry frees it
+    offset = timedelta(minutes=10) if lost == "expired" else timedelta(0)
+    new_store = zincir.open_store(db_path, clock=later_clock(offset))
+    try:
+        claim_ttl = timedelta(hours=1) if lost == "expired" else 30
+        old_ctx = await abandoned_leased_claim(old_store, "run-lost", claim_ttl)
+        assert claim_columns(db_path) == [("claimed", old_ctx.lease_owner, 1, 1)]
+        new_ctx = None
+        if lost == "released":
+            await old_ctx.close()
+        elif lost == "expired":
+            await old_ctx._heartbeat.stop()  # the owner stopped renewing: as if killed
+        else:
+            new_ctx = await AgentContext.force_recover(new_store, "run-lost")
+            if lost == "finished":
+                await new_ctx.complete()
+                new_ctx = None
+        handler = Calls()
+        started = time.monotonic()
+        record = await asyncio.wait_for(
+            runtime_for(new_store, handler, claim_ttl=30).execute(make_invocation("run-lost")), 5
+        )
+        assert time.monotonic() - started < 5  # not the 30 s claim_ttl
+        assert isinstance(record.outcome, Success) and handler.count == 1
+        lease = (None, None) if new_ctx is None else (new_ctx.lease_owner, 2)
+        assert claim_columns(db_path) == [("completed", *lease, 2)]
+        events = await operation_events(new_store, "run-lost")
+        if new_ctx is not None:  # the new owner's record commits with its event
+            assert [e.payload["attempts"] for e in events] == [2]
+            await new_ctx.complete()
+        else:
+            assert events == []
+        await old_ctx.close()
+    finally:
+        await old_store.close()
+        await new_store.close()
+
+
+async def test_a_waiter_takes_over_once_the_owner_is_fenced(db_path: Path) -> None:
+    """A leaseless runtime polling the owner's live claim takes it over as soon as another
+    process recovers the run: its next poll finds the claim fenced."""
+    old_store, new_store = zincir.open_store(db_path), zincir.open_store(db_path)
+    waiter_store = zincir.open_store(db_path)
+    try:
+        old_ctx = await AgentContext.create(old_store, "leased", run_id="run-poll")
+        slow = Gated({"by": "old"})
+        invocation = make_invocation("run-poll")
+        running = asyncio.ensure_future(
+            runtime_for(old_store, slow, claim_ttl=30).execute(invocation)
+        )
+        await slow.entered.wait()
+        fresh = Calls(lambda i, r: {"by": "waiter"})
+        waiting = asyncio.ensure_future(
+            runtime_for(waiter_store, fresh, claim_ttl=30).execute(invocation)
+        )
+        await asyncio.sleep(0.2)
+        assert not waiting.done() and fresh.count == 0  # a live claim of the current token
+        new_ctx = await AgentContext.force_recover(new_store, "run-poll")
+        record = await asyncio.wait_for(waiting, 5)
+        assert record.outcome == Success('{"by":"waiter"}') and fresh.count == 1
+        slow.release.set()
+        with pytest.raises(FencedOut):
+            await running
+        # the new owner and the old one replay the stored record
+        assert await runtime_for(new_store, never_called).execute(invocation) == record
+        assert await runtime_for(old_store, never_called).execute(invocation) == record
+        assert claim_columns(db_path) == [("completed", None, None, 2)]
+        await new_ctx.complete()
+        await old_ctx.close()
+    finally:
+        await old_store.close()
+        await new_store.close()
+        await waiter_store.close()
+
+
+async def test_two_runtimes_of_one_live_lease_share_one_execution(
+    store: SQLiteStore, db_path: Path
+) -> None:
+    """Same process, same lease: the second runtime waits for the first one's record, past
+    several claim_ttls (the claim is renewed and its token is current)."""
+    ctx = await AgentContext.create(store, "shared", run_id="run-shared")
+    try:
+        slow, other = Gated({"slow": True}), Calls()
+        invocation = make_invocation("run-shared")
+        running = asyncio.ensure_future(runtime_for(store, slow, claim_ttl=0.3).execute(invocation))
+        await slow.entered.wait()
+        waiting = asyncio.ensure_future(
+            runtime_for(store, other, claim_ttl=0.3).execute(invocation)
+        )
+        await asyncio.sleep(1.0)
+        assert claim_columns(db_path) == [("claimed", ctx.lease_owner, 1, 1)]
+        slow.release.set()
+        assert await waiting == await running
+        assert (slow.count, other.count) == (1, 0)
+        assert [e.payload["attempts"] for e in await operation_events(store, "run-shared")] == [1]
+    finally:
+        await ctx.close()
+
+
+async def test_a_claim_without_a_lease_waits_for_its_expiry_even_for_the_runs_owner(
+    db_path: Path,
+) -> None:
+    """A leaseless runtime's claim carries no token: a new owner of the run waits for it."""
+    leaseless_store, owner_store = zincir.open_store(db_path), zincir.open_store(db_path)
+    try:
+        await (await AgentContext.create(owner_store, "leaseless", run_id="run-free")).close()
+        blocked = Gated()
+        task = asyncio.ensure_future(
+            runtime_for(leaseless_store, blocked, claim_ttl=0.6).execute(
+                make_invocation("run-free")
+            )
+        )
+        await blocked.entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        abandoned = time.monotonic()
+        assert claim_columns(db_path) == [("claimed", None, None, 1)]
+        ctx = await AgentContext.force_recover(owner_store, "run-free")
+        handler = Calls()
+        record = await runtime_for(owner_store, handler, claim_ttl=0.6).execute(
+            make_invocation("run-free")
+        )
+        assert time.monotonic() - abandoned >= 0.5  # it waited for the claim's expiry
+        assert isinstance(record.outcome, Success) and handler.count == 1
+        assert claim_columns(db_path) == [("completed", ctx.lease_owner, 2, 2)]
+        await ctx.complete()
+    finally:
+        await leaseless_store.close()
+        await owner_store.close()

@@ -76,6 +76,50 @@ async def test_a_claim_for_other_input_changes_nothing(store: SQLiteStore) -> No
     assert await store.get_operation(first.key) is None
 
 
+async def test_a_claim_records_its_lease_and_dies_with_it(store: SQLiteStore) -> None:
+    """Under a lease the claim carries its token; a newer token frees it at once."""
+    old = await store.create_run("run-token", name="token", owner="old", ttl=TTL)
+    operation = new_operation(make_invocation("run-token"))
+    claim = await store.claim_operation(operation, owner="a/1", ttl=TTL, lease=old)
+    assert claim.claimed
+    assert (claim.row.claim_lease_owner, claim.row.claim_lease_token) == ("old", 1)
+    row = await store.get_operation(operation.key)
+    assert row is not None and (row.claim_lease_owner, row.claim_lease_token) == ("old", 1)
+    assert not row.claim_fenced and row.held_elsewhere("b/", store.now())
+    # the same live token, another owner: honoured until it expires
+    assert not (await store.claim_operation(operation, owner="b/1", ttl=TTL, lease=old)).claimed
+    new = await store.acquire_run("run-token", owner="new", ttl=TTL, force=True)
+    row = await store.get_operation(operation.key)
+    assert row is not None and row.claim_fenced and not row.held_elsewhere("b/", store.now())
+    taken = await store.claim_operation(operation, owner="b/1", ttl=TTL, lease=new)
+    assert taken.claimed and taken.row.attempts == 2 and taken.row.claim_lease_token == 2
+    assert not await store.renew_operation_claim(operation.key, owner="a/1", ttl=TTL, lease=old)
+    record = Record.for_invocation(make_invocation("run-token"), Success('"ok"'))
+    outcome = stored_outcome(record, encode_record(record))
+    with pytest.raises(FencedOut):
+        await store.finish_operation(operation, outcome, owner="a/1", lease=old)
+    assert await store.finish_operation(operation, outcome, owner="b/1", lease=new) is None
+    [event] = await operation_events(store, "run-token")
+    assert event.payload["attempts"] == 2
+    row = await store.get_operation(operation.key)
+    assert row is not None and (row.status, row.claim_lease_token, row.claim_fenced) == (
+        "completed",
+        2,
+        False,
+    )
+
+
+async def test_a_claim_without_a_lease_is_never_fenced(store: SQLiteStore) -> None:
+    old = await store.create_run("run-free", name="free", owner="old", ttl=TTL)
+    operation = new_operation(make_invocation("run-free"))
+    assert (await store.claim_operation(operation, owner="a/1", ttl=TTL)).claimed
+    new = await store.acquire_run("run-free", owner="new", ttl=TTL, force=True)
+    assert new.token == old.token + 1
+    row = await store.get_operation(operation.key)
+    assert row is not None and row.claim_lease_token is None and not row.claim_fenced
+    assert not (await store.claim_operation(operation, owner="b/1", ttl=TTL, lease=new)).claimed
+
+
 # -- Temporal's record store -------------------------------------------------------------
 
 

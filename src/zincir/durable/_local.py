@@ -2,14 +2,19 @@
 
 One ``operations`` row per identity (run_id, step_id, sequence), bound to its input digest::
 
-    absent ──claim──▶ claimed (owner, expires_at) ──finish──▶ completed (record)
+    absent ──claim──▶ claimed (owner, expires_at, lease) ──finish──▶ completed (record)
                         │  ▲ renewed every claim_ttl/3 while the handler runs
-                        └──┘ taken over once expired: its owner died (at least once)
+                        └──┘ taken over once expired: its owner died (at least once), or at
+                             once when made under a run lease that no longer holds the run
 
 In one process, concurrent calls for one identity queue behind an in-flight map, so one of
 them runs the handler and the others receive its record. Across processes the claim decides:
-a live claim held elsewhere is polled until its record appears or it expires. A completed
-record is never replaced: whoever finishes second returns the record stored first.
+a live claim held elsewhere is polled until its record appears or it expires. A claim made
+under a run's lease carries its fencing token: once a new owner holds the run (the lease
+expired, or ``force_recover``), or the run finished, the claim is dead at once and is taken
+over on the next poll, so a restarted agent waits for the run's lease, never a second time
+for each operation's claim. A completed record is never replaced: whoever finishes second
+returns the record stored first.
 """
 
 from __future__ import annotations
@@ -54,18 +59,20 @@ class LocalRuntime:
     """A DurableRuntime on a zincir store: at most one record per invocation identity.
 
     ``retry`` retries retryable failures in place before one is persisted; ``claim_ttl``
-    bounds how long a dead process's claim blocks others (it is renewed while the handler
-    runs); ``poll_interval`` is how often a waiter looks for another process's record.
+    bounds how long a dead process's claim made without a lease blocks others (it is renewed
+    while the handler runs); ``poll_interval`` is how often a waiter looks for another
+    process's record (or for the run's new owner that frees a leased claim).
     A sync handler runs on the event loop and blocks renewal: keep it under ``claim_ttl``.
 
     Only a lease holder writes a run's log. When a context of this process holds the lease
     of the invocation's run (``store.lease_for(run_id)`` as the execution starts), the
-    claim checks that lease's fence and the record is stored together with an
-    ``operation_completed`` event appended under it; if the run was taken over (or
+    claim checks that lease's fence and records it, and the record is stored together with
+    an ``operation_completed`` event appended under it; if the run was taken over (or
     finished) meanwhile, ``execute`` raises FencedOut (RunTerminal) and stores nothing, no
-    record and no event, leaving the claim to expire for the new owner, who may run the
-    handler again (at least once). Without such a lease the record is stored in the
-    ``operations`` table, which dedupes, and no run's log is written.
+    record and no event. Such a claim passes to the run's next owner at once (it no longer
+    waits for ``claim_ttl``), who runs the handler again (at least once). Without such a
+    lease the claim lives until it expires, the record is stored in the ``operations``
+    table, which dedupes, and no run's log is written.
     """
 
     def __init__(

@@ -2,7 +2,9 @@
 
 An identity is (run_id, step_id, sequence); its row binds it to one kind, handler and
 input digest, is ``claimed`` by one owner while a handler runs, and ``completed`` once it
-holds the terminal record (the canonical record JSON the layer above encoded).
+holds the terminal record (the canonical record JSON the layer above encoded). A claim made
+under the run's lease records that lease (owner and token): once the lease no longer holds
+the run, the claim is dead at once, whatever its expiry.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ class OperationOutcome:
 
 @dataclass(frozen=True, slots=True)
 class OperationRow:
-    """One ``operations`` row as stored."""
+    """One ``operations`` row as stored; ``claim_fenced`` is derived when it is read (the
+    claim's lease compared with its run's row at that moment)."""
 
     kind: str
     handler_id: str
@@ -65,11 +68,22 @@ class OperationRow:
     claim_owner: str | None
     claim_expires_at: datetime | None
     attempts: int
+    claim_lease_owner: str | None = None
+    claim_lease_token: int | None = None
+    claim_fenced: bool = False
 
     def held_elsewhere(self, owner_prefix: str, now: datetime) -> bool:
-        """A live claim whose owner does not start with ``owner_prefix``."""
+        """A live claim whose owner does not start with ``owner_prefix``.
+
+        A claim is live until ``claim_expires_at``, unless it is ``claim_fenced``: made under
+        a run lease that no longer holds the run (superseded by a newer token, released or
+        expired, or the run finished), so its owner can never store the record and the
+        run's next owner takes it over at once. A claim made without a lease (no
+        ``claim_lease_token``) is never fenced.
+        """
         return (
             self.status == "claimed"
+            and not self.claim_fenced
             and self.claim_owner is not None
             and not self.claim_owner.startswith(owner_prefix)
             and self.claim_expires_at is not None

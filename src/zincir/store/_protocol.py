@@ -167,8 +167,11 @@ class Store(Protocol):
 
     # -- operation records ----------------------------------------------------------------
     # Under ``lease`` (the one this process holds on the operation's run) a claim is fenced
-    # and a finish appends ``operation_completed`` in its transaction; without one the
-    # record is stored and no run's log is written.
+    # and records that lease, and a finish appends ``operation_completed`` in its
+    # transaction; without one the record is stored and no run's log is written. A claim
+    # whose lease no longer holds its run (a newer token, released or expired, the run
+    # finished) is dead at once: the next claimer takes it over, counting an attempt,
+    # without waiting for its expiry. A claim made without a lease lives until it expires.
 
     async def get_operation(self, key: OperationKey) -> OperationRow | None: ...
     async def claim_operation(

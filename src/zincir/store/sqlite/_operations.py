@@ -6,6 +6,12 @@ the operation's run is fenced by it: a claim checks the fence, and a finish appe
 ``operation_completed`` through :func:`._log.append` in the same transaction, so a fenced
 owner (or a finished run) gets FencedOut (RunTerminal) and nothing is stored. Without a
 lease the record is stored in ``operations`` alone and no run's log is written.
+
+A claim made under a lease records it (``claim_lease_owner``, ``claim_lease_token``). Every
+read of the row judges it against the run's row: once that lease no longer holds the run
+(a newer token, released or expired, the run finished) the claim is ``claim_fenced``, dead at
+once, and the run's next owner takes it over without waiting for ``claim_expires_at``. A
+claim made without a lease lives until it expires.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from .._operation_records import (
     OperationOutcome,
     OperationRow,
 )
-from .._records import Lease, NewEvent
+from .._records import TERMINAL_STATUSES, Lease, NewEvent
 from ._base import SQLiteBase
 from ._log import append, check_fence
 
@@ -33,14 +39,17 @@ __all__ = ["OperationOps"]
 
 _WHERE: Final = "run_id = ? AND step_id = ? AND sequence = ?"
 _SELECT: Final = (
-    "SELECT kind, handler_id, input_digest, status, record, claim_owner, claim_expires_at, "
-    f"attempts FROM operations WHERE {_WHERE}"
+    "SELECT o.kind, o.handler_id, o.input_digest, o.status, o.record, o.claim_owner, "
+    "o.claim_expires_at, o.attempts, o.claim_lease_owner, o.claim_lease_token, "
+    "r.status, r.lease_owner, r.lease_token, r.lease_expires_at "
+    "FROM operations AS o LEFT JOIN agent_runs AS r ON r.id = o.run_id "
+    "WHERE o.run_id = ? AND o.step_id = ? AND o.sequence = ?"
 )
 _INSERT: Final = (
     "INSERT INTO operations (run_id, step_id, sequence, kind, handler_id, input_digest, "
     "input_json, status, outcome, record, claim_owner, claim_expires_at, attempts, "
-    "created_at, updated_at, completed_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "created_at, updated_at, completed_at, claim_lease_owner, claim_lease_token) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -48,11 +57,42 @@ def _key(key: OperationKey) -> tuple[str, str, int]:
     return (key.run_id, key.step_id, key.sequence)
 
 
-def _select(conn: apsw.Connection, key: OperationKey) -> OperationRow | None:
+def _lease_columns(lease: Lease | None) -> tuple[str | None, int | None]:
+    """The claim_lease_owner and claim_lease_token of a write made under ``lease``."""
+    return (None, None) if lease is None else (lease.owner, lease.token)
+
+
+def _lease_lost(
+    claim_lease: tuple[str | None, int | None],
+    run: tuple[str | None, str | None, int | None, str | None],
+    now: datetime,
+) -> bool:
+    """Whether the lease a claim was made under no longer holds its run: a newer token took
+    the run, the lease was released or expired, the run finished (or is gone)."""
+    owner, token = claim_lease
+    status, run_owner, run_token, expires = run
+    return (
+        status is None
+        or status in TERMINAL_STATUSES
+        or run_token != token
+        or run_owner != owner
+        or expires is None
+        or expires <= to_db(now)
+    )
+
+
+def _select(conn: apsw.Connection, key: OperationKey, now: datetime) -> OperationRow | None:
+    """The identity's row, its claim judged at ``now`` against its run's lease."""
     row = conn.execute(_SELECT, _key(key)).fetchone()
     if row is None:
         return None
-    kind, handler_id, digest, status, record, owner, expires, attempts = row
+    kind, handler_id, digest, status, record, owner, expires, attempts = row[:8]
+    lease_owner, lease_token = row[8:10]
+    fenced = (
+        status == "claimed"
+        and lease_token is not None
+        and _lease_lost((lease_owner, lease_token), row[10:14], now)
+    )
     return OperationRow(
         kind=kind,
         handler_id=handler_id,
@@ -62,6 +102,9 @@ def _select(conn: apsw.Connection, key: OperationKey) -> OperationRow | None:
         claim_owner=owner,
         claim_expires_at=None if expires is None else from_db(expires),
         attempts=int(attempts),
+        claim_lease_owner=lease_owner,
+        claim_lease_token=None if lease_token is None else int(lease_token),
+        claim_fenced=fenced,
     )
 
 
@@ -97,7 +140,7 @@ def _complete(
     key = operation.key
     if lease is not None:
         check_fence(conn, lease)
-    row = _select(conn, key)
+    row = _select(conn, key, now)
     if row is not None and (row.status == "completed" or not operation.binds(row)):
         return row
     attempts = 1 if row is None else row.attempts
@@ -123,14 +166,23 @@ def _complete(
                 stamp,
                 stamp,
                 stamp,
+                *_lease_columns(lease),
             ),
         )
     else:
         conn.execute(
             "UPDATE operations SET status = 'completed', outcome = ?, record = ?, "
-            "claim_owner = ?, claim_expires_at = NULL, updated_at = ?, completed_at = ? "
-            f"WHERE {_WHERE}",
-            (outcome.outcome, outcome.record_json, owner, stamp, stamp, *_key(key)),
+            "claim_owner = ?, claim_expires_at = NULL, updated_at = ?, completed_at = ?, "
+            f"claim_lease_owner = ?, claim_lease_token = ? WHERE {_WHERE}",
+            (
+                outcome.outcome,
+                outcome.record_json,
+                owner,
+                stamp,
+                stamp,
+                *_lease_columns(lease),
+                *_key(key),
+            ),
         )
     return None
 
@@ -140,7 +192,7 @@ class OperationOps(SQLiteBase):
 
     async def get_operation(self, key: OperationKey) -> OperationRow | None:
         """The identity's row, or None."""
-        return await self._read(lambda conn: _select(conn, key))
+        return await self._read(lambda conn: _select(conn, key, self.clock()))
 
     async def claim_operation(
         self,
@@ -155,14 +207,17 @@ class OperationOps(SQLiteBase):
 
         Not claimed when the row is completed, bound to other input, or claimed live by an
         owner not starting with ``owner_prefix`` (a claim of this prefix is a stale one of
-        the caller's own and is taken over). Under ``lease`` the claim is fenced.
+        the caller's own and is taken over). Under ``lease`` the claim is fenced and records
+        that lease: once a newer token holds the run (or the lease was released or expired,
+        or the run finished) the claim is dead at once and the next claimer takes it over
+        without waiting for its expiry. A claim made without a lease lives until it expires.
         """
         prefix = owner if owner_prefix is None else owner_prefix
         key = operation.key
 
         def write(conn: apsw.Connection) -> OperationClaim:
             now = self.clock()
-            row = _select(conn, key)
+            row = _select(conn, key, now)
             if row is not None and (
                 row.status == "completed"
                 or not operation.binds(row)
@@ -172,6 +227,7 @@ class OperationOps(SQLiteBase):
             if lease is not None:
                 check_fence(conn, lease)
             stamp, expires = to_db(now), now + ttl
+            lease_owner, lease_token = _lease_columns(lease)
             if row is None:
                 conn.execute(
                     _INSERT,
@@ -190,6 +246,8 @@ class OperationOps(SQLiteBase):
                         stamp,
                         stamp,
                         None,
+                        lease_owner,
+                        lease_token,
                     ),
                 )
                 attempts = 1
@@ -197,8 +255,8 @@ class OperationOps(SQLiteBase):
                 attempts = row.attempts + 1
                 conn.execute(
                     "UPDATE operations SET claim_owner = ?, claim_expires_at = ?, attempts = ?, "
-                    f"updated_at = ? WHERE {_WHERE}",
-                    (owner, to_db(expires), attempts, stamp, *_key(key)),
+                    f"updated_at = ?, claim_lease_owner = ?, claim_lease_token = ? WHERE {_WHERE}",
+                    (owner, to_db(expires), attempts, stamp, lease_owner, lease_token, *_key(key)),
                 )
             return OperationClaim(
                 True,
@@ -211,6 +269,8 @@ class OperationOps(SQLiteBase):
                     claim_owner=owner,
                     claim_expires_at=expires,
                     attempts=attempts,
+                    claim_lease_owner=lease_owner,
+                    claim_lease_token=lease_token,
                 ),
             )
 
@@ -257,10 +317,10 @@ class OperationOps(SQLiteBase):
         def write(conn: apsw.Connection) -> OperationRow | None:
             if lease is not None:
                 check_fence(conn, lease)
-            row = _select(conn, key)
+            now = self.clock()
+            row = _select(conn, key, now)
             if row is not None and row.status == "completed":
                 return row
-            now = self.clock()
             conn.execute(
                 "UPDATE operations SET attempts = attempts + 1, claim_expires_at = ?, "
                 f"updated_at = ? WHERE {_WHERE} AND status = 'claimed' AND claim_owner = ?",
