@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -50,11 +51,11 @@ def free_port() -> int:
         return port
 
 
-@pytest.fixture(scope="module")
-def server(seeded: tuple[Path, Seeded], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`zincir ui --db PATH` in its own process on a free loopback port."""
+@contextmanager
+def ui_server(db: Path, log_dir: Path) -> Iterator[str]:
+    """`zincir ui --db DB` in its own process on a free loopback port; yields its base URL."""
     port = free_port()
-    log = tmp_path_factory.mktemp("server") / "ui.log"
+    log = log_dir / "ui.log"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "ZINCIR_UI_ADDRESS": f"127.0.0.1:{port}"}
     with log.open("w") as out:
         process = subprocess.Popen(
@@ -63,7 +64,7 @@ def server(seeded: tuple[Path, Seeded], tmp_path_factory: pytest.TempPathFactory
                 "-c",
                 "from zincir.inspector import ui_command; ui_command()",
                 "--db",
-                str(seeded[0]),
+                str(db),
             ],
             env=env,
             stdout=out,
@@ -89,6 +90,13 @@ def server(seeded: tuple[Path, Seeded], tmp_path_factory: pytest.TempPathFactory
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="module")
+def server(seeded: tuple[Path, Seeded], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`zincir ui` on the seeded database."""
+    with ui_server(seeded[0], tmp_path_factory.mktemp("server")) as base:
+        yield base
 
 
 def chromium(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:

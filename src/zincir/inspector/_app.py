@@ -29,6 +29,7 @@ from .._errors import (
 from .._validate import MAX_SEQUENCE
 from ..store import RunRecord
 from ..store.sqlite import EventRow, OperationRow, TimerRow, decode_json
+from ._conversation import conversation
 from ._db import EVENT_PAGE_SIZE, LIST_LIMIT, ROW_LIMIT, InspectorDatabase, Reader
 from ._security import SECURITY_HEADERS, SecurityMiddleware, UIAddress, parse_address
 
@@ -38,6 +39,9 @@ STATUSES = ("pending", "running", "completed", "failed", "cancelled")
 BADGES = frozenset({*STATUSES, "proposed", "accepted", "rejected"})
 PREVIEW = 140
 MAX_PRETTY = 100_000
+LONG_TEXT = 600  # conversation texts longer than this (or of LONG_LINES lines) fold
+LONG_LINES = 12
+MAX_TEXT = 20_000  # a conversation text is cut here (the event log shows up to MAX_PRETTY)
 MAX_CURSOR_DIGITS = 18  # ?page= and ?after_seq= beyond this are refused (400), not parsed
 Row = Mapping[str, Any]
 
@@ -56,6 +60,21 @@ def pretty_capped(value: Any, limit: int = MAX_PRETTY) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}\n… cut at {limit:,} of {len(text):,} characters (the API has it all)"
+
+
+def text_capped(value: Any, limit: int = MAX_TEXT) -> str:
+    """Stored text as it is (other values as indented JSON), cut at ``limit`` characters."""
+    if not isinstance(value, str):
+        return pretty_capped(value, limit)
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}\n… cut at {limit:,} of {len(value):,} characters (the API has it all)"
+
+
+def is_long(value: Any) -> bool:
+    """Whether a text or value is long enough to fold behind a one-line preview."""
+    text = value if isinstance(value, str) else pretty(value)
+    return len(text) > LONG_TEXT or text.count("\n") >= LONG_LINES
 
 
 def preview(value: Any, limit: int = PREVIEW) -> str:
@@ -341,6 +360,9 @@ class Pages:
             "steps": reader.steps(run_id, ROW_LIMIT),
             "timers": [timer_view(timer, now) for timer in reader.timers(run_id, ROW_LIMIT)],
             "messages": reader.messages(run_id, ROW_LIMIT),
+            "conversation": conversation(
+                reader, run, events, first_page=after == 0, last_page=next_after is None
+            ),
             "events": [event_view(event, answered) for event in events],
             "after_seq": after,
             "next_after_seq": next_after,
@@ -443,6 +465,8 @@ def _environment() -> Environment:
         status_class=status_class,
         event_class=event_class,
         preview=preview,
+        text_capped=text_capped,
+        is_long=is_long,
     )
     env.globals.update(age=age)
     return env

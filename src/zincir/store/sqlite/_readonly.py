@@ -30,6 +30,7 @@ __all__ = [
     "CheckpointRow",
     "EventRow",
     "MessageRow",
+    "OperationOutcomeRow",
     "OperationRow",
     "PendingToolRow",
     "ReadOnlyDatabase",
@@ -122,6 +123,23 @@ class OperationRow(TypedDict):
     completed_at: str | None
 
 
+class OperationOutcomeRow(TypedDict):
+    """A durable operation's state and record, without its (possibly large) input."""
+
+    step_id: str
+    sequence: int
+    kind: str
+    handler_id: str
+    status: str
+    outcome: str | None
+    record: Any
+    claim_owner: str | None
+    claim_expires_at: str | None
+    attempts: int
+    updated_at: str
+    completed_at: str | None
+
+
 class StepRow(TypedDict):
     """A workflow step: its claim and its decoded result."""
 
@@ -166,6 +184,9 @@ def _columns(row_type: type[Any]) -> tuple[str, ...]:
 _EVENT_COLUMNS: Final = ", ".join(_columns(EventRow))
 _CHECKPOINT_COLUMNS: Final = ", ".join(_columns(CheckpointRow))
 _OPERATION_COLUMNS: Final = ", ".join(_columns(OperationRow))
+_OUTCOME_COLUMNS: Final = ", ".join(_columns(OperationOutcomeRow))
+_MODEL_KINDS: Final = "('model_request', 'model_stream')"
+_MAX_KEYS: Final = 500  # ids bound per IN (...) list, well under SQLite's variable limit
 _STEP_COLUMNS: Final = ", ".join(_columns(StepRow))
 _TIMER_COLUMNS: Final = ", ".join(_columns(TimerRow))
 _MESSAGE_COLUMNS: Final = ", ".join(_columns(MessageRow))
@@ -399,6 +420,41 @@ class SnapshotReader:
             }
         )
 
+    def tool_intents(self, run_id: str, call_ids: Sequence[str]) -> list[EventRow]:
+        """The ``tool_call`` events (intents) of these call ids, by seq: one lookup each in
+        the ``events_one_intent`` index, never a scan of the log."""
+        found: list[EventRow] = []
+        ids = list(dict.fromkeys(call_ids))
+        for start in range(0, len(ids), _MAX_KEYS):
+            chunk = ids[start : start + _MAX_KEYS]
+            marks = ", ".join("?" for _ in chunk)
+            found += cast(
+                list[EventRow],
+                self._dicts(
+                    f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = ? "
+                    f"AND type = 'tool_call' AND tool_call_id IN ({marks})",
+                    (run_id, *chunk),
+                ),
+            )
+        return sorted(found, key=lambda row: row["seq"])
+
+    def result_seqs(self, run_id: str, call_ids: Sequence[str]) -> dict[str, int]:
+        """The seq of the ``tool_result`` of each of these call ids that has one (indexed)."""
+        found: dict[str, int] = {}
+        ids = list(dict.fromkeys(call_ids))
+        for start in range(0, len(ids), _MAX_KEYS):
+            chunk = ids[start : start + _MAX_KEYS]
+            marks = ", ".join("?" for _ in chunk)
+            rows = self._query(
+                self._rows(
+                    "SELECT tool_call_id, seq FROM events WHERE run_id = ? "
+                    f"AND type = 'tool_result' AND tool_call_id IN ({marks})",
+                    (run_id, *chunk),
+                )
+            )
+            found.update({str(row["tool_call_id"]): int(row["seq"]) for row in rows})
+        return found
+
     def pending_tools(self, run_id: str, limit: int = 500) -> list[PendingToolRow]:
         """Tool intents without a result (in doubt after a crash), oldest first."""
         columns = "intent.seq, intent.payload, intent.created_at, intent.tool_call_id"
@@ -486,6 +542,38 @@ class SnapshotReader:
                 (run_id, _limit(limit)),
             ),
         )
+
+    def operation_outcomes(
+        self, run_id: str, keys: Sequence[tuple[str, int]]
+    ) -> list[OperationOutcomeRow]:
+        """The state and record of these operations, by primary key (step id, sequence),
+        in the order asked; keys with no operation are left out. Inputs are not read."""
+        if "operations" not in self._tables:
+            return []
+        found: list[OperationOutcomeRow] = []
+        for step_id, sequence in dict.fromkeys(keys):
+            found += cast(
+                list[OperationOutcomeRow],
+                self._dicts(
+                    f"SELECT {_OUTCOME_COLUMNS} FROM operations WHERE run_id = ? "
+                    "AND step_id = ? AND sequence = ?",
+                    (run_id, step_id, min(max(int(sequence), 0), MAX_SEQUENCE)),
+                ),
+            )
+        return found
+
+    def first_model_request(self, run_id: str, step_id: str | None = None) -> OperationRow | None:
+        """The run's first model request (``model_request`` or ``model_stream`` #0), input
+        included: a primary-key lookup when ``step_id`` is known, else a pass over the
+        run's operations that reads only the leading columns of the ones it skips."""
+        where, params = ("AND step_id = ? ", (step_id,)) if step_id is not None else ("", ())
+        found = self._optional(
+            "operations",
+            f"SELECT {_OPERATION_COLUMNS} FROM operations WHERE run_id = ? {where}"
+            f"AND sequence = 0 AND kind IN {_MODEL_KINDS} ORDER BY created_at, step_id LIMIT 1",
+            (run_id, *params),
+        )
+        return cast(OperationRow, found[0]) if found else None
 
     def steps(self, run_id: str, limit: int = 500) -> list[StepRow]:
         """The run's workflow steps, in the order they started."""
