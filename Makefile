@@ -55,7 +55,8 @@ bench-quick: $(DEV)
 .venv-peers/.installed:
 	$(PYTHON) -m venv .venv-peers
 	.venv-peers/bin/python -m pip install --quiet dbos==3.4.0 langgraph==1.2.24 \
-	    langgraph-checkpoint==4.3.2 langgraph-checkpoint-sqlite==3.1.2
+	    langgraph-checkpoint==4.3.2 langgraph-checkpoint-sqlite==3.1.2 \
+	    'pydantic-ai-slim[dbos]==2.68.0'
 	touch $@
 
 bench-peers: $(DEV) .venv-peers/.installed

@@ -1,10 +1,14 @@
 """One peer measured in its own virtualenv: N sequential durable steps, per-step cost in µs.
 
-    .venv-peers/bin/python benchmarks/peers_child.py dbos|langgraph DB_PATH N
+    .venv-peers/bin/python benchmarks/peers_child.py dbos|langgraph|pydantic_ai_dbos DB_PATH N
 
 DBOS runs on a SQLite file switched to WAL before DBOS opens it (DBOS leaves the rollback
 journal otherwise); LangGraph uses SqliteSaver with ``durability="sync"``, so each step's
-checkpoint is persisted before the next step starts. Prints one JSON line.
+checkpoint is persisted before the next step starts. ``pydantic_ai_dbos`` measures the
+durable agent turn (one model request + three tool calls, ``FunctionModel``, trivial tools)
+of pydantic-ai with its ``DBOSDurability`` capability (``pydantic-ai-slim[dbos]``): N runs of
+``TURNS`` turns each, the tools DBOS steps; ``us_per_step`` is then the cost of a turn.
+Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import time
 from typing import Any, TypedDict
 
 PAYLOAD = "x" * 100
+TURNS = 5
+TURN_TOOLS = ("lookup", "price", "stock")
 
 
 def step_result(i: int) -> dict[str, Any]:
@@ -97,9 +103,88 @@ def langgraph_us(path: str, n: int) -> float:
     return elapsed / n * 1e6
 
 
+def pydantic_ai_dbos_us(path: str, n: int) -> float:
+    """Per turn: ``n`` agent runs of ``TURNS`` turns, each run a DBOS workflow."""
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    import asyncio
+    import statistics
+
+    from dbos import DBOS, SetWorkflowID
+    from pydantic_ai import Agent
+    from pydantic_ai.durable_exec.dbos import DBOSDurability
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    DBOS(
+        config={
+            "name": "zincir-bench-agent",
+            "system_database_url": "sqlite:///" + path,
+            "log_level": "WARNING",
+        }
+    )
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        number = sum(1 for message in messages if isinstance(message, ModelResponse))
+        if number >= TURNS:
+            return ModelResponse(parts=[TextPart("done")])
+        return ModelResponse(
+            parts=[
+                ToolCallPart(name, {"i": k}, tool_call_id=f"c{number}-{k}")
+                for k, name in enumerate(TURN_TOOLS)
+            ]
+        )
+
+    agent = Agent(FunctionModel(model), name="bench", capabilities=[DBOSDurability()])
+
+    @agent.tool_plain
+    @DBOS.step()
+    async def lookup(i: int) -> dict[str, Any]:
+        """Look an item up."""
+        return step_result(i)
+
+    @agent.tool_plain
+    @DBOS.step()
+    async def price(i: int) -> dict[str, Any]:
+        """An item's price."""
+        return step_result(i)
+
+    @agent.tool_plain
+    @DBOS.step()
+    async def stock(i: int) -> dict[str, Any]:
+        """An item's stock."""
+        return step_result(i)
+
+    @DBOS.workflow()
+    async def turn_run(prompt: str) -> str:
+        result = await agent.run(prompt)
+        return str(result.output)
+
+    async def measure() -> float:
+        for i in range(3):
+            with SetWorkflowID(f"warm-{i}"):
+                assert await turn_run("Check the items.") == "done"
+        samples = []
+        for i in range(n):
+            with SetWorkflowID(f"turn-{i}"):
+                started = time.perf_counter()
+                await turn_run("Check the items.")
+                samples.append((time.perf_counter() - started) / TURNS * 1e6)
+        return statistics.median(samples)
+
+    DBOS.launch()
+    try:
+        return asyncio.run(measure())
+    finally:
+        DBOS.destroy(destroy_registry=True)
+
+
 def main() -> None:
     system, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    measure = {"dbos": dbos_us, "langgraph": langgraph_us}[system]
+    measure = {"dbos": dbos_us, "langgraph": langgraph_us, "pydantic_ai_dbos": pydantic_ai_dbos_us}[
+        system
+    ]
     print(json.dumps({"system": system, "n": n, "us_per_step": measure(path, n)}))
 
 

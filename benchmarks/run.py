@@ -1,10 +1,16 @@
 """zincir's benchmark suite: every figure beside its baseline, measured in the same run.
 
-    python benchmarks/run.py [--quick] [--json PATH] [--peers] [--temporal]
+    python benchmarks/run.py [--quick] [--json PATH] [--peers] [--agent-peer] [--temporal]
 
 The raw APSW loop (one INSERT + COMMIT per step into a WAL database) is the physical limit
 each durable step is compared with. Peers (DBOS, LangGraph) run in their own virtualenv
 (``make bench-peers``) as child processes, on the same number of sequential steps.
+
+The durable agent turn (one model request + three tool calls, ``FunctionModel``, trivial
+tools) is measured on ``LocalRuntime`` (FULL) and without ``durable=``; its overhead is
+compared with ``raw_full_us``. With ``--peers`` or ``--agent-peer`` the same turn runs on
+pydantic-ai with its DBOS durability in the peers venv (skipped, with a note, when
+``pydantic-ai-slim[dbos]`` is not installed there).
 """
 
 from __future__ import annotations
@@ -31,7 +37,14 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 import zincir  # noqa: E402
 from zincir import AgentContext, CheckpointCandidate, ToolCall, Verification  # noqa: E402
+from zincir.agent import Agent, DurableBinding, FunctionModel, Handlers, serve, tool  # noqa: E402
 from zincir.contract import Invocation, OperationKind  # noqa: E402
+from zincir.contract.payloads import (  # noqa: E402
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+)
 from zincir.durable import HandlerRegistry, LocalRuntime, RetryPolicy  # noqa: E402
 from zincir.workflow import WorkflowContext  # noqa: E402
 
@@ -241,6 +254,81 @@ async def runtime_us(path: str, n: int) -> tuple[float, float]:
         await store.close()
 
 
+# -- the durable agent loop ---------------------------------------------------------------
+
+TURN_TOOLS = ("lookup", "price", "stock")
+TURN_HANDLERS = Handlers(model_request="bench-model", tool_call="bench-tools")
+
+
+def turn_agent(turns: int) -> Agent:
+    """``turns`` turns of one model request asking for three tool calls, then a text answer.
+
+    The model is a ``FunctionModel`` and the tools return ``step_result``: the figure is the
+    loop's own cost (direct) and what durability adds to it (durable).
+    """
+
+    @tool
+    async def lookup(i: int) -> dict[str, Any]:
+        """Look an item up."""
+        return step_result(i)
+
+    @tool
+    async def price(i: int) -> dict[str, Any]:
+        """An item's price."""
+        return step_result(i)
+
+    @tool
+    async def stock(i: int) -> dict[str, Any]:
+        """An item's stock."""
+        return step_result(i)
+
+    def model(request: ModelRequest) -> ModelResponse:
+        number = sum(1 for message in request.messages if message.role == "assistant")
+        if number >= turns:
+            return ModelResponse(parts=[TextPart(text="done")])
+        return ModelResponse(
+            parts=[
+                ToolCallPart(tool_call_id=f"c{number}-{k}", tool_name=name, arguments={"i": k})
+                for k, name in enumerate(TURN_TOOLS)
+            ]
+        )
+
+    return Agent(FunctionModel(model), name="bench", tools=[lookup, price, stock])
+
+
+async def agent_turn_us(path: str, runs: int, turns: int) -> tuple[float, float]:
+    """Per turn: the agent without ``durable=``, then on a LocalRuntime (FULL), ``runs`` runs
+    of ``turns`` turns each (the final text request and the run's row are amortised)."""
+    agent = turn_agent(turns)
+    registry = HandlerRegistry()
+    serve(registry, agent, TURN_HANDLERS)
+    store = zincir.open_store(path, synchronous="full")
+    try:
+        runtime = LocalRuntime(store, registry, retry=RetryPolicy(max_attempts=1))
+
+        async def direct(_: int) -> None:
+            await agent.run("Check the items.")
+
+        async def durable(i: int) -> None:
+            binding = DurableBinding(runtime, f"turn-{i}", TURN_HANDLERS)
+            result = await agent.run("Check the items.", durable=binding)
+            assert result.output == "done"
+
+        figures = []
+        for index, one in enumerate((direct, durable)):
+            for i in range(3):  # warm-up
+                await one(-1 - i - 10 * index)
+            samples = []
+            for i in range(runs):
+                started = time.perf_counter()
+                await one(i)
+                samples.append((time.perf_counter() - started) / turns * 1e6)
+            figures.append(median_of(samples))
+        return figures[0], figures[1]
+    finally:
+        await store.close()
+
+
 async def concurrent_steps_per_s(path: str, runs: int, steps: int) -> float:
     """``runs`` workflows of ``steps`` steps each, concurrently in one process (FULL)."""
     store = zincir.open_store(path)
@@ -414,6 +502,20 @@ def peer_us(python: str, system: str, path: str, n: int) -> float:
     return float(json.loads(output.strip().splitlines()[-1])["us_per_step"])
 
 
+def agent_peer_us(python: str, bench: Bench, runs: int) -> float | None:
+    """A pydantic-ai turn with DBOS durability; None (and a note) when the peer venv lacks
+    ``pydantic-ai-slim[dbos]``."""
+    try:
+        return peer_us(python, "pydantic_ai_dbos", bench.db("pydantic-ai-dbos"), runs)
+    except (OSError, subprocess.CalledProcessError) as error:
+        lines = (getattr(error, "stderr", "") or str(error)).strip().splitlines()
+        why = lines[-1] if lines else str(error)
+        bench.notes["pydantic_ai_dbos"] = (
+            f"skipped, install pydantic-ai-slim[dbos] in the peers venv ({why})"
+        )
+        return None
+
+
 # -- the run ------------------------------------------------------------------------------
 
 
@@ -467,6 +569,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "runtime", lambda: run_async(runtime_us(bench.db("runtime"), bench.n(2000, 500)))
     )
     figures["runtime_execute_us"], figures["runtime_replay_us"] = execute, replay
+    direct, durable = timed(
+        "agent turn",
+        lambda: run_async(agent_turn_us(bench.db("agent-turn"), bench.n(100, 30), 5)),
+    )
+    figures["agent_turn_direct_us"], figures["agent_turn_durable_us"] = direct, durable
+    figures["agent_turn_overhead_us"] = durable - direct
     figures["concurrent64_steps_per_s"] = timed(
         "64 concurrent runs",
         lambda: run_async(concurrent_steps_per_s(bench.db("concurrent"), 64, bench.n(200, 50))),
@@ -492,6 +600,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "step_sql_normal_over_raw_normal": figures["step_sql_normal_us"] / figures["raw_normal_us"],
         "concurrent64_sql_over_raw_full_seq": figures["concurrent64_sql_steps_per_s"]
         / (1e6 / figures["raw_full_us"]),
+        "agent_turn_overhead_over_raw_full": figures["agent_turn_overhead_us"]
+        / figures["raw_full_us"],
     }
     if args.peers:
         python = args.peers_python
@@ -514,6 +624,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             figures[f"{peer}_step_us"] = cost
             ratios[f"{peer}_over_step_full"] = peer_ratios["full"]
             ratios[f"{peer}_over_step_normal"] = peer_ratios["normal"]
+    if args.peers or args.agent_peer:
+        agent_peer = timed(
+            "pydantic-ai + DBOS turn",
+            lambda: agent_peer_us(args.peers_python, bench, bench.n(100, 30)),
+        )
+        if agent_peer is not None:
+            figures["pydantic_ai_dbos_turn_us"] = agent_peer
+            ratios["pydantic_ai_dbos_over_agent_turn"] = (
+                agent_peer / figures["agent_turn_durable_us"]
+            )
     if args.temporal:
         from temporal_bench import measure as temporal_measure
 
@@ -524,6 +644,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "figures": figures,
         "ratios": ratios,
+        "notes": bench.notes,
         "machine": {
             "python": platform.python_version(),
             "sqlite": apsw.sqlite_lib_version(),
@@ -543,6 +664,8 @@ TARGETS = {
     "dbos_over_step_normal": (">=", 20.0),
     "langgraph_over_step_normal": (">=", 20.0),
     "temporal_execute_over_raw": ("<=", 1.2),
+    "agent_turn_overhead_over_raw_full": ("<=", 5.0),
+    "pydantic_ai_dbos_over_agent_turn": (">=", 3.0),
 }
 FIGURE_TARGETS = {
     "resume_100k_ms": ("<", 500.0),
@@ -567,6 +690,8 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"{'ratio':<34} {'value':>12}  target")
     for name, value in result["ratios"].items():
         print(f"{name:<34} {value:>12.2f}  {verdict(value, TARGETS.get(name))}")
+    for name, note in result.get("notes", {}).items():
+        print(f"note: {name}: {note}")
     machine = result["machine"]
     print(
         f"\nPython {machine['python']}, SQLite {machine['sqlite']}, {machine['cpus']} CPUs, "
@@ -580,6 +705,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--repeat", type=int, default=5, help="runs per paired figure")
     parser.add_argument("--peers", action="store_true", help="DBOS and LangGraph (bench-peers)")
+    parser.add_argument(
+        "--agent-peer", action="store_true", help="the agent turn on pydantic-ai + DBOS only"
+    )
     parser.add_argument("--peers-python", default=str(HERE.parent / ".venv-peers/bin/python"))
     parser.add_argument("--temporal", action="store_true", help="TemporalRuntime vs raw")
     args = parser.parse_args(argv)

@@ -5,6 +5,9 @@ The public API is re-exported here; implementation lives in the subpackages.
 
 from ._errors import (
     AmbiguousOutcome,
+    ApprovalMismatch,
+    ApprovalRequired,
+    CallDeferred,
     CheckpointError,
     DatabaseCorrupt,
     DatabaseReadOnly,
@@ -82,6 +85,9 @@ from .workflow import ChildResult, ReceivedMessage, WorkflowContext, send_messag
 __all__ = [
     "AgentContext",
     "AmbiguousOutcome",
+    "ApprovalMismatch",
+    "ApprovalRequired",
+    "CallDeferred",
     "Checkpoint",
     "CheckpointCandidate",
     "CheckpointError",

@@ -35,12 +35,15 @@
     ├── InputDrift
     ├── MissingDurableHandler
     ├── MissingDurableToolsetOrigins
+    ├── ApprovalMismatch             a decision does not bind the arguments that would run
     ├── OperationFailed              raised by a handler to persist a failure record
     ├── OperationInProgress
     └── WorkerError
 
     ZincirSignal (BaseException)     control flow that user code must not swallow
     ├── Suspend                      raised by a handler to persist a suspension record
+    ├── ApprovalRequired             raised by a tool: pause the run until the call is approved
+    ├── CallDeferred                 raised by a tool: pause the run for an external result
     └── WorkflowSuspended            a workflow wait was persisted; the handler should exit
 
 Every error takes a keyword-only ``run_id`` and shows it in its message.
@@ -53,6 +56,9 @@ from typing import Any
 
 __all__ = [
     "AmbiguousOutcome",
+    "ApprovalMismatch",
+    "ApprovalRequired",
+    "CallDeferred",
     "CheckpointError",
     "DatabaseCorrupt",
     "DatabaseReadOnly",
@@ -255,6 +261,11 @@ class MissingDurableToolsetOrigins(ZincirError):
     """A dynamic toolset does not declare the origins of its tools."""
 
 
+class ApprovalMismatch(ZincirError):
+    """A decision does not bind the arguments that would run, or conflicts with the one on
+    record; nothing was run or stored. Fetch the current paused run and decide again."""
+
+
 class OperationFailed(ZincirError):
     """Raised by a handler: persist a failure record with this stable error name."""
 
@@ -309,3 +320,19 @@ class WorkflowSuspended(ZincirSignal):
         self.until = until
         deadline = f" until {until.isoformat()}" if until is not None else ""
         super().__init__(f"[run {run_id}] suspended on {kind} {ref!r}{deadline}")
+
+
+class ApprovalRequired(ZincirSignal):
+    """Raised by a tool function: the run pauses until the call is approved (or denied)."""
+
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason
+        super().__init__(f"approval required{': ' + reason if reason else ''}")
+
+
+class CallDeferred(ZincirSignal):
+    """Raised by a tool function: the run pauses until an external result is supplied."""
+
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason
+        super().__init__(f"call deferred{': ' + reason if reason else ''}")

@@ -11,6 +11,9 @@ from tests.conftest import REPO
 EXPORTS = [
     "AgentContext",
     "AmbiguousOutcome",
+    "ApprovalMismatch",
+    "ApprovalRequired",
+    "CallDeferred",
     "Checkpoint",
     "CheckpointCandidate",
     "CheckpointError",

@@ -4,32 +4,63 @@ Without ``durable=`` the loop calls the model and the tools directly. With a
 ``DurableBinding`` every model request and tool call is an ``Invocation`` executed by the
 binding's runtime, under stable identities, so a restarted process gets the stored records
 back; ``serve`` registers the worker-side handlers.
+
+A call that needs a decision pauses the run (``result.paused``, a ``PausedRun``);
+``agent.resume`` applies ``Approve`` / ``Deny`` / ``ExternalResult``. A retryable model
+failure waits a deterministic full-jitter ``retry.delay``; ``run_stream`` yields stream
+parts and tool results; ``deliver_event`` sends an application event once.
 """
 
-from ._agent import Agent, EventSink
+from ._agent import Agent, AgentStream, EventSink
+from ._approval import (
+    Approve,
+    Decision,
+    Deny,
+    ExternalResult,
+    PausedCall,
+    PausedRun,
+    args_sha256,
+    current_approval,
+)
 from ._binding import DurableBinding, Handlers
 from ._errors import DurableOperationFailed, ToolRetriesExhausted
+from ._events import deliver_event
 from ._hooks import AgentHooks
 from ._models import FunctionModel, Model
+from ._openai import OpenAIChatModel, ProviderError
 from ._result import AgentRunResult
 from ._serve import Approver, serve
+from ._stream import StreamEvent
 from ._tools import Tool, ToolOrigin, Toolset, tool
 
 __all__ = [
     "Agent",
     "AgentHooks",
     "AgentRunResult",
+    "AgentStream",
+    "Approve",
     "Approver",
+    "Decision",
+    "Deny",
     "DurableBinding",
     "DurableOperationFailed",
     "EventSink",
+    "ExternalResult",
     "FunctionModel",
     "Handlers",
     "Model",
+    "OpenAIChatModel",
+    "PausedCall",
+    "PausedRun",
+    "ProviderError",
+    "StreamEvent",
     "Tool",
     "ToolOrigin",
     "ToolRetriesExhausted",
     "Toolset",
+    "args_sha256",
+    "current_approval",
+    "deliver_event",
     "serve",
     "tool",
 ]

@@ -2,28 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from .._errors import InvalidDocument, InvalidInput, ZincirError
+from .._errors import ApprovalMismatch, InvalidDocument, InvalidInput, ZincirError
 from .._validate import check_count, check_id
 from ..contract.payloads import EventDelivery, RunContext
 from ..durable import RetryPolicy
+from ._approval import PausedRun, args_sha256, as_document
 from ._binding import DurableBinding
 from ._direct import DirectExecutor
 from ._durable import DurableExecutor, Logged
 from ._errors import DurableOperationFailed, ToolRetriesExhausted
 from ._hooks import AgentHooks
-from ._loop import run_loop
+from ._identity import MAX_RETRIES
+from ._loop import Proposal, run_loop
 from ._models import Model
 from ._ownership import take_run
 from ._preflight import ResolvedToolsets, check_route
 from ._result import AgentRunResult, result_from_stored, stored_result
+from ._stream import Emit, StreamEvent
 from ._tools import Tool, ToolFunction, Toolset
 
-__all__ = ["Agent", "EventSink"]
+__all__ = ["Agent", "AgentStream", "EventSink"]
 
 EventSink = Callable[[EventDelivery], Awaitable[None] | None]
 
@@ -67,6 +71,11 @@ class Agent:
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidInput("retry must be a zincir.RetryPolicy or None")
         self.retry = retry if retry is not None else RetryPolicy.no_retry()
+        if self.retry.max_attempts > MAX_RETRIES:
+            raise InvalidInput(
+                f"retry.max_attempts is at most {MAX_RETRIES} (each retry timer takes one "
+                "of the failed request's sequences)"
+            )
         self.hooks: tuple[AgentHooks, ...] = tuple(hooks)
         self.tool_retries = check_count(tool_retries, "tool_retries")
         self.event_sink = event_sink
@@ -76,34 +85,148 @@ class Agent:
 
     async def run(self, prompt: str, *, durable: DurableBinding | None = None) -> AgentRunResult:
         """Run to the final text; with ``durable`` every side effect is a durable operation."""
+        return await self._run(prompt, durable, None)
+
+    def run_stream(self, prompt: str, *, durable: DurableBinding | None = None) -> AgentStream:
+        """Run, yielding each stream part and tool result; ``.result`` once iterated.
+
+        On the durable path each model call is a ``model.stream`` operation and yields its
+        stored response's normalised parts (start, delta, end per part, then usage); a
+        replay yields the same parts whatever chunks the provider sent.
+        """
+        if not isinstance(prompt, str):
+            raise InvalidInput("prompt must be a str")
+        _check_binding(durable)
+        return AgentStream(lambda emit: self._run(prompt, durable, emit))
+
+    async def _run(
+        self, prompt: str, durable: DurableBinding | None, emit: Emit | None
+    ) -> AgentRunResult:
         if not isinstance(prompt, str):
             raise InvalidInput("prompt must be a str")
         if durable is None:
-            return await run_loop(self, prompt, DirectExecutor(self.model))
+            return await run_loop(self, prompt, DirectExecutor(self.model, emit))
+        _check_binding(durable)
+        return await self._run_durable(prompt, durable, emit=emit)
+
+    async def resume(
+        self,
+        paused: PausedRun,
+        decisions: Mapping[str, object],
+        *,
+        durable: DurableBinding | None = None,
+    ) -> AgentRunResult:
+        """Continue a paused run with a decision (``Approve``, ``Deny``, ``ExternalResult``)
+        per call id; calls left undecided pause the run again.
+
+        Each decision binds the arguments its paused call lists (``args_sha256``); on the
+        durable path it goes through ``approval_resume`` and the persisted one is applied.
+        """
+        if not isinstance(paused, PausedRun):
+            raise InvalidInput("paused must be the PausedRun of a result (or agent.paused_run)")
+        run_id = paused.run_id
+        if not isinstance(decisions, Mapping):
+            raise InvalidInput("decisions must map call ids to decisions", run_id=run_id)
+        proposals: dict[str, Proposal] = {}
+        for call_id, decision in decisions.items():
+            call = paused.call(call_id)
+            if call is None:
+                raise InvalidInput(
+                    f"call {call_id!r} is not paused; the paused calls are "
+                    f"{[c.call_id for c in paused.calls]}",
+                    run_id=run_id,
+                )
+            if args_sha256(call.arguments) != call.args_sha256:
+                raise ApprovalMismatch(
+                    f"the arguments of paused call {call_id!r} do not match its args_sha256; "
+                    "decide on the arguments the run paused with",
+                    run_id=run_id,
+                )
+            document = as_document(decision, run_id=run_id)
+            wrong = {"external": "approve", "approval": "external_result"}[call.execution]
+            if document.decision == wrong:
+                needed = (
+                    "ExternalResult or Deny" if call.execution == "external" else "Approve or Deny"
+                )
+                raise InvalidInput(
+                    f"call {call_id!r} waits for {call.execution}; decide it with {needed}",
+                    run_id=run_id,
+                )
+            proposals[call_id] = Proposal(document, call.args_sha256)
+        if durable is None:
+            if run_id is not None:
+                raise InvalidInput(
+                    "this run paused durably; resume it with durable=its DurableBinding",
+                    run_id=run_id,
+                )
+            executor = DirectExecutor(self.model)
+            return await run_loop(self, paused.prompt, executor, decisions=proposals, paused=paused)
         if not isinstance(durable, DurableBinding):
             raise InvalidInput("durable must be a zincir.agent.DurableBinding")
-        return await self._run_durable(prompt, durable)
+        if run_id != durable.run_id:
+            raise InvalidInput(
+                f"the paused run is {run_id!r}, the binding's run {durable.run_id!r}",
+                run_id=durable.run_id,
+            )
+        return await self._run_durable(paused.prompt, durable, proposals)
 
-    async def _run_durable(self, prompt: str, binding: DurableBinding) -> AgentRunResult:
+    async def paused_run(self, *, durable: DurableBinding) -> PausedRun | None:
+        """The pause the binding's run waits in (rebuilt from its log), or None."""
+        if not isinstance(durable, DurableBinding):
+            raise InvalidInput("durable must be a zincir.agent.DurableBinding")
+        store = durable.run_store()
+        row = await store.get_run(durable.run_id)
+        if row is None or row["status"] != "running":
+            return None
+        return Logged.from_events(await store.list_events(durable.run_id)).waiting()
+
+    async def _run_durable(
+        self,
+        prompt: str,
+        binding: DurableBinding,
+        proposals: Mapping[str, Proposal] | None = None,
+        *,
+        emit: Emit | None = None,
+    ) -> AgentRunResult:
         store = binding.run_store()
-        check_route(self, binding)
+        check_route(self, binding, streaming=emit is not None)
         row = await store.get_run(binding.run_id)
+        if proposals and row is not None:
+            events = await store.list_events(binding.run_id)
+            _check_conflicts(Logged.from_events(events), proposals, binding.run_id)
         if row is not None and row["status"] == "completed":
-            return result_from_stored(row["result"], binding.run_id)
+            stored = result_from_stored(row["result"], binding.run_id)
+            if emit is not None:
+                await self._replay(prompt, binding, emit)
+            return stored
         ctx = await take_run(
             store, binding, name=self.name, provider=self.model.name, exists=row is not None
         )
         try:
             logged = Logged.from_events(await store.list_events(binding.run_id))
-            result = await run_loop(self, prompt, DurableExecutor(self, binding, ctx, logged))
+            _check_conflicts(logged, proposals or {}, binding.run_id)
+            decisions = {cid: Proposal(doc) for cid, doc in logged.proposals.items()}
+            decisions.update(proposals or {})
+            executor = DurableExecutor(self, binding, ctx, logged, emit)
+            result = await run_loop(self, prompt, executor, decisions=decisions)
+            if result.paused is not None:
+                await ctx.close()
+                return result
             await ctx.complete(stored_result(result))
         except _DETERMINISTIC_FAILURES as error:
-            await _quietly(ctx.fail(f"{type(error).__name__}: {error}"))
+            await _quietly(ctx.fail(_failure_text(error)))
             raise
         except BaseException:
             await _quietly(ctx.close())
             raise
         return result
+
+    async def _replay(self, prompt: str, binding: DurableBinding, emit: Emit) -> None:
+        """Stream a finished run again from its records: nothing is called or written."""
+        logged = Logged.from_events(await binding.run_store().list_events(binding.run_id))
+        decisions = {cid: Proposal(doc) for cid, doc in logged.proposals.items()}
+        executor = DurableExecutor(self, binding, None, logged, emit)
+        await run_loop(self, prompt, executor, decisions=decisions)
 
     async def resolve_toolsets(self, context: RunContext) -> ResolvedToolsets:
         """Each toolset with the tools it offers for the next request."""
@@ -134,6 +257,69 @@ class Agent:
             delivered = self.event_sink(event)
             if inspect.isawaitable(delivered):
                 await delivered
+
+
+def _check_binding(durable: object) -> None:
+    if durable is not None and not isinstance(durable, DurableBinding):
+        raise InvalidInput("durable must be a zincir.agent.DurableBinding")
+
+
+class AgentStream:
+    """``async for event in agent.run_stream(...)``: stream parts and tool results as they
+    come; afterwards ``result`` holds the run's result (its ``paused`` when it paused)."""
+
+    def __init__(self, run: Callable[[Emit], Awaitable[AgentRunResult]]) -> None:
+        self._run = run
+        self._result: AgentRunResult | None = None
+        self._started = False
+
+    @property
+    def result(self) -> AgentRunResult:
+        """The run's result; InvalidInput before the stream was consumed to its end."""
+        if self._result is None:
+            raise InvalidInput("iterate the stream to its end before reading its result")
+        return self._result
+
+    async def __aiter__(self) -> AsyncIterator[StreamEvent]:
+        if self._started:
+            raise InvalidInput("a run stream can be iterated once")
+        self._started = True
+        queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
+
+        async def produce() -> AgentRunResult:
+            try:
+                return await self._run(queue.put)
+            finally:
+                queue.put_nowait(None)
+
+        task = asyncio.ensure_future(produce())
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+            self._result = await task
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+
+def _check_conflicts(logged: Logged, proposals: Mapping[str, Proposal], run_id: str) -> None:
+    """A call keeps its first decision: a different proposal fails closed."""
+    for call_id, proposal in proposals.items():
+        known = logged.proposals.get(call_id)
+        if known is not None and known != proposal.decision:
+            raise ApprovalMismatch(
+                f"call {call_id!r} was already decided ({known.decision}); a second, "
+                f"different decision ({proposal.decision.decision}) is refused",
+                run_id=run_id,
+            )
+
+
+def _failure_text(error: BaseException) -> str:
+    """The run's stored error: a persisted failure by its stable name first."""
+    if isinstance(error, DurableOperationFailed):
+        return f"{error.error}: {error.detail}"
+    return f"{type(error).__name__}: {error}"
 
 
 async def _quietly(step: Awaitable[Any]) -> None:

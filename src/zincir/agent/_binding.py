@@ -95,7 +95,10 @@ class DurableBinding:
 
     def run_store(self) -> Store:
         """The store that holds the run's row and lease."""
-        store: Any = self.store if self.store is not None else getattr(self.runtime, "store", None)
+        store: Any = self.store
+        for name in ("store", "record_store"):  # LocalRuntime, TemporalRuntime
+            if store is None:
+                store = getattr(self.runtime, name, None)
         if store is None:
             raise InvalidInput(
                 "this runtime has no store; pass DurableBinding(store=...) to hold the run",

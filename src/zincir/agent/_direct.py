@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from .._errors import ApprovalRequired, CallDeferred
 from ..contract.payloads import (
+    ApprovalDecision,
     ModelRequest,
     ModelResponse,
+    RetryDelay,
     ToolCallPart,
     ToolOutput,
     ToolReturnPart,
 )
+from ._approval import Execution, PausedRun, approved
+from ._loop import Deferred
 from ._models import Model, coerce_response
 from ._preflight import ResolvedToolsets
+from ._stream import Emit, assemble_stream, tee
 from ._tools import Tool
 
 __all__ = ["DirectExecutor"]
@@ -23,15 +30,25 @@ class DirectExecutor:
 
     run_id: str | None = None
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, emit: Emit | None = None) -> None:
         self.model = model
+        self.emit = emit
 
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None:
         """Nothing to check: no handler is involved."""
 
-    async def model_request(self, number: int, request: ModelRequest) -> ModelResponse:
-        """Ask the model."""
-        return coerce_response(await self.model.request(request), model=self.model.name)
+    async def model_request(
+        self, number: int, request: ModelRequest, *, attempt: int = 0
+    ) -> ModelResponse:
+        """Ask the model; when streaming, pass each part on as the provider sends it."""
+        if self.emit is None:
+            return coerce_response(await self.model.request(request), model=self.model.name)
+        parts, usage = await assemble_stream(tee(self.model.stream(request), self.emit))
+        return ModelResponse(parts=parts, usage=usage, model_name=self.model.name)
+
+    async def wait_retry(self, number: int, delay: RetryDelay) -> None:
+        """Sleep here: the direct path has no timer worker."""
+        await asyncio.sleep(delay.delay_seconds)
 
     async def run_tool(
         self,
@@ -41,13 +58,42 @@ class DirectExecutor:
         call: ToolCallPart,
         arguments: dict[str, Any],
         retry: int,
-    ) -> ToolOutput:
+        *,
+        approval: ApprovalDecision | None = None,
+        attempt: int = 0,
+    ) -> ToolOutput | Deferred:
         """Call the tool function with its validated arguments."""
-        content = await tool.call(arguments)
+        try:
+            with approved(approval):
+                content = await tool.call(arguments)
+        except ApprovalRequired:
+            return Deferred("approval")
+        except CallDeferred:
+            return Deferred("external")
         return ToolOutput(tool_call_id=call.tool_call_id, tool_name=call.tool_name, content=content)
 
     async def record_response(self, number: int, response: ModelResponse) -> None:
         """Nothing is recorded on the direct path."""
 
     async def record_return(self, part: ToolReturnPart) -> None:
+        """Nothing is recorded on the direct path."""
+
+    async def decide(
+        self,
+        number: int,
+        position: int,
+        call: ToolCallPart,
+        arguments: dict[str, Any],
+        execution: Execution,
+        proposed: ApprovalDecision,
+    ) -> ApprovalDecision:
+        """The proposed decision is the one applied (no approver runs on this path)."""
+        return proposed
+
+    async def bind_approval(
+        self, call: ToolCallPart, proposed: ApprovalDecision, digest: str
+    ) -> None:
+        """Nothing is recorded on the direct path."""
+
+    async def record_pause(self, paused: PausedRun) -> None:
         """Nothing is recorded on the direct path."""

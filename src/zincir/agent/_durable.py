@@ -11,60 +11,122 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._errors import InvalidDocument, MissingDurableHandler, Suspend
-from .._json import loads_strict
-from ..contract import Failure, Invocation, OperationKind, Success
+from .._errors import (
+    ApprovalMismatch,
+    InputDrift,
+    InvalidDocument,
+    MissingDurableHandler,
+    RunTerminal,
+    Suspend,
+)
+from .._json import dumps, loads_strict
+from ..contract import (
+    Failure,
+    Invocation,
+    OperationKind,
+    Outcome,
+    Record,
+    Success,
+    Suspended,
+    SuspendReason,
+)
 from ..contract.payloads import (
+    ApprovalDecision,
+    ApprovalRequest,
     ClientIdentity,
     Document,
     McpRequest,
     ModelRequest,
     ModelResponse,
+    RetryDelay,
     RunContext,
     ToolCallPart,
     ToolOutput,
     ToolRequest,
     ToolReturnPart,
+    stream_parts,
 )
 from ..runs import AgentContext, ToolCall
-from ..store import Event
+from ..store import Event, NewEvent
+from ._approval import Execution, PausedRun
 from ._binding import DurableBinding
 from ._conversation import response_text, tool_calls
 from ._errors import DurableOperationFailed
-from ._identity import MCP_REQUEST, MODEL_REQUEST, TOOL_CALL, tool_sequence
+from ._identity import (
+    APPROVAL_RESUME,
+    MCP_REQUEST,
+    MODEL_REQUEST,
+    MODEL_STREAM,
+    RETRY_DELAY,
+    TOOL_CALL,
+    attempt_sequence,
+    retry_sequence,
+    tool_sequence,
+)
+from ._loop import Deferred
 from ._preflight import ResolvedToolsets, check_route
+from ._stream import Emit
 from ._tools import Tool, ToolOrigin
 
 if TYPE_CHECKING:
     from ._agent import Agent
 
-__all__ = ["DurableExecutor", "Logged"]
+__all__ = ["DurableExecutor", "Logged", "success"]
+
+
+PAUSED_EVENT = "agent_paused"
+DECIDED_EVENT = "approval_decided"
 
 
 @dataclass(slots=True)
 class Logged:
-    """What the run's log already holds: how many responses, which tool results."""
+    """What the run's log already holds: how many responses, which tool results, the
+    decisions proposed for paused calls (and the argument digest each approval binds), and
+    the latest pause."""
 
     responses: int = 0
     results: set[str] = field(default_factory=set)
+    proposals: dict[str, ApprovalDecision] = field(default_factory=dict)
+    bound: dict[str, str] = field(default_factory=dict)
+    paused: PausedRun | None = None
 
     @classmethod
     def from_events(cls, events: Iterable[Event]) -> Logged:
         logged = cls()
         for event in events:
+            payload = event.payload
             if event.type == "llm_call":
                 logged.responses += 1
-            elif event.type == "tool_result" and isinstance(event.payload, dict):
-                logged.results.add(str(event.payload.get("id")))
+            elif event.type == "tool_result" and isinstance(payload, dict):
+                logged.results.add(str(payload.get("id")))
+            elif event.type == PAUSED_EVENT and isinstance(payload, dict):
+                logged.paused = PausedRun.from_dict(payload)
+            elif event.type == DECIDED_EVENT and isinstance(payload, dict):
+                call_id = str(payload["call_id"])
+                logged.proposals[call_id] = ApprovalDecision.from_dict(payload["proposed"])
+                logged.bound[call_id] = str(payload["args_sha256"])
         return logged
+
+    def waiting(self) -> PausedRun | None:
+        """The latest pause, unless every call of it was decided since."""
+        paused = self.paused
+        if paused is None or all(c.call_id in self.proposals for c in paused.calls):
+            return None
+        return paused
 
 
 class DurableExecutor:
     """Routes every side effect through ``binding.runtime.execute`` and logs it on the run."""
 
     def __init__(
-        self, agent: Agent, binding: DurableBinding, ctx: AgentContext, logged: Logged
+        self,
+        agent: Agent,
+        binding: DurableBinding,
+        ctx: AgentContext | None,
+        logged: Logged,
+        emit: Emit | None = None,
     ) -> None:
+        self.emit = emit
         self.agent = agent
         self.binding = binding
         self.ctx = ctx
@@ -73,19 +135,37 @@ class DurableExecutor:
 
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None:
         """Re-check the route: the tools on offer may have changed."""
-        check_route(self.agent, self.binding, resolved)
+        check_route(self.agent, self.binding, resolved, streaming=self.emit is not None)
 
-    async def model_request(self, number: int, request: ModelRequest) -> ModelResponse:
-        """Model request ``number`` as ``model.request`` #number."""
-        output = await self._execute(MODEL_REQUEST, number, OperationKind.MODEL_REQUEST, request)
+    async def model_request(
+        self, number: int, request: ModelRequest, *, attempt: int = 0
+    ) -> ModelResponse:
+        """Model request ``number`` as ``model.request`` #number (a retry adds its stride);
+        when streaming, as ``model.stream`` #number, whose stored response is passed on as
+        its normalised parts whatever chunks the provider sent."""
+        sequence = attempt_sequence(number, attempt, run_id=self.binding.run_id)
+        step, kind = MODEL_REQUEST, OperationKind.MODEL_REQUEST
+        if self.emit is not None:
+            step, kind = MODEL_STREAM, OperationKind.MODEL_STREAM
+        output = await self._execute(step, sequence, kind, request)
         try:
-            return ModelResponse.from_json(output)
+            response = ModelResponse.from_json(output)
         except InvalidDocument as error:
             raise InvalidDocument(
-                f"the record of {self.binding.step_id(MODEL_REQUEST)} #{number} holds no valid "
+                f"the record of {self.binding.step_id(step)} #{sequence} holds no valid "
                 f"ModelResponse ({error.detail}); the model handler must return one",
                 run_id=self.binding.run_id,
             ) from None
+        if self.emit is not None:
+            for part in stream_parts(response):
+                await self.emit(part)
+        return response
+
+    async def wait_retry(self, number: int, delay: RetryDelay) -> None:
+        """The timer as ``retry.delay`` #number*1000+retry; the worker waits, never this
+        process."""
+        sequence = retry_sequence(number, delay.retry, run_id=self.binding.run_id)
+        await self._execute(RETRY_DELAY, sequence, OperationKind.RETRY_DELAY, delay)
 
     async def run_tool(
         self,
@@ -95,25 +175,38 @@ class DurableExecutor:
         call: ToolCallPart,
         arguments: dict[str, Any],
         retry: int,
-    ) -> ToolOutput:
-        """The call as ``tool.call`` (or ``mcp.request``) #number*1000+position."""
+        *,
+        approval: ApprovalDecision | None = None,
+        attempt: int = 0,
+    ) -> ToolOutput | Deferred:
+        """The call as ``tool.call`` (or ``mcp.request``) #number*1000+position; a later
+        attempt (an approved call whose tool first asked for approval) adds its stride."""
         run_id = self.binding.run_id
-        sequence = tool_sequence(number, position, run_id=run_id)
+        sequence = attempt_sequence(
+            tool_sequence(number, position, run_id=run_id), attempt, run_id=run_id
+        )
         if tool.origin is ToolOrigin.MCP:
             document: Document = McpRequest(
                 method="tools/call",
                 params={"name": call.tool_name, "arguments": arguments},
                 client=ClientIdentity(name=self.agent.name),
             )
-            output = await self._execute(MCP_REQUEST, sequence, OperationKind.MCP_REQUEST, document)
+            outcome = await self._outcome(
+                MCP_REQUEST, sequence, OperationKind.MCP_REQUEST, document
+            )
         else:
             document = ToolRequest(
                 call=call,
                 arguments=arguments,
                 context=RunContext(run_id=run_id, step=number, agent_name=self.agent.name),
                 retry=retry,
+                approval=approval,
             )
-            output = await self._execute(TOOL_CALL, sequence, OperationKind.TOOL_CALL, document)
+            outcome = await self._outcome(TOOL_CALL, sequence, OperationKind.TOOL_CALL, document)
+        deferred = _deferral(outcome)
+        if deferred is not None:
+            return deferred
+        output = success(outcome)
         try:
             return ToolOutput.from_json(output)
         except InvalidDocument as error:
@@ -123,11 +216,92 @@ class DurableExecutor:
                 run_id=run_id,
             ) from None
 
+    async def decide(
+        self,
+        number: int,
+        position: int,
+        call: ToolCallPart,
+        arguments: dict[str, Any],
+        execution: Execution,
+        proposed: ApprovalDecision,
+    ) -> ApprovalDecision:
+        """Route the proposed decision through ``approval.resume`` at the call's sequence;
+        the persisted decision is the one applied."""
+        run_id = self.binding.run_id
+        document = ApprovalRequest(
+            call=call, arguments=arguments, execution=execution, proposed=proposed
+        )
+        sequence = tool_sequence(number, position, run_id=run_id)
+        try:
+            output = await self._execute(
+                APPROVAL_RESUME, sequence, OperationKind.APPROVAL_RESUME, document
+            )
+        except InputDrift:
+            raise ApprovalMismatch(
+                f"call {call.tool_call_id!r} ({call.tool_name}) was already decided with "
+                "another proposal or other arguments; a decided call keeps its decision",
+                run_id=run_id,
+            ) from None
+        try:
+            return ApprovalDecision.from_json(output)
+        except InvalidDocument as error:
+            raise InvalidDocument(
+                f"the record of {self.binding.step_id(APPROVAL_RESUME)} #{sequence} holds no "
+                f"valid ApprovalDecision ({error.detail}); the approval handler must return one",
+                run_id=run_id,
+            ) from None
+
+    async def bind_approval(
+        self, call: ToolCallPart, proposed: ApprovalDecision, digest: str
+    ) -> None:
+        """Log the decision with the digest of the arguments it covers (for an approval, the
+        ones it lets run); a logged one for other arguments refuses the run
+        (ApprovalMismatch)."""
+        call_id = call.tool_call_id
+        bound = self.logged.bound.get(call_id)
+        if bound is not None:
+            if bound != digest:
+                raise ApprovalMismatch(
+                    f"call {call_id!r} ({call.tool_name}) was decided for arguments {bound} "
+                    f"but would now run with {digest}; it must be approved again",
+                    run_id=self.binding.run_id,
+                )
+            return
+        await self._log(
+            DECIDED_EVENT,
+            {"call_id": call_id, "proposed": proposed.to_dict(), "args_sha256": digest},
+        )
+        self.logged.proposals[call_id] = proposed
+        self.logged.bound[call_id] = digest
+
+    async def record_pause(self, paused: PausedRun) -> None:
+        """Log the pause, so a new process can rebuild it (unless it is the logged one)."""
+        if self.logged.paused == paused:
+            return
+        await self._log(PAUSED_EVENT, paused.to_dict())
+        self.logged.paused = paused
+
+    async def _log(self, kind: str, payload: dict[str, Any]) -> None:
+        ctx = self._owner()
+        ctx.check_lease()
+        body = dumps(payload, what=kind, run_id=self.binding.run_id)
+        await ctx.store.append_events(ctx.lease, [NewEvent(kind, body)])
+
+    def _owner(self) -> AgentContext:
+        """The context owning the run; a replay of a finished run has none to write with."""
+        if self.ctx is None:
+            raise RunTerminal(
+                "the run is finished, yet replaying it found something not in its log; "
+                "its records were changed outside zincir",
+                run_id=self.binding.run_id,
+            )
+        return self.ctx
+
     async def record_response(self, number: int, response: ModelResponse) -> None:
         """Log the response and its tool intents, unless a previous attempt did."""
         if number < self.logged.responses:
             return
-        await self.ctx.record_response(
+        await self._owner().record_response(
             response_text(response),
             [
                 ToolCall(c.tool_call_id, c.tool_name, dict(c.arguments))
@@ -143,13 +317,21 @@ class DurableExecutor:
         """Log a tool's result, unless a previous attempt did."""
         if part.tool_call_id in self.logged.results:
             return
-        await self.ctx.record_tool_result(part.tool_call_id, part.content, is_error=part.is_error)
+        await self._owner().record_tool_result(
+            part.tool_call_id, part.content, is_error=part.is_error
+        )
         self.logged.results.add(part.tool_call_id)
 
     async def _execute(
         self, step: str, sequence: int, kind: OperationKind, document: Document
     ) -> str:
-        """Execute one operation; its output document, or the persisted failure raised."""
+        """Execute one operation; its output document, or the persisted outcome raised."""
+        return success(await self._outcome(step, sequence, kind, document))
+
+    async def _outcome(
+        self, step: str, sequence: int, kind: OperationKind, document: Document
+    ) -> Record:
+        """Execute one operation and return its record."""
         run_id = self.binding.run_id
         handler_id = self.binding.handlers.for_kind(kind)
         if handler_id is None:
@@ -164,14 +346,30 @@ class DurableExecutor:
             handler_id=handler_id,
             input_json=document.to_json(),
         )
-        record = await self.binding.runtime.execute(invocation)
-        outcome = record.outcome
-        if isinstance(outcome, Success):
-            return outcome.output_json
-        if isinstance(outcome, Failure):
-            raise DurableOperationFailed(record)
-        raise Suspend(
-            str(outcome.reason),
-            loads_strict(outcome.state_json),
-            state_version=outcome.state_version,
-        )
+        return await self.binding.runtime.execute(invocation)
+
+
+def _deferral(record: Record) -> Deferred | None:
+    """A tool.call suspended for an approval or an external result, as a Deferred."""
+    outcome: Outcome = record.outcome
+    if not isinstance(outcome, Suspended):
+        return None
+    if outcome.reason == SuspendReason.APPROVAL:
+        return Deferred("approval")
+    if outcome.reason == SuspendReason.EXTERNAL_TOOL:
+        return Deferred("external")
+    return None
+
+
+def success(record: Record) -> str:
+    """The output document of a success; the failure or suspension raised."""
+    outcome = record.outcome
+    if isinstance(outcome, Success):
+        return outcome.output_json
+    if isinstance(outcome, Failure):
+        raise DurableOperationFailed(record)
+    raise Suspend(
+        str(outcome.reason),
+        loads_strict(outcome.state_json),
+        state_version=outcome.state_version,
+    )

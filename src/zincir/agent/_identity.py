@@ -1,7 +1,8 @@
 """Step ids and sequences: every identity comes from deterministic loop state.
 
 A model request uses its number (0, 1, 2, …); a tool call ``request_number * 1000 +
-position`` (its index among that response's calls), fixed before any tool starts.
+position`` (its index among that response's calls), fixed before any tool starts; a retry
+timer ``failed_request_number * 1000 + retry_number``; an approval its call's sequence.
 """
 
 from __future__ import annotations
@@ -11,11 +12,17 @@ from typing import Final
 from .._errors import InvalidDocument
 
 __all__ = [
+    "APPROVAL_RESUME",
+    "ATTEMPT_STRIDE",
+    "EVENT_DELIVERY",
     "MAX_CALLS_PER_RESPONSE",
     "MCP_REQUEST",
     "MODEL_REQUEST",
     "MODEL_STREAM",
+    "RETRY_DELAY",
     "TOOL_CALL",
+    "attempt_sequence",
+    "retry_sequence",
     "tool_sequence",
 ]
 
@@ -23,7 +30,15 @@ MODEL_REQUEST: Final = "model.request"
 MODEL_STREAM: Final = "model.stream"
 TOOL_CALL: Final = "tool.call"
 MCP_REQUEST: Final = "mcp.request"
+RETRY_DELAY: Final = "retry.delay"
+APPROVAL_RESUME: Final = "approval.resume"
+EVENT_DELIVERY: Final = "event.delivery"
 MAX_CALLS_PER_RESPONSE: Final = 1000
+MAX_RETRIES: Final = 1000
+ATTEMPT_STRIDE: Final = 10**12
+"""A later attempt of an identity whose first attempt has a terminal record (a retried
+model request, an approved call whose tool first asked for approval) adds ``attempt *
+ATTEMPT_STRIDE`` to the sequence: ``1000000000003`` is attempt 1 of ``#3``."""
 
 
 def tool_sequence(request_number: int, position: int, *, run_id: str | None = None) -> int:
@@ -35,3 +50,24 @@ def tool_sequence(request_number: int, position: int, *, run_id: str | None = No
             run_id=run_id,
         )
     return request_number * MAX_CALLS_PER_RESPONSE + position
+
+
+def retry_sequence(failed_request: int, retry: int, *, run_id: str | None = None) -> int:
+    """The sequence of the ``retry.delay`` timer before retry ``retry`` (1-based)."""
+    if not 1 <= retry < MAX_RETRIES:
+        raise InvalidDocument(
+            f"retry number {retry} is out of range; a request is retried at most "
+            f"{MAX_RETRIES - 1} times",
+            run_id=run_id,
+        )
+    return failed_request * MAX_RETRIES + retry
+
+
+def attempt_sequence(sequence: int, attempt: int, *, run_id: str | None = None) -> int:
+    """The sequence of attempt ``attempt`` (0 = the first) of the identity at ``sequence``."""
+    if not 0 <= sequence < ATTEMPT_STRIDE:
+        raise InvalidDocument(
+            f"sequence {sequence} is too large for a retried or resumed attempt",
+            run_id=run_id,
+        )
+    return sequence + attempt * ATTEMPT_STRIDE

@@ -7,40 +7,51 @@ durable operation) and what is logged; the loop itself holds only deterministic 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._errors import InvalidInput
+from .._errors import ApprovalMismatch, InvalidInput, OperationFailed
 from ..contract.payloads import (
+    ApprovalDecision,
     Message,
     ModelRequest,
     ModelResponse,
+    RetryDelay,
     RunContext,
+    TextPart,
     ToolCallPart,
     ToolOutput,
     ToolReturnPart,
     Usage,
 )
+from ._approval import Execution, PausedCall, PausedRun, args_sha256
 from ._conversation import Conversation, add_usage, response_text, tool_calls
 from ._errors import ToolRetriesExhausted
+from ._identity import tool_sequence
 from ._preflight import ResolvedToolsets
 from ._result import AgentRunResult
+from ._retry import retry_document
+from ._stream import Emit
 from ._tools import Tool, ToolArgumentsRejected, ToolOrigin
 
 if TYPE_CHECKING:
     from ._agent import Agent
 
-__all__ = ["Executor", "run_loop"]
+__all__ = ["Deferred", "Executor", "Proposal", "run_loop"]
 
 
 class Executor(Protocol):
     """How side effects happen and what is recorded on one path."""
 
     run_id: str | None
+    emit: Emit | None
 
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None: ...
-    async def model_request(self, number: int, request: ModelRequest) -> ModelResponse: ...
+    async def model_request(
+        self, number: int, request: ModelRequest, *, attempt: int = 0
+    ) -> ModelResponse: ...
+    async def wait_retry(self, number: int, delay: RetryDelay) -> None: ...
     async def run_tool(
         self,
         number: int,
@@ -49,9 +60,40 @@ class Executor(Protocol):
         call: ToolCallPart,
         arguments: dict[str, Any],
         retry: int,
-    ) -> ToolOutput: ...
+        *,
+        approval: ApprovalDecision | None = None,
+        attempt: int = 0,
+    ) -> ToolOutput | Deferred: ...
+    async def decide(
+        self,
+        number: int,
+        position: int,
+        call: ToolCallPart,
+        arguments: dict[str, Any],
+        execution: Execution,
+        proposed: ApprovalDecision,
+    ) -> ApprovalDecision: ...
+    async def bind_approval(
+        self, call: ToolCallPart, proposed: ApprovalDecision, digest: str
+    ) -> None: ...
     async def record_response(self, number: int, response: ModelResponse) -> None: ...
     async def record_return(self, part: ToolReturnPart) -> None: ...
+    async def record_pause(self, paused: PausedRun) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A tool asked to pause its call: for an approval, or for an external result."""
+
+    execution: Execution
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A proposed decision for a paused call and the argument digest it was made for."""
+
+    decision: ApprovalDecision
+    args_sha256: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,28 +108,60 @@ class _Planned:
     rejection: str | None
 
 
-async def run_loop(agent: Agent, prompt: str, executor: Executor) -> AgentRunResult:
-    """Run the conversation to its final text."""
+_Done = tuple[ToolReturnPart, Sequence[Message]]
+
+
+async def run_loop(
+    agent: Agent,
+    prompt: str,
+    executor: Executor,
+    *,
+    decisions: Mapping[str, Proposal] | None = None,
+    paused: PausedRun | None = None,
+) -> AgentRunResult:
+    """Run the conversation to its final text, or to a pause for decisions.
+
+    ``paused`` continues a direct run from where it paused (the durable path replays from
+    the start instead); ``decisions`` are applied to the paused calls they name.
+    """
+    decisions = decisions or {}
     conversation = Conversation(agent.instructions, prompt)
     usage = Usage()
     failures: dict[str, int] = {}
     number = 0
+    response: ModelResponse | None = None
+    known: dict[str, ToolReturnPart] = {}
+    deferred: dict[str, Execution] = {}
+    if paused is not None:
+        conversation.messages = list(paused.messages)
+        usage, number = paused.usage, paused.request_number
+        last = paused.messages[-1] if paused.messages else None
+        if last is None or last.role != "assistant":
+            raise InvalidInput("the paused run does not end with the model's response")
+        response = ModelResponse(
+            parts=[p for p in last.parts if isinstance(p, TextPart | ToolCallPart)]
+        )
+        known = {part.tool_call_id: part for part in paused.completed}
+        deferred = {c.call_id: c.execution for c in paused.calls}
     while True:
         context = RunContext(
             run_id=executor.run_id or agent.name, step=number, agent_name=agent.name
         )
         resolved = await agent.resolve_toolsets(context)
         tools = agent.tools_by_name(resolved, run_id=executor.run_id)
-        await executor.prepare(number, resolved)
-        request = conversation.request(agent.model.name, [t.definition() for t in tools.values()])
-        for hook in agent.hooks:
-            await hook.on_model_request(number, request)
-        response = await executor.model_request(number, request)
-        for hook in agent.hooks:
-            await hook.on_model_response(number, response)
-        usage = add_usage(usage, response.usage)
-        conversation.add_response(response)
-        await executor.record_response(number, response)
+        if response is None:
+            await executor.prepare(number, resolved)
+            request = conversation.request(
+                agent.model.name, [t.definition() for t in tools.values()]
+            )
+            for hook in agent.hooks:
+                await hook.on_model_request(number, request)
+            response = await _ask(agent, executor, number, request)
+            for hook in agent.hooks:
+                await hook.on_model_response(number, response)
+            usage = add_usage(usage, response.usage)
+            conversation.add_response(response)
+            await executor.record_response(number, response)
         calls = tool_calls(response)
         if not calls:
             return AgentRunResult(response_text(response), tuple(conversation.messages), usage)
@@ -112,14 +186,57 @@ async def run_loop(agent: Agent, prompt: str, executor: Executor) -> AgentRunRes
                 "check the tool's schema and the instructions, or raise Agent(tool_retries=...)",
                 run_id=executor.run_id,
             )
-        done = await asyncio.gather(*(_execute(agent, executor, number, p) for p in plans))
+        done = await asyncio.gather(
+            *(_execute(agent, executor, number, p, decisions, known, deferred) for p in plans)
+        )
+        waiting = [item for item in done if isinstance(item, PausedCall)]
+        if waiting:
+            paused = PausedRun(
+                run_id=executor.run_id,
+                prompt=prompt,
+                request_number=number,
+                calls=tuple(waiting),
+                messages=tuple(conversation.messages),
+                usage=usage,
+                completed=tuple(item[0] for item in done if not isinstance(item, PausedCall)),
+            )
+            await executor.record_pause(paused)
+            return AgentRunResult("", tuple(conversation.messages), usage, paused=paused)
+        finished = [item for item in done if not isinstance(item, PausedCall)]
         for plan in plans:
             if plan.rejection is None:
                 failures.pop(plan.call.tool_name, None)
-        conversation.add_tool_returns(part for part, _ in done)
-        for _, follow_up in done:
+        conversation.add_tool_returns(part for part, _ in finished)
+        for _, follow_up in finished:
             conversation.add_messages(follow_up)
         number += 1
+        response = None
+
+
+async def _ask(
+    agent: Agent, executor: Executor, number: int, request: ModelRequest
+) -> ModelResponse:
+    """Model request ``number``; a retryable failure waits its delay and tries again, up to
+    the agent's ``retry.max_attempts``, then is raised."""
+    cumulative = 0.0
+    attempt = 0
+    while True:
+        try:
+            return await executor.model_request(number, request, attempt=attempt)
+        except OperationFailed as error:
+            if not error.retryable or attempt + 1 >= agent.retry.max_attempts:
+                raise
+            attempt += 1
+            delay = retry_document(
+                agent.retry,
+                run_id=executor.run_id or agent.name,
+                retry=attempt,
+                failed_request=number,
+                error=error,
+                cumulative_before=cumulative,
+            )
+            cumulative = delay.cumulative_delay_seconds
+            await executor.wait_retry(number, delay)
 
 
 def _plan(
@@ -134,12 +251,6 @@ def _plan(
     tool = tools.get(name)
     rejection: str | None = None
     arguments: dict[str, Any] = {}
-    if tool is not None and tool.requires_approval:
-        raise InvalidInput(
-            f"tool {name!r} requires approval, and pausing a run for approval is not "
-            "available yet; set requires_approval=False or leave the tool out",
-            run_id=run_id,
-        )
     if tool is None:
         known = ", ".join(sorted(tools)) or "(none)"
         rejection = f"unknown tool {name!r}; the available tools are: {known}. Call one of them."
@@ -160,12 +271,20 @@ def _rejected(call: ToolCallPart, message: str) -> ToolReturnPart:
 
 
 async def _execute(
-    agent: Agent, executor: Executor, number: int, plan: _Planned
-) -> tuple[ToolReturnPart, Sequence[Message]]:
+    agent: Agent,
+    executor: Executor,
+    number: int,
+    plan: _Planned,
+    decisions: Mapping[str, Proposal],
+    known: Mapping[str, ToolReturnPart],
+    deferred: Mapping[str, Execution],
+) -> _Done | PausedCall:
     """Run one planned call; a workflow-origin tool runs here, in the agent process."""
     call = plan.call
     follow_up: Sequence[Message] = ()
-    if plan.rejection is not None or plan.tool is None:
+    if call.tool_call_id in known:
+        part = known[call.tool_call_id]
+    elif plan.rejection is not None or plan.tool is None:
         part = _rejected(call, plan.rejection or "")
     elif plan.tool.origin is ToolOrigin.WORKFLOW:
         content = await plan.tool.call(plan.arguments)
@@ -173,17 +292,107 @@ async def _execute(
             tool_call_id=call.tool_call_id, tool_name=call.tool_name, content=content
         )
     else:
-        output = await executor.run_tool(
-            number, plan.position, plan.tool, call, plan.arguments, plan.retry
-        )
-        part = ToolReturnPart(
-            tool_call_id=call.tool_call_id,
-            tool_name=call.tool_name,
-            content=output.content,
-            is_error=output.is_error,
-        )
-        follow_up = tuple(output.follow_up_messages)
+        outcome = await _decided(executor, number, plan, decisions, deferred)
+        if isinstance(outcome, PausedCall):
+            return outcome
+        part, follow_up = outcome
     for hook in agent.hooks:
         await hook.on_tool_return(part)
     await executor.record_return(part)
+    if executor.emit is not None:
+        await executor.emit(part)
     return part, follow_up
+
+
+async def _decided(
+    executor: Executor,
+    number: int,
+    plan: _Planned,
+    decisions: Mapping[str, Proposal],
+    deferred: Mapping[str, Execution],
+) -> _Done | PausedCall:
+    """Run the call, pausing it (or applying its decision) when it needs one.
+
+    ``deferred`` names the calls a direct run paused on, so their tools are not asked again.
+    """
+    tool, call, arguments = plan.tool, plan.call, plan.arguments
+    assert tool is not None
+    run_id = executor.run_id
+    attempt = 0
+    execution: Execution | None = "approval" if tool.requires_approval else None
+    if execution is None and call.tool_call_id in deferred:
+        execution, attempt = deferred[call.tool_call_id], 1
+    if execution is None:
+        output = await executor.run_tool(number, plan.position, tool, call, arguments, plan.retry)
+        if not isinstance(output, Deferred):
+            return _returned(call, output)
+        execution, attempt = output.execution, 1
+    digest = args_sha256(arguments)
+    proposal = decisions.get(call.tool_call_id)
+    if proposal is None:
+        return PausedCall(
+            call_id=call.tool_call_id,
+            tool=tool.name,
+            arguments=arguments,
+            sequence=tool_sequence(number, plan.position, run_id=run_id),
+            args_sha256=digest,
+            execution=execution,
+        )
+    if proposal.args_sha256 is not None and proposal.args_sha256 != digest:
+        raise ApprovalMismatch(
+            f"call {call.tool_call_id!r} ({tool.name}) would run with arguments "
+            f"{digest} but the decision was made for {proposal.args_sha256}; fetch the "
+            "paused run again and decide on its current arguments",
+            run_id=run_id,
+        )
+    _check_override(tool, proposal.decision, run_id)
+    decision = await executor.decide(
+        number, plan.position, call, arguments, execution, proposal.decision
+    )
+    chosen = arguments
+    if decision.decision == "approve" and decision.override_arguments is not None:
+        chosen = _check_override(tool, decision, run_id)
+    await executor.bind_approval(call, proposal.decision, args_sha256(chosen))
+    if decision.decision == "deny":
+        content = decision.reason or "The tool call was denied."
+        return _returned_part(call, content, is_error=True), ()
+    if decision.decision == "external_result":
+        return _returned_part(call, decision.result), ()
+    output = await executor.run_tool(
+        number, plan.position, tool, call, chosen, plan.retry, approval=decision, attempt=attempt
+    )
+    if isinstance(output, Deferred):
+        raise InvalidInput(
+            f"tool {tool.name!r} asked to pause call {call.tool_call_id!r} again after it "
+            "was approved; a tool that raises ApprovalRequired or CallDeferred must check "
+            "zincir.agent.current_approval() first",
+            run_id=run_id,
+        )
+    return _returned(call, output)
+
+
+def _check_override(tool: Tool, decision: ApprovalDecision, run_id: str | None) -> dict[str, Any]:
+    """An override's validated arguments; InvalidInput if it fails the tool's schema."""
+    if decision.override_arguments is None:
+        return {}
+    try:
+        return tool.validate(decision.override_arguments)
+    except ToolArgumentsRejected as error:
+        raise InvalidInput(
+            f"the override arguments for tool {tool.name!r} fail its schema: {error.message}",
+            run_id=run_id,
+        ) from None
+
+
+def _returned(call: ToolCallPart, output: ToolOutput) -> _Done:
+    part = _returned_part(call, output.content, is_error=output.is_error)
+    return part, tuple(output.follow_up_messages)
+
+
+def _returned_part(call: ToolCallPart, content: Any, *, is_error: bool = False) -> ToolReturnPart:
+    return ToolReturnPart(
+        tool_call_id=call.tool_call_id,
+        tool_name=call.tool_name,
+        content=content,
+        is_error=is_error,
+    )

@@ -7,7 +7,7 @@ request, because a dynamic toolset may offer new tools.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._errors import MissingDurableHandler, MissingDurableToolsetOrigins
 from ..contract import OperationKind
@@ -18,7 +18,7 @@ from ._tools import Tool, ToolOrigin, Toolset
 if TYPE_CHECKING:
     from ._agent import Agent
 
-__all__ = ["ResolvedToolsets", "check_route"]
+__all__ = ["ResolvedToolsets", "check_handlers", "check_route"]
 
 ResolvedToolsets = Sequence[tuple[Toolset, Sequence[Tool]]]
 
@@ -28,14 +28,24 @@ _FAMILY = {
 }
 
 
-def check_route(agent: Agent, binding: DurableBinding, resolved: ResolvedToolsets = ()) -> None:
+def check_route(
+    agent: Agent,
+    binding: DurableBinding,
+    resolved: ResolvedToolsets = (),
+    *,
+    streaming: bool = False,
+) -> None:
     """Raise unless every handler the run can need is configured and registered.
 
     ``resolved`` holds the tools dynamic toolsets offer for the next request; without it
     only their declared ``durable_origins`` are checked.
     """
     run_id = binding.run_id
-    needs: dict[OperationKind, str] = {OperationKind.MODEL_REQUEST: "every model request"}
+    needs: dict[OperationKind, str] = (
+        {OperationKind.MODEL_STREAM: "every streamed model request"}
+        if streaming
+        else {OperationKind.MODEL_REQUEST: "every model request"}
+    )
     if agent.retry.max_attempts > 1:
         needs[OperationKind.RETRY_DELAY] = (
             f"the retry policy allows {agent.retry.max_attempts} attempts"
@@ -56,7 +66,7 @@ def check_route(agent: Agent, binding: DurableBinding, resolved: ResolvedToolset
                 needs.setdefault(_FAMILY[origin], f"tools of origin {origin.value}")
         if any(tool.requires_approval for tool in tools):
             needs[OperationKind.APPROVAL_RESUME] = "a tool requires approval"
-    _check_handlers(binding, needs)
+    check_handlers(binding, needs)
 
 
 def _check_declared(
@@ -71,17 +81,28 @@ def _check_declared(
             )
 
 
-def _check_handlers(binding: DurableBinding, needs: dict[OperationKind, str]) -> None:
-    registry = getattr(binding.runtime, "registry", None)
+def _registered(runtime: object) -> HandlerRegistry | frozenset[Any] | None:
+    """What a runtime can dispatch: a LocalRuntime's ``registry``, a TemporalRuntime's
+    ``registrations`` (a registry or a set of (kind, handler id)); None when unknown."""
+    for name in ("registry", "registrations"):
+        known = getattr(runtime, name, None)
+        if isinstance(known, HandlerRegistry | frozenset):
+            return known
+    return None
+
+
+def check_handlers(binding: DurableBinding, needs: dict[OperationKind, str]) -> None:
+    registered = _registered(binding.runtime)
     problems: list[str] = []
     for kind, why in needs.items():
         handler_id = binding.handlers.for_kind(kind)
         if handler_id is None:
             problems.append(f"Handlers({kind.value}=...) is not configured ({why})")
-        elif isinstance(registry, HandlerRegistry) and (kind, handler_id) not in registry:
+        elif registered is not None and (kind, handler_id) not in registered:
             problems.append(
-                f"{kind.value} handler {handler_id!r} is not registered in the runtime's "
-                f"registry ({why}); call serve(registry, agent, handlers)"
+                f"{kind.value} handler {handler_id!r} is not registered with the runtime "
+                f"({why}); call serve(registry, agent, handlers) in its workers and register "
+                "it with the runtime"
             )
     if problems:
         raise MissingDurableHandler(

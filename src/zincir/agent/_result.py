@@ -8,6 +8,7 @@ from typing import Any
 from .._errors import StoreError
 from .._json import loads_strict
 from ..contract.payloads import Message, Usage
+from ._approval import PausedRun
 
 __all__ = ["AgentRunResult", "result_from_stored", "stored_result"]
 
@@ -16,13 +17,14 @@ __all__ = ["AgentRunResult", "result_from_stored", "stored_result"]
 class AgentRunResult:
     """What a run produced: the final text, the whole conversation and the summed usage.
 
-    ``paused`` is None: the run finished (approvals that pause a run come later).
+    ``paused`` is None when the run finished; otherwise the run waits for decisions on the
+    calls it lists (``agent.resume``) and ``output`` is empty.
     """
 
     output: str
     messages: tuple[Message, ...]
     usage: Usage
-    paused: None = None
+    paused: PausedRun | None = None
 
 
 def stored_result(result: AgentRunResult) -> dict[str, Any]:

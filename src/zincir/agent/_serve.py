@@ -11,7 +11,14 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._errors import InvalidDocument, InvalidInput, OperationFailed
+from .._errors import (
+    ApprovalRequired,
+    CallDeferred,
+    InvalidDocument,
+    InvalidInput,
+    OperationFailed,
+    Suspend,
+)
 from ..contract import Invocation, OperationKind
 from ..contract.payloads import (
     ApprovalDecision,
@@ -26,6 +33,7 @@ from ..contract.payloads import (
     ToolRequest,
 )
 from ..durable import HandlerRegistry
+from ._approval import approved
 from ._binding import Handlers
 from ._models import coerce_response
 from ._stream import assemble_stream
@@ -91,16 +99,25 @@ def _model_stream(agent: Agent) -> _Handler:
 
 
 async def _run(
-    tool: Tool | None, name: str, origin: ToolOrigin, arguments: Mapping[str, Any]
+    tool: Tool | None,
+    name: str,
+    origin: ToolOrigin,
+    arguments: Mapping[str, Any],
+    approval: ApprovalDecision | None = None,
 ) -> Any:
     if tool is None or tool.origin is not origin:
         raise OperationFailed(
             "UnknownTool", False, f"this worker serves no {origin.value} tool {name!r}"
         )
     try:
-        return await tool.call(arguments)
+        with approved(approval):
+            return await tool.call(arguments)
     except ToolArgumentsRejected as error:
         raise OperationFailed("InvalidToolArguments", False, error.message) from None
+    except ApprovalRequired as signal:
+        raise Suspend("approval", {"tool_name": name, "reason": signal.reason}) from None
+    except CallDeferred as signal:
+        raise Suspend("external_tool", {"tool_name": name, "reason": signal.reason}) from None
 
 
 def _tool_call(agent: Agent) -> _Handler:
@@ -108,7 +125,9 @@ def _tool_call(agent: Agent) -> _Handler:
         document = ToolRequest.from_dict(request)
         call = document.call
         tool = await agent.find_tool(call.tool_name, document.context)
-        content = await _run(tool, call.tool_name, ToolOrigin.APPLICATION, document.arguments)
+        content = await _run(
+            tool, call.tool_name, ToolOrigin.APPLICATION, document.arguments, document.approval
+        )
         return ToolOutput(
             tool_call_id=call.tool_call_id, tool_name=call.tool_name, content=content
         ).to_dict()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from .._errors import InvalidDocument
@@ -15,10 +15,22 @@ from ..contract.payloads import (
     StreamUsage,
     TextPart,
     ToolCallPart,
+    ToolReturnPart,
     Usage,
 )
 
-__all__ = ["assemble_stream"]
+__all__ = ["Emit", "StreamEvent", "assemble_stream", "tee"]
+
+StreamEvent = PartStart | PartDelta | PartEnd | StreamUsage | ToolReturnPart
+"""What ``agent.run_stream`` yields: the model's stream parts and each tool's result."""
+Emit = Callable[[StreamEvent], Awaitable[None]]
+
+
+async def tee(parts: AsyncIterable[StreamPart], emit: Emit) -> AsyncIterator[StreamPart]:
+    """``parts``, each passed to ``emit`` as it goes by."""
+    async for part in parts:
+        await emit(part)
+        yield part
 
 
 @dataclass(slots=True)

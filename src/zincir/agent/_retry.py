@@ -1,0 +1,75 @@
+"""Retries of a failed model request: deterministic full jitter, ``Retry-After`` honoured.
+
+The delay before retry ``r`` of model request ``n`` is ``u * backoff_cap(r)``, where ``u``
+in [0, 1) comes from SHA-256 of (run id, r, n): a replay computes the same ``RetryDelay``
+document, so the ``retry.delay`` record it finds matches. A provider's ``Retry-After`` (an
+error's ``retry_after`` attribute, or ``Retry-After: <seconds> s`` in a persisted failure's
+message) is a floor, bounded by ``MAX_RETRY_AFTER``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from datetime import timedelta
+from typing import Final
+
+from .._errors import OperationFailed
+from ..contract.payloads import RetryDelay
+from ..durable import RetryPolicy
+
+__all__ = ["MAX_RETRY_AFTER", "jitter_fraction", "provider_retry_after", "retry_document"]
+
+MAX_RETRY_AFTER: Final = timedelta(hours=1)
+_RETRY_AFTER: Final = re.compile(r"Retry-After: ([0-9]+(?:\.[0-9]+)?) s")
+
+
+def jitter_fraction(run_id: str, retry: int, failed_request: int) -> float:
+    """A number in [0, 1) fixed by (run id, retry number, failed request number)."""
+    seed = json.dumps([run_id, retry, failed_request], separators=(",", ":"))
+    digest = hashlib.sha256(seed.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def provider_retry_after(error: OperationFailed) -> float | None:
+    """The provider's ``Retry-After`` in seconds, bounded, or None when it sent none."""
+    value = getattr(error, "retry_after", None)
+    seconds: float | None = None
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        found = _RETRY_AFTER.findall(error.message or "")
+        if found:
+            seconds = float(found[-1])
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return None
+    return min(seconds, MAX_RETRY_AFTER.total_seconds())
+
+
+def retry_document(
+    policy: RetryPolicy,
+    *,
+    run_id: str,
+    retry: int,
+    failed_request: int,
+    error: OperationFailed,
+    cumulative_before: float,
+) -> RetryDelay:
+    """The ``retry_delay`` input before retry ``retry`` (1-based) of ``failed_request``."""
+    cap = policy.delay(retry).total_seconds()
+    delay = round(jitter_fraction(run_id, retry, failed_request) * cap, 6)
+    retry_after = provider_retry_after(error)
+    if retry_after is not None:
+        delay = max(delay, retry_after)
+    return RetryDelay(
+        retry=retry,
+        failed_request=failed_request,
+        delay_seconds=delay,
+        cumulative_delay_seconds=max(round(cumulative_before + delay, 6), delay),
+        error=error.error,
+        retry_after_seconds=retry_after,
+    )
