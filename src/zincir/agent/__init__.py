@@ -13,6 +13,7 @@ parts and tool results; ``deliver_event`` sends an application event once.
 
 from ._agent import Agent, AgentStream, EventSink
 from ._approval import (
+    APPROVAL_TOPIC,
     Approve,
     Decision,
     Deny,
@@ -34,6 +35,7 @@ from ._stream import StreamEvent
 from ._tools import Tool, ToolOrigin, Toolset, tool
 
 __all__ = [
+    "APPROVAL_TOPIC",
     "Agent",
     "AgentHooks",
     "AgentRunResult",

@@ -12,7 +12,7 @@ from .._errors import ApprovalMismatch, InvalidDocument, InvalidInput, ZincirErr
 from .._validate import check_count, check_id
 from ..contract.payloads import EventDelivery, RunContext
 from ..durable import RetryPolicy
-from ._approval import PausedRun, args_sha256, as_document
+from ._approval import APPROVAL_TOPIC, PausedRun, args_sha256, as_document
 from ._binding import DurableBinding
 from ._direct import DirectExecutor
 from ._durable import DurableExecutor, Logged
@@ -203,6 +203,8 @@ class Agent:
             store, binding, name=self.name, provider=self.model.name, exists=row is not None
         )
         try:
+            if row is not None and row["wait_kind"] is not None:
+                await store.set_run_wait(ctx.lease, None)  # no longer parked: it runs now
             logged = Logged.from_events(await store.list_events(binding.run_id))
             _check_conflicts(logged, proposals or {}, binding.run_id)
             decisions = {cid: Proposal(doc) for cid, doc in logged.proposals.items()}
@@ -210,6 +212,8 @@ class Agent:
             executor = DurableExecutor(self, binding, ctx, logged, emit)
             result = await run_loop(self, prompt, executor, decisions=decisions)
             if result.paused is not None:
+                # Parked: a ResumeWorker leaves it alone until a decision arrives.
+                await store.set_run_wait(ctx.lease, "message", APPROVAL_TOPIC)
                 await ctx.close()
                 return result
             await ctx.complete(stored_result(result))

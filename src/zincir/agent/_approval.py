@@ -19,6 +19,7 @@ from .._errors import InvalidDocument, InvalidInput
 from ..contract.payloads import ApprovalDecision, Message, ToolReturnPart, Usage
 
 __all__ = [
+    "APPROVAL_TOPIC",
     "Approve",
     "Decision",
     "Deny",
@@ -33,6 +34,10 @@ __all__ = [
 ]
 
 Execution = Literal["approval", "external"]
+
+APPROVAL_TOPIC = "zincir.approval"
+"""A paused durable run waits on messages of this topic: a ResumeWorker claims it only once
+one arrives (``zincir.send_message(store, run_id, APPROVAL_TOPIC, ...)``)."""
 
 _APPROVAL: ContextVar[ApprovalDecision | None] = ContextVar("zincir_approval", default=None)
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import apsw
 
-from ..._errors import LeaseHeld, RunNotFound, RunTerminal
+from ..._errors import InvalidInput, LeaseHeld, RunNotFound, RunTerminal
 from ..._json import loads_strict
 from ..._time import from_db, to_db
 from .._records import RUN_COLUMNS, TERMINAL_STATUSES, Event, Lease, NewEvent, RunRecord
@@ -218,6 +218,35 @@ class RunOps(SQLiteBase):
         """Append ``events`` to the lease's run (fenced, gapless); return the last seq."""
         batch = list(events)
         return await self._write(lambda conn: append(conn, lease, self.clock(), batch))
+
+    async def set_run_wait(
+        self,
+        lease: Lease,
+        kind: str | None,
+        ref: str | None = None,
+        until: datetime | None = None,
+    ) -> None:
+        """Record (fenced) what the lease's run waits for, or clear it with ``kind=None``.
+
+        A ResumeWorker claims a waiting run only once its wait is satisfied: a message on
+        topic ``ref`` (kind ``message``), child ``ref`` terminal (``child``), or ``until``.
+        """
+        if kind not in (None, "timer", "message", "child"):
+            raise InvalidInput(f"a run waits on a timer, a message or a child, not {kind!r}")
+
+        def write(conn: apsw.Connection) -> None:
+            append(conn, lease, self.clock())
+            conn.execute(
+                "UPDATE agent_runs SET wait_kind = ?, wait_ref = ?, wait_until = ? WHERE id = ?",
+                (
+                    kind,
+                    ref if kind else None,
+                    to_db(until) if kind and until else None,
+                    lease.run_id,
+                ),
+            )
+
+        await self._write(write)
 
     # -- reads --------------------------------------------------------------------------
 
