@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import os
@@ -335,10 +334,6 @@ async def test_a_tool_raising_approval_required_runs_once_approved(tmp_path: Pat
         ]
     finally:
         await store.close()
-
-
-def test_asyncio_is_used() -> None:
-    assert asyncio.iscoroutinefunction(Agent.resume)
 
 
 async def test_two_pauses_in_one_run_keep_the_first_decisions(tmp_path: Path) -> None:
