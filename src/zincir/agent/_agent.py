@@ -14,6 +14,7 @@ from ..contract.payloads import EventDelivery, RunContext
 from ..durable import RetryPolicy
 from ._approval import APPROVAL_TOPIC, PausedRun, args_sha256, as_document
 from ._binding import DurableBinding
+from ._capabilities import LOAD_CAPABILITY, capability_toolsets, load_capability_tool
 from ._direct import DirectExecutor
 from ._durable import DurableExecutor, Logged
 from ._errors import DurableOperationFailed, ToolRetriesExhausted
@@ -39,6 +40,8 @@ class Agent:
 
     ``retry`` is the policy for retryable model failures; ``tool_retries`` bounds how often
     in a row the model may call a tool wrongly before the run fails; ``hooks`` observe.
+    ``capabilities`` (name → toolset) are offered only once the model loads them with the
+    built-in ``load_capability`` tool; preflight checks their handlers from the start.
     """
 
     def __init__(
@@ -53,6 +56,7 @@ class Agent:
         hooks: Iterable[AgentHooks] = (),
         tool_retries: int = 3,
         event_sink: EventSink | None = None,
+        capabilities: Mapping[str, Toolset | Iterable[Tool | ToolFunction]] | None = None,
     ) -> None:
         if not isinstance(getattr(model, "name", None), str) or not callable(
             getattr(model, "request", None)
@@ -63,11 +67,17 @@ class Agent:
         if instructions is not None and not isinstance(instructions, str):
             raise InvalidInput("instructions must be a str or None")
         self.instructions = instructions
-        self.toolsets: tuple[Toolset, ...] = (Toolset(tools, id="tools"), *toolsets)
+        self.capabilities = capability_toolsets(capabilities)
+        builtin = (
+            (Toolset([load_capability_tool(list(self.capabilities))], id=LOAD_CAPABILITY),)
+            if self.capabilities
+            else ()
+        )
+        self.toolsets: tuple[Toolset, ...] = (Toolset(tools, id="tools"), *toolsets, *builtin)
         for toolset in self.toolsets:
             if not isinstance(toolset, Toolset):
                 raise InvalidInput(f"toolsets must hold Toolset objects, not {toolset!r}")
-        self.tools_by_name([(ts, ts.tools) for ts in self.toolsets if not ts.is_dynamic])
+        self.tools_by_name([(ts, ts.tools) for ts in self.all_toolsets if not ts.is_dynamic])
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidInput("retry must be a zincir.RetryPolicy or None")
         self.retry = retry if retry is not None else RetryPolicy.no_retry()
@@ -232,9 +242,19 @@ class Agent:
         executor = DurableExecutor(self, binding, None, logged, emit)
         await run_loop(self, prompt, executor, decisions=decisions)
 
-    async def resolve_toolsets(self, context: RunContext) -> ResolvedToolsets:
-        """Each toolset with the tools it offers for the next request."""
-        return [(toolset, await toolset.resolve(context)) for toolset in self.toolsets]
+    @property
+    def all_toolsets(self) -> tuple[Toolset, ...]:
+        """Every toolset a run may offer: the agent's and every capability's."""
+        return (*self.toolsets, *self.capabilities.values())
+
+    async def resolve_toolsets(
+        self, context: RunContext, loaded: Iterable[str] | None = None
+    ) -> ResolvedToolsets:
+        """Each toolset with the tools it offers for the next request: the agent's, and the
+        capabilities ``loaded`` so far (every capability when None: a worker's lookup)."""
+        names = self.capabilities if loaded is None else loaded
+        toolsets = (*self.toolsets, *(self.capabilities[name] for name in names))
+        return [(toolset, await toolset.resolve(context)) for toolset in toolsets]
 
     def tools_by_name(
         self, resolved: ResolvedToolsets, *, run_id: str | None = None

@@ -26,6 +26,7 @@ from ..contract.payloads import (
     Usage,
 )
 from ._approval import Execution, PausedCall, PausedRun, args_sha256
+from ._capabilities import loaded_capabilities
 from ._conversation import Conversation, add_usage, response_text, tool_calls
 from ._errors import ToolRetriesExhausted
 from ._identity import tool_sequence
@@ -147,7 +148,8 @@ async def run_loop(
         context = RunContext(
             run_id=executor.run_id or agent.name, step=number, agent_name=agent.name
         )
-        resolved = await agent.resolve_toolsets(context)
+        loaded = loaded_capabilities(conversation.messages, agent.capabilities)
+        resolved = await agent.resolve_toolsets(context, loaded)
         tools = agent.tools_by_name(resolved, run_id=executor.run_id)
         if response is None:
             await executor.prepare(number, resolved)

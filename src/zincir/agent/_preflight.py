@@ -51,7 +51,7 @@ def check_route(
             f"the retry policy allows {agent.retry.max_attempts} attempts"
         )
     offered = dict(resolved)
-    for toolset in agent.toolsets:
+    for toolset in agent.all_toolsets:
         origins = toolset.durable_origins
         if origins is None:
             raise MissingDurableToolsetOrigins(
