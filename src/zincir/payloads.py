@@ -2,71 +2,8 @@
 
 The documents live in the operation contract (``zincir.contract.payloads``); this module keeps
 ``import zincir.payloads`` and ``from zincir.payloads import ModelRequest`` working. Both names
-refer to the same classes and functions.
+refer to the same classes and functions, and share one ``__all__``.
 """
 
-from .contract.payloads import (
-    INPUT_DOCUMENTS,
-    OUTPUT_DOCUMENTS,
-    ApprovalDecision,
-    ApprovalRequest,
-    ClientIdentity,
-    Document,
-    EventDelivery,
-    McpRequest,
-    Message,
-    ModelRequest,
-    ModelResponse,
-    ModelSettings,
-    PartDelta,
-    PartEnd,
-    PartStart,
-    RetryDelay,
-    RunContext,
-    StreamPart,
-    StreamUsage,
-    TextPart,
-    ToolCallPart,
-    ToolDefinition,
-    ToolOutput,
-    ToolRequest,
-    ToolReturnPart,
-    Usage,
-    is_sensitive_header,
-    parse_payload,
-    parse_stream_part,
-    stream_parts,
-)
-
-__all__ = [
-    "INPUT_DOCUMENTS",
-    "OUTPUT_DOCUMENTS",
-    "ApprovalDecision",
-    "ApprovalRequest",
-    "ClientIdentity",
-    "Document",
-    "EventDelivery",
-    "McpRequest",
-    "Message",
-    "ModelRequest",
-    "ModelResponse",
-    "ModelSettings",
-    "PartDelta",
-    "PartEnd",
-    "PartStart",
-    "RetryDelay",
-    "RunContext",
-    "StreamPart",
-    "StreamUsage",
-    "TextPart",
-    "ToolCallPart",
-    "ToolDefinition",
-    "ToolOutput",
-    "ToolRequest",
-    "ToolReturnPart",
-    "Usage",
-    "is_sensitive_header",
-    "parse_payload",
-    "parse_stream_part",
-    "stream_parts",
-]
+from .contract.payloads import *  # noqa: F403 (the contract module's __all__, nothing else)
+from .contract.payloads import __all__ as __all__
