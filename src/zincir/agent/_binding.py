@@ -10,7 +10,7 @@ from .._errors import InvalidInput
 from .._validate import check_id, check_lease_ttl
 from ..contract import OperationKind
 from ..durable import DurableRuntime
-from ..store import Store
+from ..store import Store, as_store
 
 __all__ = ["DurableBinding", "Handlers"]
 
@@ -104,12 +104,4 @@ class DurableBinding:
                 "this runtime has no store; pass DurableBinding(store=...) to hold the run",
                 run_id=self.run_id,
             )
-        return _as_store(store)
-
-
-def _as_store(store: Any) -> Store:
-    """``store`` as a Store (checked loosely: it must at least read runs)."""
-    if not callable(getattr(store, "get_run", None)):
-        raise InvalidInput(f"store must be a zincir store, not {type(store).__name__}")
-    result: Store = store
-    return result
+        return as_store(store)

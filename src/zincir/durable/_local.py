@@ -44,7 +44,7 @@ from ..contract import (
     decode_record,
     encode_record,
 )
-from ..store import Lease, NewOperation, OperationKey, OperationRow, Store
+from ..store import Lease, NewOperation, OperationKey, OperationRow, Store, as_store
 from ._operations import new_operation, stored_outcome
 from ._registry import Handler, HandlerRegistry, attempt_outcome
 from ._retry import RetryPolicy
@@ -85,10 +85,7 @@ class LocalRuntime:
         max_input_bytes: int | None = DEFAULT_MAX_INPUT_BYTES,
         poll_interval: timedelta | float = DEFAULT_POLL_INTERVAL,
     ) -> None:
-        if not callable(getattr(store, "claim_operation", None)):
-            raise InvalidInput(
-                f"store must be a zincir store (open_store), not {type(store).__name__}"
-            )
+        as_store(store)
         if not isinstance(registry, HandlerRegistry):
             raise InvalidInput(f"registry must be a HandlerRegistry, not {type(registry).__name__}")
         if not isinstance(retry, RetryPolicy):

@@ -19,7 +19,7 @@ from ._operation_records import (
     OperationOutcome,
     OperationRow,
 )
-from ._protocol import Store
+from ._protocol import Store, as_store
 from ._records import (
     LIVE_STATUSES,
     RUN_COLUMNS,
@@ -64,6 +64,7 @@ __all__ = [
     "Store",
     "TimerRecord",
     "WaitAttempt",
+    "as_store",
     "default_database_path",
     "migrations",
     "open_store",

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
+from .._errors import InvalidInput
 from .._time import Clock
 from ._operation_records import (
     NewOperation,
@@ -38,9 +39,10 @@ from ._workflow_records import (
     WaitAttempt,
 )
 
-__all__ = ["Store"]
+__all__ = ["Store", "as_store"]
 
 
+@runtime_checkable
 class Store(Protocol):
     """A durable store of runs, their logs, checkpoints, steps, messages and operations."""
 
@@ -208,3 +210,12 @@ class Store(Protocol):
     async def save_operation_record(
         self, operation: NewOperation, outcome: OperationOutcome, *, lease: Lease | None = None
     ) -> OperationRow | None: ...
+
+
+def as_store(value: object, what: str = "store") -> Store:
+    """``value`` as a Store, else InvalidInput naming ``what`` (every layer checks it so)."""
+    if not isinstance(value, Store):
+        raise InvalidInput(
+            f"{what} must be a zincir store (open_store), not {type(value).__name__}"
+        )
+    return value

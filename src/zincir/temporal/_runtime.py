@@ -40,7 +40,7 @@ from .._validate import check_count, check_positive_duration
 from ..contract import DEFAULT_MAX_INPUT_BYTES, Invocation, OperationKind, Record
 from ..durable._registry import HandlerRegistry
 from ..durable._retry import RetryPolicy
-from ..store import Store
+from ..store import Store, as_store
 from ._record_store import load_record, save_record
 from ._wire import DEFAULT_MAX_RECORD_BYTES, decode_wire
 from ._workflow import FAIL_CLOSED, WORKFLOW_NAME
@@ -220,13 +220,8 @@ class TemporalRuntime:
             if name == "max_input_bytes" and value is None:
                 continue
             check_count(value, name, maximum=1 << 40)
-        if record_store is not None and not callable(
-            getattr(record_store, "save_operation_record", None)
-        ):
-            raise InvalidInput(
-                f"record_store must be a zincir store (open_store), not "
-                f"{type(record_store).__name__}"
-            )
+        if record_store is not None:
+            as_store(record_store, "record_store")
         self.client = client
         self.task_queue = task_queue
         self.registrations: HandlerRegistry | frozenset[tuple[OperationKind, str]] = (

@@ -25,9 +25,9 @@ from .._validate import (
 )
 from ..runs._context import DEFAULT_LEASE_TTL, AgentContext
 from ..runs._lease import new_owner_id
-from ..store import ChildResult, ReceivedMessage, Store
+from ..store import ChildResult, ReceivedMessage, Store, as_store
 from ._children import join_child, spawn_child
-from ._core import Core, Sleeper, check_store, default_sleeper
+from ._core import Core, Sleeper, default_sleeper
 from ._messages import receive, send_from_run
 from ._steps import recover_steps, run_step
 from ._timers import durable_sleep
@@ -94,7 +94,7 @@ class WorkflowContext:
         Every call takes a new fencing token. A terminal run raises RunTerminal. A new owner
         replays the workflow, which records again any wait still pending.
         """
-        check_store(store)
+        as_store(store)
         check_id(run_id)
         ttl = check_lease_ttl(lease_ttl, run_id=run_id)
         check_id(name, "a run name", run_id=run_id)

@@ -17,18 +17,11 @@ from .._errors import InvalidInput, WorkflowSuspended
 from ..runs._context import AgentContext
 from ..store import Lease, Store, WaitAttempt
 
-__all__ = ["Core", "Sleeper", "WaitKind", "WorkflowSuspended", "check_store", "default_sleeper"]
+__all__ = ["Core", "Sleeper", "WaitKind", "WorkflowSuspended", "default_sleeper"]
 
 T = TypeVar("T")
 Sleeper = Callable[[float], Awaitable[Any]]
 WaitKind = Literal["timer", "message", "child"]
-
-
-def check_store(value: object) -> Store:
-    """An opened store (``zincir.open_store``), else InvalidInput."""
-    if not callable(getattr(value, "claim_step", None)):
-        raise InvalidInput(f"expected a store from zincir.open_store, not {type(value).__name__}")
-    return value  # type: ignore[return-value]
 
 
 class Core:

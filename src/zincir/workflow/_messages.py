@@ -14,8 +14,8 @@ from typing import Any
 
 from .._json import dumps
 from .._validate import check_duration, check_id
-from ..store import ReceivedMessage, Store
-from ._core import Core, check_store
+from ..store import ReceivedMessage, Store, as_store
+from ._core import Core
 
 __all__ = ["ReceivedMessage", "receive", "send_from_run", "send_message"]
 
@@ -27,7 +27,7 @@ async def send_message(
 
     With ``key``, repeating the send (a retried request) returns the first message's id.
     """
-    check_store(store)
+    as_store(store)
     check_id(to_run_id)
     check_id(topic, "a topic", run_id=to_run_id)
     if key is not None:
