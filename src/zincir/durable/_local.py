@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
-import socket
-import uuid
 from datetime import timedelta
 from typing import Final
 
@@ -44,7 +41,7 @@ from ..contract import (
     decode_record,
     encode_record,
 )
-from ..store import Lease, NewOperation, OperationKey, OperationRow, Store, as_store
+from ..store import Lease, NewOperation, OperationKey, OperationRow, Store, as_store, new_owner_id
 from ._operations import new_operation, stored_outcome
 from ._registry import Handler, HandlerRegistry, attempt_outcome
 from ._retry import RetryPolicy
@@ -98,7 +95,7 @@ class LocalRuntime:
         self.max_input_bytes = (
             None if max_input_bytes is None else check_count(max_input_bytes, "max_input_bytes")
         )
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self.owner = new_owner_id()
         self._executions = itertools.count(1)
         self._inflight: dict[str, asyncio.Future[Record | None]] = {}
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from .._errors import CheckpointError, DuplicateToolCall, InvalidInput
 from .._json import dumps
-from .._validate import check_id, check_optional_id, name_problem, printable
-from ..store import CheckpointRecord, Lease, Store
-from ._lease import Heartbeat, check_run_id, new_owner_id, validate_ttl
+from .._validate import check_id, check_lease_ttl, check_optional_id, name_problem, printable
+from ..store import CheckpointRecord, Lease, Store, new_owner_id
+from ._lease import Heartbeat
 from ._types import (
     Checkpoint,
     CheckpointCandidate,
@@ -81,8 +81,8 @@ class AgentContext:
 
         RunExists if ``run_id`` is taken; RunNotFound if ``parent_id`` names no run.
         """
-        run_id = check_run_id(run_id) if run_id is not None else str(uuid.uuid4())
-        ttl = validate_ttl(lease_ttl, run_id=run_id)
+        run_id = check_id(run_id, "a run id") if run_id is not None else str(uuid.uuid4())
+        ttl = check_lease_ttl(lease_ttl, run_id=run_id)
         check_id(name, "a run name", run_id=run_id)
         if provider != "" and name_problem("provider", provider) is not None:
             raise InvalidInput(
@@ -120,8 +120,8 @@ class AgentContext:
     async def _acquire(
         cls, store: Store, run_id: str, lease_ttl: timedelta | float, *, force: bool
     ) -> AgentContext:
-        check_run_id(run_id)
-        ttl = validate_ttl(lease_ttl, run_id=run_id)
+        check_id(run_id, "a run id")
+        ttl = check_lease_ttl(lease_ttl, run_id=run_id)
         lease = await store.acquire_run(run_id, owner=new_owner_id(), ttl=ttl, force=force)
         return cls._started(store, lease)
 

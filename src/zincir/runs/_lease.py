@@ -1,4 +1,4 @@
-"""Leases: owner names, TTL rules and the heartbeat that keeps a lease alive.
+"""Leases: the heartbeat that keeps a lease alive.
 
 A lease is (owner, token, expiry) on the run's row. Acquiring it bumps the token; every
 write the store makes for the run re-checks owner and token inside its own transaction,
@@ -9,40 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
-import uuid
-from datetime import timedelta
 
 from .._errors import LeaseLost, StoreError
-from .._validate import MIN_LEASE_TTL, check_id, check_lease_ttl
+from .._validate import MIN_LEASE_TTL
 from ..store import Lease, Store
 
 __all__ = [
     "MIN_LEASE_TTL",
     "Heartbeat",
     "Lease",
-    "check_run_id",
-    "new_owner_id",
-    "validate_ttl",
 ]
 
 log = logging.getLogger("zincir.lease")
-
-
-def validate_ttl(value: timedelta | float, *, run_id: str | None = None) -> timedelta:
-    """A lease TTL as a timedelta, at least 30 ms (InvalidLeaseTtl otherwise)."""
-    return check_lease_ttl(value, run_id=run_id)
-
-
-def check_run_id(run_id: object) -> str:
-    """Run ids follow the one id rule of ``zincir._validate``."""
-    return check_id(run_id, "a run id")
-
-
-def new_owner_id() -> str:
-    """A lease owner name unique to this context: host, pid and a random part."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
 class Heartbeat:

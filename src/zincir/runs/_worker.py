@@ -29,12 +29,12 @@ from .._validate import (
     MAX_DURATION,
     check_count,
     check_duration,
+    check_lease_ttl,
     check_positive_duration,
     printable,
 )
-from ..store import Lease, Store
+from ..store import Lease, Store, new_owner_id
 from ._context import DEFAULT_LEASE_TTL, AgentContext
-from ._lease import new_owner_id, validate_ttl
 
 __all__ = ["Handler", "ResumeWorker"]
 
@@ -54,7 +54,7 @@ class ResumeWorker:
         max_attempts: int | None = None,
     ) -> None:
         self.store = store
-        self.lease_ttl = validate_ttl(lease_ttl)
+        self.lease_ttl = check_lease_ttl(lease_ttl)
         self.owner = new_owner_id()
         self._poll_interval = DEFAULT_POLL_INTERVAL.total_seconds()
         self._max_concurrency = 10

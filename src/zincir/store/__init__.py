@@ -30,6 +30,7 @@ from ._records import (
     NewEvent,
     RunRecord,
     RunState,
+    new_owner_id,
 )
 from ._workflow_records import (
     ChildOutcome,
@@ -67,6 +68,7 @@ __all__ = [
     "as_store",
     "default_database_path",
     "migrations",
+    "new_owner_id",
     "open_store",
     "sqlite_path_from_url",
 ]

@@ -7,6 +7,9 @@ records carry aware datetimes and decoded JSON values.
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, NamedTuple, TypedDict
@@ -24,6 +27,7 @@ __all__ = [
     "RunRecord",
     "RunState",
     "RunStatus",
+    "new_owner_id",
 ]
 
 RunStatus = Literal["pending", "running", "completed", "failed", "cancelled"]
@@ -76,6 +80,11 @@ class NewEvent(NamedTuple):
     type: str
     payload_json: str
     tool_call_id: str | None = None
+
+
+def new_owner_id() -> str:
+    """A name unique to one lease or claim holder: host, process id and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
 @dataclass(slots=True)

@@ -24,8 +24,7 @@ from .._validate import (
     check_positive_duration,
 )
 from ..runs._context import DEFAULT_LEASE_TTL, AgentContext
-from ..runs._lease import new_owner_id
-from ..store import ChildResult, ReceivedMessage, Store, as_store
+from ..store import ChildResult, ReceivedMessage, Store, as_store, new_owner_id
 from ._children import join_child, spawn_child
 from ._core import Core, Sleeper, default_sleeper
 from ._messages import receive, send_from_run
