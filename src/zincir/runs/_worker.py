@@ -26,13 +26,13 @@ from typing import Any, Self
 from .._errors import InvalidInput, ZincirSignal
 from .._validate import (
     DEFAULT_POLL_INTERVAL,
-    MAX_DURATION,
     check_count,
     check_duration,
     check_lease_ttl,
     check_positive_duration,
     printable,
 )
+from ..durable import RetryPolicy
 from ..store import Lease, Store, new_owner_id
 from ._context import DEFAULT_LEASE_TTL, AgentContext
 
@@ -59,9 +59,9 @@ class ResumeWorker:
         self._poll_interval = DEFAULT_POLL_INTERVAL.total_seconds()
         self._max_concurrency = 10
         self._max_attempts: int | None = None
-        self._backoff_initial = timedelta(seconds=1)
-        self._backoff_factor = 2.0
-        self._backoff_max = timedelta(minutes=5)
+        self._backoff = RetryPolicy(
+            initial_interval=timedelta(seconds=1), backoff=2.0, max_interval=timedelta(minutes=5)
+        )
         self.max_attempts(max_attempts)
 
     # -- configuration (chainable) -----------------------------------------------------
@@ -99,17 +99,12 @@ class ResumeWorker:
             or not 1 <= factor <= 1000
         ):
             raise InvalidInput(f"backoff factor must be a number in 1..1000, not {factor!r}")
-        self._backoff_initial, self._backoff_factor, self._backoff_max = first, factor, cap
+        self._backoff = RetryPolicy(initial_interval=first, backoff=factor, max_interval=cap)
         return self
 
     def delay(self, attempt: int) -> timedelta:
         """The backoff after attempt number ``attempt`` (1-based)."""
-        exponent = min(max(attempt - 1, 0), 4096)
-        try:
-            seconds = self._backoff_initial.total_seconds() * self._backoff_factor**exponent
-        except OverflowError:
-            seconds = MAX_DURATION.total_seconds()
-        return min(timedelta(seconds=min(seconds, MAX_DURATION.total_seconds())), self._backoff_max)
+        return self._backoff.delay(attempt)
 
     # -- claiming ---------------------------------------------------------------------
 
