@@ -14,7 +14,7 @@ import click
 from .._cli_options import Seconds, database_option
 from .._errors import ZincirError
 from .._target import import_target
-from .._validate import MAX_COUNT
+from .._validate import DEFAULT_POLL_INTERVAL, MAX_COUNT
 from ..store import open_store
 from ._worker import Handler, ResumeWorker
 
@@ -54,7 +54,7 @@ async def _serve(worker: ResumeWorker, handler: Handler) -> None:
 @click.option(
     "--poll-interval",
     type=Seconds(0.001),
-    default=1.0,
+    default=DEFAULT_POLL_INTERVAL.total_seconds(),
     show_default=True,
     help="Seconds between polls when nothing is claimable.",
 )

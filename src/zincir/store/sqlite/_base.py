@@ -14,6 +14,7 @@ re-runs a batch job by job after one of them failed, and re-queues a batch whose
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import time
@@ -34,7 +35,7 @@ from ..._errors import (
 from ..._time import Clock, system_clock, to_db
 from ..._validate import check_duration
 from .._records import Lease
-from ._errors import translate, translating
+from ._errors import DRIVER_ERRORS, translate, translating
 from ._writer import Writer, WriterStats
 
 __all__ = ["SQLiteBase", "Synchronous", "migrations", "one", "sqlite_path_from_url"]
@@ -61,13 +62,25 @@ def one(
 
 def migrations() -> list[tuple[int, str, str]]:
     """The packaged migrations as (version, name, sql), in order."""
+    return list(_packaged_migrations())
+
+
+@functools.cache
+def _packaged_migrations() -> tuple[tuple[int, str, str], ...]:
+    """The migration files, read once per process."""
     found = []
     folder = resources.files("zincir.store.sqlite").joinpath("migrations")
     for entry in folder.iterdir():
         if entry.name.endswith(".sql"):
             number, _, rest = entry.name.partition("_")
             found.append((int(number), rest.removesuffix(".sql"), entry.read_text("utf-8")))
-    return sorted(found)
+    return tuple(sorted(found))
+
+
+def _too_new(path: str, newest: int, latest: int) -> SchemaTooNew:
+    return SchemaTooNew(
+        f"{path} has schema version {newest}, newer than this zincir's {latest}; upgrade zincir"
+    )
 
 
 def sqlite_path_from_url(url_or_path: str) -> str:
@@ -79,8 +92,8 @@ def sqlite_path_from_url(url_or_path: str) -> str:
     return url_or_path
 
 
-def check_zincir_file(conn: Conn, path: str) -> int | None:
-    """The newest applied migration of a zincir database, None for an empty file.
+def check_zincir_file(conn: Conn, path: str) -> frozenset[int]:
+    """The applied migrations of a zincir database (none for an empty file).
 
     Raises NotAZincirDatabase for a file that is not SQLite or holds other tables, and
     SchemaTooNew for a database migrated by a newer zincir. Reads only.
@@ -95,7 +108,7 @@ def check_zincir_file(conn: Conn, path: str) -> int | None:
             )
         }
     if not tables:
-        return None
+        return frozenset()
     foreign = NotAZincirDatabase(
         f"{path} holds another application's tables ({', '.join(sorted(tables)[:5])}); "
         "zincir opens only its own database: point it at a new file"
@@ -114,14 +127,12 @@ def check_zincir_file(conn: Conn, path: str) -> int | None:
     newest = applied[-1][0] if applied else None
     latest = max(known)
     if newest is not None and newest > latest:
-        raise SchemaTooNew(
-            f"{path} has schema version {newest}, newer than this zincir's {latest}; upgrade zincir"
-        )
+        raise _too_new(path, newest, latest)
     if any(known.get(version) != name for version, name in applied):
         raise foreign
     if applied and "agent_runs" not in tables:
         raise foreign
-    return newest
+    return frozenset(version for version, _ in applied)
 
 
 class SQLiteBase:
@@ -164,9 +175,10 @@ class SQLiteBase:
         parent = os.path.dirname(self.path)
         if parent and not os.path.isdir(parent):
             raise StoreError(f"the folder {parent} does not exist; create it first")
-        write_conn = self._open_checked()
+        write_conn, applied = self._open_checked()
         try:
-            self._migrate(write_conn)
+            if applied != {version for version, _, _ in migrations()}:
+                self._migrate(write_conn)
         except BaseException:
             write_conn.close()
             raise
@@ -180,13 +192,14 @@ class SQLiteBase:
 
     # -- opening ------------------------------------------------------------------------
 
-    def _open_checked(self) -> Conn:
-        """The write connection, after the file was found to be zincir's (or new)."""
+    def _open_checked(self) -> tuple[Conn, frozenset[int]]:
+        """The write connection and the file's applied migrations, after the file was found
+        to be zincir's (none: a new file)."""
         with translating(self.path):
             conn = apsw.Connection(self.path, statementcachesize=256)
         try:
             conn.setbusytimeout(self._busy_ms)
-            check_zincir_file(conn, self.path)
+            applied = check_zincir_file(conn, self.path)
             if conn.readonly("main"):
                 raise DatabaseReadOnly(
                     f"{self.path} is read-only; zincir needs to write it (the inspector, "
@@ -196,7 +209,7 @@ class SQLiteBase:
         except BaseException:
             conn.close()
             raise
-        return conn
+        return conn, applied
 
     def _configure(self, conn: Conn) -> None:
         with translating(self.path):
@@ -220,9 +233,10 @@ class SQLiteBase:
 
     def _migrate(self, conn: Conn) -> None:
         """Apply each missing migration in its own transaction with its schema_migrations row."""
+        known = migrations()
         with translating(self.path):
             conn.execute(_MIGRATIONS_TABLE)
-            for version, name, sql in migrations():
+            for version, name, sql in known:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     applied = conn.execute(
@@ -239,7 +253,10 @@ class SQLiteBase:
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
-        check_zincir_file(conn, self.path)  # a newer zincir may have migrated meanwhile
+            # A newer zincir may have migrated the file meanwhile.
+            (newest,) = one(conn, "SELECT MAX(version) FROM schema_migrations")
+        if newest > known[-1][0]:
+            raise _too_new(self.path, newest, known[-1][0])
 
     # -- transactions -------------------------------------------------------------------
 
@@ -272,7 +289,7 @@ class SQLiteBase:
                 return fn(conn)
             finally:
                 conn.execute("COMMIT")
-        except (apsw.Error, OverflowError, UnicodeError) as error:
+        except DRIVER_ERRORS as error:
             raise translate(error, self.path) from None
 
     def _reader(self) -> Conn:

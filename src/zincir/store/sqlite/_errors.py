@@ -21,7 +21,10 @@ from ..._errors import (
     ZincirError,
 )
 
-__all__ = ["translate", "translating"]
+__all__ = ["DRIVER_ERRORS", "translate", "translating"]
+
+DRIVER_ERRORS = (apsw.Error, OverflowError, UnicodeError)
+"""What a statement can raise from the driver or from binding a value; ``translate`` maps each."""
 
 
 def translate(error: BaseException, path: str) -> ZincirError:
@@ -70,5 +73,5 @@ def translating(path: str) -> Iterator[None]:
     """Turn driver errors raised inside the block into zincir errors."""
     try:
         yield
-    except (apsw.Error, OverflowError, UnicodeError) as error:
+    except DRIVER_ERRORS as error:
         raise translate(error, path) from None

@@ -24,7 +24,7 @@ from ..._json import StrictJsonError, loads_strict
 from ..._validate import MAX_SEQUENCE, utf8
 from .._records import RUN_COLUMNS, RunRecord
 from ._base import check_zincir_file, migrations
-from ._errors import translate
+from ._errors import DRIVER_ERRORS, translate
 
 __all__ = [
     "CheckpointRow",
@@ -204,7 +204,7 @@ def _reading(path: str) -> Iterator[None]:
             "another program); check it with `sqlite3 FILE 'PRAGMA integrity_check'` and "
             "restore it from a backup"
         ) from None
-    except (apsw.Error, OverflowError, UnicodeError) as error:
+    except DRIVER_ERRORS as error:
         raise translate(error, path) from None
 
 
@@ -253,7 +253,7 @@ class ReadOnlyDatabase:
     def _tables(self, conn: apsw.Connection) -> frozenset[str]:
         """The file's tables, after refusing a file that is not a readable zincir database."""
         try:
-            version = check_zincir_file(conn, self.path)
+            applied = check_zincir_file(conn, self.path)
         except NotAZincirDatabase as error:
             raise NotAZincirDatabase(f"{error.detail} (it holds no zincir schema)") from None
         with _reading(self.path):
@@ -261,7 +261,7 @@ class ReadOnlyDatabase:
                 str(name)
                 for (name,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
             )
-        if version is None or not _REQUIRED_TABLES <= tables:
+        if not applied or not _REQUIRED_TABLES <= tables:
             raise NotAZincirDatabase(
                 f"{self.path} holds no zincir schema; run `zincir demo` or your application "
                 "(which migrates it with `zincir migrate`) first, or pass --db PATH"

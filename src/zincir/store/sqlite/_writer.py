@@ -32,7 +32,7 @@ from typing import Any, TypeVar, cast
 import apsw
 
 from ..._errors import StoreError, StoreUnavailable, ZincirError
-from ._errors import translate
+from ._errors import DRIVER_ERRORS, translate
 
 __all__ = ["WriteFn", "Writer", "WriterStats"]
 
@@ -295,7 +295,7 @@ class Writer:
 
     def _own(self, error: BaseException) -> BaseException:
         """A transaction function's error as its caller sees it: driver errors translated."""
-        if isinstance(error, apsw.Error | OverflowError | UnicodeError):
+        if isinstance(error, DRIVER_ERRORS):
             return translate(error, self._path)
         return error
 
