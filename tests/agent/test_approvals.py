@@ -158,10 +158,14 @@ async def test_override_arguments(paused: tuple[Path, Path, zincir.SQLiteStore])
     )[0][0]
     sent = json.loads(tool_input)
     assert sent["arguments"] == override and sent["approval"]["decision"] == "approve"
-    decided = rows(
-        db, "SELECT payload FROM events WHERE run_id = ? AND type = 'approval_decided'", (RUN,)
-    )
-    assert json.loads(decided[0][0])["args_sha256"] == args_sha256(override)
+    decided = {  # the calls are decided concurrently: find each by its call id
+        body["call_id"]: body
+        for (payload,) in rows(
+            db, "SELECT payload FROM events WHERE run_id = ? AND type = 'approval_decided'", (RUN,)
+        )
+        for body in [json.loads(payload)]
+    }
+    assert decided["c-refund"]["args_sha256"] == args_sha256(override)
 
 
 async def test_an_override_that_fails_the_schema_is_refused_with_nothing_stored(
