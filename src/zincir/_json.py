@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from ._errors import NotJsonSerializable, PayloadTooLarge
+from ._memo import TextMemo
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",
@@ -13,6 +14,7 @@ __all__ = [
     "StrictJsonError",
     "dumps",
     "encode_checked",
+    "known_strict",
     "loads_own",
     "loads_strict",
     "loads_strict_text",
@@ -125,12 +127,23 @@ def encode_checked(value: Any) -> str:
     return text
 
 
-def dumps(value: Any, *, what: str = "value", run_id: str | None = None) -> str:
+_ENCODED: TextMemo[bool] = TextMemo()
+
+
+def known_strict(text: str) -> bool:
+    """Whether :func:`dumps` produced ``text`` a moment ago (so it is strict JSON)."""
+    return _ENCODED.get(text) is not None
+
+
+def dumps(
+    value: Any, *, what: str = "value", run_id: str | None = None, str_keys: bool = False
+) -> str:
     """Compact JSON that :func:`loads_strict` reads back as the same value.
 
     A value JSON cannot hold (a non-str key, a lone surrogate, NaN, too deep a nesting)
     raises NotJsonSerializable and one over MAX_DOCUMENT_BYTES raises PayloadTooLarge,
-    both before any write.
+    both before any write. ``str_keys`` says every object key is already known to be a
+    str (a validated document), which skips that walk.
     """
     problem: str | None = None
     try:
@@ -138,7 +151,8 @@ def dumps(value: Any, *, what: str = "value", run_id: str | None = None) -> str:
     except (TypeError, ValueError, RecursionError) as error:
         problem = str(error) or type(error).__name__
     if problem is None and isinstance(value, _CONTAINERS) and value:
-        problem = _key_problem(value)  # acyclic: the encoder refuses cycles
+        if not str_keys:
+            problem = _key_problem(value)  # acyclic: the encoder refuses cycles
         if (
             problem is None
             and len(text) > 2 * MAX_NESTING
@@ -164,4 +178,5 @@ def dumps(value: Any, *, what: str = "value", run_id: str | None = None) -> str:
                 "store large data elsewhere and record a reference to it",
                 run_id=run_id,
             )
+    _ENCODED.put(text, True)
     return text

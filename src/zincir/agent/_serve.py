@@ -74,26 +74,26 @@ def serve(
 
 def _model_request(agent: Agent) -> _Handler:
     async def handle(invocation: Invocation, request: Any) -> Any:
-        document = ModelRequest.from_dict(request)
+        document = ModelRequest.from_json(invocation.input_json)
         try:
             answer = await agent.model.request(document)
             response = coerce_response(answer, model=agent.model.name)
         except InvalidDocument as error:
             raise OperationFailed("InvalidModelResponse", False, error.detail) from None
-        return response.to_dict()
+        return response
 
     return handle
 
 
 def _model_stream(agent: Agent) -> _Handler:
     async def handle(invocation: Invocation, request: Any) -> Any:
-        document = ModelRequest.from_dict(request)
+        document = ModelRequest.from_json(invocation.input_json)
         try:
             parts, usage = await assemble_stream(agent.model.stream(document))
             response = ModelResponse(parts=parts, usage=usage, model_name=agent.model.name)
         except InvalidDocument as error:
             raise OperationFailed("InvalidModelResponse", False, error.detail) from None
-        return response.to_dict()
+        return response
 
     return handle
 
@@ -122,22 +122,20 @@ async def _run(
 
 def _tool_call(agent: Agent) -> _Handler:
     async def handle(invocation: Invocation, request: Any) -> Any:
-        document = ToolRequest.from_dict(request)
+        document = ToolRequest.from_json(invocation.input_json)
         call = document.call
         tool = await agent.find_tool(call.tool_name, document.context)
         content = await _run(
             tool, call.tool_name, ToolOrigin.APPLICATION, document.arguments, document.approval
         )
-        return ToolOutput(
-            tool_call_id=call.tool_call_id, tool_name=call.tool_name, content=content
-        ).to_dict()
+        return ToolOutput(tool_call_id=call.tool_call_id, tool_name=call.tool_name, content=content)
 
     return handle
 
 
 def _mcp_request(agent: Agent) -> _Handler:
     async def handle(invocation: Invocation, request: Any) -> Any:
-        document = McpRequest.from_dict(request)
+        document = McpRequest.from_json(invocation.input_json)
         name, arguments = document.params.get("name"), document.params.get("arguments", {})
         if document.method != "tools/call" or not isinstance(name, str):
             raise OperationFailed(
@@ -151,14 +149,14 @@ def _mcp_request(agent: Agent) -> _Handler:
         tool = await agent.find_tool(name, context)
         content = await _run(tool, name, ToolOrigin.MCP, arguments)
         call_id = f"{invocation.step_id}#{invocation.sequence}"
-        return ToolOutput(tool_call_id=call_id, tool_name=name, content=content).to_dict()
+        return ToolOutput(tool_call_id=call_id, tool_name=name, content=content)
 
     return handle
 
 
 def _retry_delay() -> _Handler:
     async def handle(invocation: Invocation, request: Any) -> Any:
-        document = RetryDelay.from_dict(request)
+        document = RetryDelay.from_json(invocation.input_json)
         await asyncio.sleep(document.delay_seconds)
         return {"slept_seconds": document.delay_seconds}
 
@@ -167,9 +165,9 @@ def _retry_delay() -> _Handler:
 
 def _approval_resume(approver: Approver | None) -> _Handler:
     async def handle(invocation: Invocation, request: Any) -> Any:
-        document = ApprovalRequest.from_dict(request)
+        document = ApprovalRequest.from_json(invocation.input_json)
         if approver is None:
-            return document.proposed.to_dict()
+            return document.proposed
         decision = approver(document)
         if inspect.isawaitable(decision):
             decision = await decision
@@ -179,14 +177,14 @@ def _approval_resume(approver: Approver | None) -> _Handler:
             raise OperationFailed(
                 "InvalidApprovalDecision", False, "the approver must return an ApprovalDecision"
             )
-        return decision.to_dict()
+        return decision
 
     return handle
 
 
 def _event_delivery(agent: Agent) -> _Handler:
     async def handle(invocation: Invocation, request: Any) -> Any:
-        await agent.deliver(EventDelivery.from_dict(request))
+        await agent.deliver(EventDelivery.from_json(invocation.input_json))
         return {"delivered": True}
 
     return handle

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, Self
 
 from .._errors import InvalidInput, InvalidInvocation
-from .._json import StrictJsonError, loads_strict
+from .._json import StrictJsonError, known_strict, loads_strict
 from .._validate import MAX_ID_BYTES, MAX_SEQUENCE, int_problem, name_problem, shown, utf8
 
 __all__ = [
@@ -51,12 +51,18 @@ def document_problem(what: str, value: object, *, max_bytes: int | None = None) 
     if data is None:
         return f"{what} is not valid UTF-8 text (it holds a lone surrogate)"
     if max_bytes is not None and len(data) > max_bytes:
-        return f"{what} is {len(data)} bytes; the limit is {max_bytes} (store large data elsewhere)"
+        return _too_large(what, len(data), max_bytes)
+    if known_strict(value):
+        return None
     try:
         loads_strict(value)
     except StrictJsonError as error:
         return f"{what} is not exactly one strict JSON document: {error}"
     return None
+
+
+def _too_large(what: str, size: int, max_bytes: int) -> str:
+    return f"{what} is {size} bytes; the limit is {max_bytes} (store large data elsewhere)"
 
 
 def digest_of(document: str) -> str:
@@ -82,6 +88,8 @@ class Invocation:
     kind: OperationKind | str
     handler_id: str
     input_json: str
+    _input_bytes: int | None = field(default=None, init=False, repr=False, compare=False)
+    _digest: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         kind = _KINDS.get(self.kind) if isinstance(self.kind, str) else None
@@ -96,6 +104,14 @@ class Invocation:
             or max_input_bytes < 1
         ):
             raise InvalidInput(f"max_input_bytes must be a positive int, got {max_input_bytes!r}")
+        size = self._input_bytes
+        if size is not None:  # the fields never change: only the bound can differ
+            if max_input_bytes is None or size <= max_input_bytes:
+                return
+            raise InvalidInvocation(
+                "invalid invocation: " + _too_large("input_json", size, max_input_bytes),
+                run_id=self.run_id,
+            )
         found = [
             name_problem("run_id", self.run_id),
             name_problem("step_id", self.step_id),
@@ -111,6 +127,7 @@ class Invocation:
             raise InvalidInvocation(
                 "invalid invocation: " + "; ".join(problems), run_id=self._safe_run_id()
             )
+        object.__setattr__(self, "_input_bytes", len(self.input_json.encode("utf-8")))
 
     def stable_key(self) -> str:
         """The idempotency key ``<run_id>/<step_id>/<sequence>``, unique per identity.
@@ -135,7 +152,10 @@ class Invocation:
             problem = "input_json is not valid UTF-8 text (it holds a lone surrogate)"
         if problem is not None:
             raise InvalidInvocation(f"no input digest: {problem}", run_id=self._safe_run_id())
-        return digest_of(self.input_json)
+        if self._digest is None:
+            object.__setattr__(self, "_digest", digest_of(self.input_json))
+        assert self._digest is not None
+        return self._digest
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object form, keyed by the six attribute names (``kind`` as its string)."""

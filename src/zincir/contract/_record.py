@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final, Self, TypeAlias
 
 from .._errors import DigestMismatch, InvalidInvocation, InvalidPayload
 from .._validate import int_problem, name_problem, shown, utf8
-from ._invocation import Invocation, digest_of, document_problem
+from ._invocation import Invocation, document_problem
 
 __all__ = [
     "Failure",
@@ -39,11 +39,17 @@ class Success:
     """The operation finished; ``output_json`` is its one complete JSON output document."""
 
     output_json: str
+    _valid: bool = field(default=False, init=False, repr=False, compare=False)
 
     def _problems(self) -> list[str]:
-        """Every rule this outcome breaks (empty when valid)."""
+        """Every rule this outcome breaks (empty when valid); a valid one is parsed once."""
+        if self._valid:
+            return []
         problem = document_problem("output_json", self.output_json)
-        return [] if problem is None else [problem]
+        if problem is not None:
+            return [problem]
+        object.__setattr__(self, "_valid", True)
+        return []
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +152,7 @@ class Record:
                 "input_digest must be 'sha256:' followed by 64 lowercase hex digits",
                 run_id=run_id,
             )
-        expected = digest_of(invocation.input_json)
+        expected = invocation.input_digest()
         if self.input_digest != expected:
             raise DigestMismatch(
                 f"record for {invocation.stable_key()} carries input digest {self.input_digest} "

@@ -33,6 +33,7 @@ from pydantic_core import PydanticCustomError
 
 from .._errors import InvalidDocument, SensitiveHeader
 from .._json import StrictJsonError, dumps, loads_strict_text
+from .._memo import TextMemo
 from ._invocation import OperationKind
 
 __all__ = [
@@ -167,8 +168,19 @@ class _Strict(BaseModel):
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Self:
-        """Read one document from strict JSON text; raises ``InvalidDocument``."""
-        return cls.model_validate(_strict_json(cls.__name__, text))
+        """Read one document from strict JSON text; raises ``InvalidDocument``.
+
+        A text this process wrote or read a moment ago gives back that same (immutable)
+        document without parsing it again.
+        """
+        if isinstance(text, str):
+            known = _RECENT.get(text)
+            if type(known) is cls:
+                return known
+        document = cls.model_validate(_strict_json(cls.__name__, text))
+        if isinstance(text, str):
+            _RECENT.put(text, document)
+        return document
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Self:
@@ -193,7 +205,13 @@ class _Strict(BaseModel):
 
     def to_json(self) -> str:
         """Compact, stable JSON text: fields in declaration order, UTF-8, no whitespace."""
-        return dumps(self.to_dict(), what=type(self).__name__)
+        text = dumps(self.to_dict(), what=type(self).__name__, str_keys=True)
+        _RECENT.put(text, self)
+        return text
+
+
+_RECENT: TextMemo[_Strict] = TextMemo()
+"""Documents by the text this process last wrote or read them as."""
 
 
 def _strict_json(what: str, text: object) -> Any:

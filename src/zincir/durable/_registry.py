@@ -20,6 +20,7 @@ from .._errors import (
 from .._json import StrictJsonError, dumps, loads_strict
 from .._validate import printable
 from ..contract import Failure, Invocation, OperationKind, Outcome, Record, Success, Suspended
+from ..contract.payloads import Document
 
 __all__ = [
     "Handler",
@@ -104,6 +105,8 @@ def outcome_of(invocation: Invocation, value: Any) -> Outcome:
     if isinstance(value, Record):
         check_record(invocation, value)
         return value.outcome
+    if isinstance(value, Document):
+        return Success(value.to_json())
     try:
         return Success(dumps(value, what="handler output", run_id=invocation.run_id))
     except NotJsonSerializable as error:
