@@ -2,14 +2,17 @@
 
 The agent process never calls the model or a tool itself here. It logs each response and
 tool result on the run (like an ``AgentContext`` loop), skipping what a previous attempt
-already logged, so a replay adds nothing twice.
+already logged, so a replay adds nothing twice. Those log entries commit without waiting for
+the disk: each follows the durable operation record it is made from, so a power loss can
+only take the tail of them, and the replay that follows logs it again. Pauses and approval
+decisions are not rebuilt from records, so they are written durably.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._errors import (
     ApprovalMismatch,
@@ -46,8 +49,9 @@ from ..contract.payloads import (
     ToolReturnPart,
     stream_parts,
 )
-from ..runs import AgentContext, ToolCall
-from ..store import Event, NewEvent
+from ..durable import LocalRuntime
+from ..runs import AgentContext, ToolCall, response_entry, tool_result_entry
+from ..store import Event, LogEntry, NewEvent, ResponseEntry
 from ._approval import Execution, PausedRun
 from ._binding import DurableBinding
 from ._conversation import response_text, tool_calls
@@ -73,6 +77,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DurableExecutor", "Logged", "success"]
 
+
+D = TypeVar("D", bound=Document)
 
 PAUSED_EVENT = "agent_paused"
 DECIDED_EVENT = "approval_decided"
@@ -147,15 +153,21 @@ class DurableExecutor:
         step, kind = MODEL_REQUEST, OperationKind.MODEL_REQUEST
         if self.emit is not None:
             step, kind = MODEL_STREAM, OperationKind.MODEL_STREAM
-        output = await self._execute(step, sequence, kind, request)
-        try:
-            response = ModelResponse.from_json(output)
-        except InvalidDocument as error:
-            raise InvalidDocument(
-                f"the record of {self.binding.step_id(step)} #{sequence} holds no valid "
-                f"ModelResponse ({error.detail}); the model handler must return one",
-                run_id=self.binding.run_id,
-            ) from None
+
+        where = f"{self.binding.step_id(step)} #{sequence}"
+
+        def read(output: str) -> ModelResponse:
+            return _read(ModelResponse, output, where, "model", self.binding.run_id)
+
+        def log(record: Record) -> list[LogEntry]:
+            if number < self.logged.responses or not isinstance(record.outcome, Success):
+                return []
+            return [self._response_entry(read(record.outcome.output_json))]
+
+        record, logged = await self._outcome(step, sequence, kind, request, log=log)
+        response = read(success(record))
+        if logged:
+            self.logged.responses = number + 1
         if self.emit is not None:
             for part in stream_parts(response):
                 await self.emit(part)
@@ -185,14 +197,31 @@ class DurableExecutor:
         sequence = attempt_sequence(
             tool_sequence(number, position, run_id=run_id), attempt, run_id=run_id
         )
+
+        where = f"tool call {call.tool_call_id!r} ({call.tool_name})"
+
+        def read(output: str) -> ToolOutput:
+            return _read(ToolOutput, output, where, "tool", run_id)
+
+        def log(record: Record) -> list[LogEntry]:
+            outcome = record.outcome
+            if call.tool_call_id in self.logged.results or not isinstance(outcome, Success):
+                return []
+            output = read(outcome.output_json)
+            return [
+                tool_result_entry(
+                    run_id, call.tool_call_id, output.content, is_error=output.is_error
+                )
+            ]
+
         if tool.origin is ToolOrigin.MCP:
             document: Document = McpRequest(
                 method="tools/call",
                 params={"name": call.tool_name, "arguments": arguments},
                 client=ClientIdentity(name=self.agent.name),
             )
-            outcome = await self._outcome(
-                MCP_REQUEST, sequence, OperationKind.MCP_REQUEST, document
+            outcome, logged = await self._outcome(
+                MCP_REQUEST, sequence, OperationKind.MCP_REQUEST, document, log=log
             )
         else:
             document = ToolRequest(
@@ -202,19 +231,16 @@ class DurableExecutor:
                 retry=retry,
                 approval=approval,
             )
-            outcome = await self._outcome(TOOL_CALL, sequence, OperationKind.TOOL_CALL, document)
+            outcome, logged = await self._outcome(
+                TOOL_CALL, sequence, OperationKind.TOOL_CALL, document, log=log
+            )
         deferred = _deferral(outcome)
         if deferred is not None:
             return deferred
-        output = success(outcome)
-        try:
-            return ToolOutput.from_json(output)
-        except InvalidDocument as error:
-            raise InvalidDocument(
-                f"the record of tool call {call.tool_call_id!r} ({call.tool_name}) holds no "
-                f"valid ToolOutput ({error.detail}); the tool handler must return one",
-                run_id=run_id,
-            ) from None
+        output = read(success(outcome))
+        if logged:
+            self.logged.results.add(call.tool_call_id)
+        return output
 
     async def decide(
         self,
@@ -242,14 +268,8 @@ class DurableExecutor:
                 "another proposal or other arguments; a decided call keeps its decision",
                 run_id=run_id,
             ) from None
-        try:
-            return ApprovalDecision.from_json(output)
-        except InvalidDocument as error:
-            raise InvalidDocument(
-                f"the record of {self.binding.step_id(APPROVAL_RESUME)} #{sequence} holds no "
-                f"valid ApprovalDecision ({error.detail}); the approval handler must return one",
-                run_id=run_id,
-            ) from None
+        where = f"{self.binding.step_id(APPROVAL_RESUME)} #{sequence}"
+        return _read(ApprovalDecision, output, where, "approval", run_id)
 
     async def bind_approval(
         self, call: ToolCallPart, proposed: ApprovalDecision, digest: str
@@ -297,11 +317,9 @@ class DurableExecutor:
             )
         return self.ctx
 
-    async def record_response(self, number: int, response: ModelResponse) -> None:
-        """Log the response and its tool intents, unless a previous attempt did."""
-        if number < self.logged.responses:
-            return
-        await self._owner().record_response(
+    def _response_entry(self, response: ModelResponse) -> ResponseEntry:
+        return response_entry(
+            self.binding.run_id,
             response_text(response),
             [
                 ToolCall(c.tool_call_id, c.tool_name, dict(c.arguments))
@@ -311,14 +329,27 @@ class DurableExecutor:
             usage=response.usage.to_dict(),
             model=response.model_name or None,
         )
+
+    async def record_response(self, number: int, response: ModelResponse) -> None:
+        """Log the response and its tool intents, unless a previous attempt (or the
+        runtime, with the record) did."""
+        if number < self.logged.responses:
+            return
+        ctx = self._owner()
+        ctx.check_lease()
+        entry = self._response_entry(response)
+        await ctx.store.record_response(
+            ctx.lease, entry.response_json, entry.intents, durable=False
+        )
         self.logged.responses = number + 1
 
     async def record_return(self, part: ToolReturnPart) -> None:
-        """Log a tool's result, unless a previous attempt did."""
+        """Log a tool's result, unless a previous attempt (or the runtime, with the
+        record) did."""
         if part.tool_call_id in self.logged.results:
             return
         await self._owner().record_tool_result(
-            part.tool_call_id, part.content, is_error=part.is_error
+            part.tool_call_id, part.content, is_error=part.is_error, durable=False
         )
         self.logged.results.add(part.tool_call_id)
 
@@ -326,12 +357,20 @@ class DurableExecutor:
         self, step: str, sequence: int, kind: OperationKind, document: Document
     ) -> str:
         """Execute one operation; its output document, or the persisted outcome raised."""
-        return success(await self._outcome(step, sequence, kind, document))
+        record, _ = await self._outcome(step, sequence, kind, document)
+        return success(record)
 
     async def _outcome(
-        self, step: str, sequence: int, kind: OperationKind, document: Document
-    ) -> Record:
-        """Execute one operation and return its record."""
+        self,
+        step: str,
+        sequence: int,
+        kind: OperationKind,
+        document: Document,
+        *,
+        log: Callable[[Record], Sequence[LogEntry]] | None = None,
+    ) -> tuple[Record, bool]:
+        """Execute one operation; its record, and whether the runtime stored ``log(record)``
+        with it (a LocalRuntime on the store holding this run, when the record is new)."""
         run_id = self.binding.run_id
         handler_id = self.binding.handlers.for_kind(kind)
         if handler_id is None:
@@ -346,7 +385,28 @@ class DurableExecutor:
             handler_id=handler_id,
             input_json=document.to_json(),
         )
-        return await self.binding.runtime.execute(invocation)
+        runtime = self.binding.runtime
+        ctx = self.ctx
+        if (
+            log is not None
+            and ctx is not None
+            and isinstance(runtime, LocalRuntime)
+            and runtime.store is ctx.store
+        ):
+            return await runtime.execute_and_log(invocation, log)
+        return await runtime.execute(invocation), False
+
+
+def _read(document: type[D], output: str, where: str, handler: str, run_id: str) -> D:
+    """The output document of a record; InvalidDocument naming the record otherwise."""
+    try:
+        return document.from_json(output)
+    except InvalidDocument as error:
+        raise InvalidDocument(
+            f"the record of {where} holds no valid {document.__name__} ({error.detail}); "
+            f"the {handler} handler must return one",
+            run_id=run_id,
+        ) from None
 
 
 def _deferral(record: Record) -> Deferred | None:

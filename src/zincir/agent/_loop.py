@@ -7,9 +7,9 @@ durable operation) and what is logged; the loop itself holds only deterministic 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .._errors import ApprovalMismatch, InvalidInput, OperationFailed
 from ..contract.payloads import (
@@ -25,6 +25,7 @@ from ..contract.payloads import (
     ToolReturnPart,
     Usage,
 )
+from ..store import grouped_writes
 from ._approval import Execution, PausedCall, PausedRun, args_sha256
 from ._capabilities import loaded_capabilities
 from ._conversation import Conversation, add_usage, response_text, tool_calls
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
     from ._agent import Agent
 
 __all__ = ["Deferred", "Executor", "Proposal", "run_loop"]
+
+T = TypeVar("T")
 
 
 class Executor(Protocol):
@@ -188,9 +191,10 @@ async def run_loop(
                 "check the tool's schema and the instructions, or raise Agent(tool_retries=...)",
                 run_id=executor.run_id,
             )
-        done = await asyncio.gather(
-            *(_execute(agent, executor, number, p, decisions, known, deferred) for p in plans)
-        )
+        work = [_execute(agent, executor, number, p, decisions, known, deferred) for p in plans]
+        if len(work) > 1:
+            work = [_grouped(one) for one in work]
+        done = await asyncio.gather(*work)
         waiting = [item for item in done if isinstance(item, PausedCall)]
         if waiting:
             paused = PausedRun(
@@ -213,6 +217,13 @@ async def run_loop(
             conversation.add_messages(follow_up)
         number += 1
         response = None
+
+
+async def _grouped(work: Awaitable[T]) -> T:
+    """``work`` as one of concurrent tool calls: the records they store in the same pass
+    of the event loop share a commit."""
+    with grouped_writes():
+        return await work
 
 
 async def _ask(

@@ -21,15 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Final
 
 from .._errors import (
     DigestMismatch,
+    DuplicateToolCall,
     InputDrift,
     InvalidInput,
     InvalidInvocation,
     StoreError,
+    UnknownToolCall,
 )
 from .._validate import DEFAULT_POLL_INTERVAL, check_count, check_positive_duration
 from ..contract import (
@@ -41,7 +44,16 @@ from ..contract import (
     decode_record,
     encode_record,
 )
-from ..store import Lease, NewOperation, OperationKey, OperationRow, Store, as_store, new_owner_id
+from ..store import (
+    Lease,
+    LogEntry,
+    NewOperation,
+    OperationKey,
+    OperationRow,
+    Store,
+    as_store,
+    new_owner_id,
+)
 from ._operations import new_operation, stored_outcome
 from ._registry import Handler, HandlerRegistry, attempt_outcome
 from ._retry import RetryPolicy
@@ -105,6 +117,30 @@ class LocalRuntime:
         ``inline`` is an in-process callable ``(invocation, request) -> output`` (sync or
         async) used instead of the registered handler; only its record is stored.
         """
+        record, _ = await self._shared(invocation, inline, None)
+        return record
+
+    async def execute_and_log(
+        self, invocation: Invocation, log: Callable[[Record], Sequence[LogEntry]]
+    ) -> tuple[Record, bool]:
+        """:meth:`execute`, and when this call stores the record, the entries ``log(record)``
+        appended to the run's log in the same transaction; True when they were.
+
+        For an agent loop that logs what each record holds (a response, a tool result)
+        while it holds the run's lease here: one commit instead of two. The entries are
+        not written (False) on a replay, without the run's lease, or when they do not fit
+        the log (a call id already used in the run): the caller logs them itself then.
+        """
+        return await self._shared(invocation, None, log)
+
+    async def _shared(
+        self,
+        invocation: Invocation,
+        inline: Handler | None,
+        log: Callable[[Record], Sequence[LogEntry]] | None,
+    ) -> tuple[Record, bool]:
+        """One execution per identity in this process; concurrent callers share its record
+        (their log entries unwritten)."""
         if not isinstance(invocation, Invocation):
             raise InvalidInvocation(
                 f"execute expects an Invocation, got {type(invocation).__name__}"
@@ -121,13 +157,13 @@ class LocalRuntime:
             await asyncio.wait({running})
             shared = running.result()
             if shared is not None and shared.invocation == invocation:
-                return shared
+                return shared, False
         done: asyncio.Future[Record | None] = asyncio.get_running_loop().create_future()
         self._inflight[key] = done
         result: Record | None = None
         try:
-            result = await self._execute(invocation, operation, inline)
-            return result
+            result, logged = await self._execute(invocation, operation, inline, log)
+            return result, logged
         finally:
             del self._inflight[key]
             done.set_result(result)
@@ -135,20 +171,24 @@ class LocalRuntime:
     # -- one execution ------------------------------------------------------------------
 
     async def _execute(
-        self, inv: Invocation, operation: NewOperation, inline: Handler | None
-    ) -> Record:
+        self,
+        inv: Invocation,
+        operation: NewOperation,
+        inline: Handler | None,
+        log: Callable[[Record], Sequence[LogEntry]] | None,
+    ) -> tuple[Record, bool]:
         row = await self.store.get_operation(operation.key)
         if row is not None:
             _check_same(row, inv, operation)
             if row.status == "completed":
-                return _decode(row.record, inv)
+                return _decode(row.record, inv), False
         handler = inline if inline is not None else self.registry.require(inv)
         owner = f"{self.owner}/{next(self._executions)}"
         lease = self.store.lease_for(inv.run_id)
         claimed = await self._acquire(inv, operation, owner, row, lease)
         if isinstance(claimed, Record):
-            return claimed
-        return await self._run(inv, operation, handler, owner, lease)
+            return claimed, False
+        return await self._run(inv, operation, handler, owner, lease, log)
 
     async def _acquire(
         self,
@@ -184,28 +224,51 @@ class LocalRuntime:
         handler: Handler,
         owner: str,
         lease: Lease | None,
-    ) -> Record:
-        """Run the attempts under a renewed claim, then store the record (fenced)."""
-        renewer = asyncio.create_task(self._renew(operation.key, owner, lease))
+        log: Callable[[Record], Sequence[LogEntry]] | None,
+    ) -> tuple[Record, bool]:
+        """Run the attempts under a renewed claim, then store the record (fenced), with
+        its log entries when it has any."""
+        loop = asyncio.get_running_loop()
+        renewals: list[asyncio.Task[None]] = []
+        timer = loop.call_later(
+            self.claim_ttl.total_seconds() / 3,
+            lambda: renewals.append(loop.create_task(self._renew(operation.key, owner, lease))),
+        )
         try:
             try:
                 result = await self._attempts(inv, operation.key, handler, owner, lease)
             finally:
-                renewer.cancel()
-                await asyncio.wait({renewer})
+                timer.cancel()
+                for renewal in renewals:
+                    renewal.cancel()
+                if renewals:
+                    await asyncio.wait(renewals)
         except (DigestMismatch, InputDrift):
             await self.store.release_operation_claim(operation.key, owner=owner)
             raise
         if isinstance(result, Record):
-            return result
+            return result, False
         record = Record.for_invocation(inv, result)
-        stored = await self.store.finish_operation(
-            operation, stored_outcome(record, encode_record(record)), owner=owner, lease=lease
-        )
+        outcome = stored_outcome(record, encode_record(record))
+        entries: Sequence[LogEntry] = ()
+        if log is not None and lease is not None:
+            try:
+                entries = log(record)
+            except Exception:  # noqa: BLE001 - the record is stored regardless; the caller
+                entries = ()  # logs it itself and meets the error there
+        try:
+            stored = await self.store.finish_operation(
+                operation, outcome, owner=owner, lease=lease, log=entries
+            )
+        except (DuplicateToolCall, UnknownToolCall):
+            if not entries:
+                raise
+            entries = ()
+            stored = await self.store.finish_operation(operation, outcome, owner=owner, lease=lease)
         if stored is None:
-            return record
+            return record, bool(entries)
         _check_same(stored, inv, operation)
-        return _decode(stored.record, inv)
+        return _decode(stored.record, inv), False
 
     async def _attempts(
         self,
@@ -231,17 +294,17 @@ class LocalRuntime:
                 return _decode(stored.record, inv)
 
     async def _renew(self, key: OperationKey, owner: str, lease: Lease | None) -> None:
-        """Extend the claim every claim_ttl/3 until cancelled or lost."""
+        """Extend the claim now and every claim_ttl/3 after, until cancelled or lost."""
         while True:
-            await asyncio.sleep(self.claim_ttl.total_seconds() / 3)
             try:
                 held = await self.store.renew_operation_claim(
                     key, owner=owner, ttl=self.claim_ttl, lease=lease
                 )
             except StoreError:
-                continue  # a busy or closing store; the fenced final write decides
+                held = True  # a busy or closing store; the fenced final write decides
             if not held:
                 return
+            await asyncio.sleep(self.claim_ttl.total_seconds() / 3)
 
 
 def _decode(text: str | None, inv: Invocation) -> Record:

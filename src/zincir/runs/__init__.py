@@ -1,6 +1,7 @@
 """Runs: AgentContext, leases and fencing, and the ResumeWorker."""
 
 from ._context import AgentContext, Verifier
+from ._entries import response_entry, tool_result_entry
 from ._lease import MIN_LEASE_TTL, Lease
 from ._types import (
     Checkpoint,
@@ -26,4 +27,6 @@ __all__ = [
     "ToolCall",
     "Verification",
     "Verifier",
+    "response_entry",
+    "tool_result_entry",
 ]

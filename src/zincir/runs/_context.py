@@ -8,10 +8,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from .._errors import CheckpointError, DuplicateToolCall, InvalidInput
+from .._errors import CheckpointError, InvalidInput
 from .._json import dumps
 from .._validate import check_id, check_lease_ttl, check_optional_id, name_problem, printable
 from ..store import CheckpointRecord, Lease, Store, new_owner_id
+from ._entries import response_entry, tool_result_entry
 from ._lease import Heartbeat
 from ._types import (
     Checkpoint,
@@ -146,56 +147,33 @@ class AgentContext:
         *,
         usage: Mapping[str, Any] | None = None,
         model: str | None = None,
+        durable: bool = True,
     ) -> int:
         """Record a model response and every tool intent it asks for, in one transaction.
 
         Returns the ``llm_call`` event's seq. A repeated tool call id raises DuplicateToolCall
-        and stores nothing.
+        and stores nothing. ``durable=False`` commits without waiting for the disk (the write
+        survives a crash of the process, maybe not a power loss): only for a log you can
+        rebuild, as the durable agent loop rebuilds its log from its operation records.
         """
-        run_id = self.run_id
-        if isinstance(tool_calls, str | bytes | Mapping) or not isinstance(tool_calls, Iterable):
-            raise InvalidInput("tool_calls must be a list of ToolCall (or mappings)", run_id=run_id)
-        calls = [ToolCall.coerce(call, run_id=run_id) for call in tool_calls]
-        seen: set[str] = set()
-        for call in calls:
-            if call.id in seen:
-                raise DuplicateToolCall(
-                    f"tool call id {call.id!r} appears twice in one response", run_id=run_id
-                )
-            seen.add(call.id)
-        if stop_reason is not None and not isinstance(stop_reason, str):
-            raise InvalidInput("stop_reason must be a str or None", run_id=run_id)
-        if usage is not None and not isinstance(usage, Mapping):
-            raise InvalidInput("usage must be a mapping of counters", run_id=run_id)
-        if model is not None:
-            check_id(model, "model", run_id=run_id)
-        payload: dict[str, Any] = {
-            "content": content,
-            "tool_calls": [call.to_json() for call in calls],
-            "stop_reason": stop_reason,
-        }
-        if usage is not None:
-            payload["usage"] = dict(usage)
-        if model is not None:
-            payload["model"] = model
-        response = dumps(payload, what="response", run_id=run_id)
-        intents = [
-            (call.id, dumps(call.to_json(), what="tool arguments", run_id=run_id)) for call in calls
-        ]
-        self._heartbeat.check()
-        return await self.store.record_response(self._lease, response, intents)
-
-    async def record_tool_result(self, call_id: str, result: Any, *, is_error: bool = False) -> int:
-        """Record the result of a pending tool intent; returns the event's seq."""
-        run_id = self.run_id
-        check_id(call_id, "call_id", run_id=run_id)
-        body = dumps(
-            {"id": call_id, "result": result, "is_error": bool(is_error)},
-            what="tool result",
-            run_id=run_id,
+        entry = response_entry(
+            self.run_id, content, tool_calls, stop_reason, usage=usage, model=model
         )
         self._heartbeat.check()
-        return await self.store.record_tool_result(self._lease, call_id, body)
+        return await self.store.record_response(
+            self._lease, entry.response_json, entry.intents, durable=durable
+        )
+
+    async def record_tool_result(
+        self, call_id: str, result: Any, *, is_error: bool = False, durable: bool = True
+    ) -> int:
+        """Record the result of a pending tool intent; returns the event's seq.
+        ``durable`` as for :meth:`record_response`."""
+        entry = tool_result_entry(self.run_id, call_id, result, is_error=is_error)
+        self._heartbeat.check()
+        return await self.store.record_tool_result(
+            self._lease, call_id, entry.result_json, durable=durable
+        )
 
     async def checkpoint(
         self, candidate: CheckpointCandidate | Mapping[str, Any], verify: Verifier

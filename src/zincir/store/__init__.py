@@ -12,6 +12,7 @@ from typing import Literal
 
 from .._errors import InvalidInput
 from .._time import Clock
+from ._grouping import grouped_writes, writes_grouped
 from ._operation_records import (
     NewOperation,
     OperationClaim,
@@ -27,9 +28,12 @@ from ._records import (
     CheckpointRecord,
     Event,
     Lease,
+    LogEntry,
     NewEvent,
+    ResponseEntry,
     RunRecord,
     RunState,
+    ToolResultEntry,
     new_owner_id,
 )
 from ._workflow_records import (
@@ -51,6 +55,7 @@ __all__ = [
     "ChildResult",
     "Event",
     "Lease",
+    "LogEntry",
     "NewEvent",
     "NewOperation",
     "OperationClaim",
@@ -58,19 +63,23 @@ __all__ = [
     "OperationOutcome",
     "OperationRow",
     "ReceivedMessage",
+    "ResponseEntry",
     "RunRecord",
     "RunState",
     "SQLiteStore",
     "StepClaim",
     "Store",
     "TimerRecord",
+    "ToolResultEntry",
     "WaitAttempt",
     "as_store",
     "default_database_path",
+    "grouped_writes",
     "migrations",
     "new_owner_id",
     "open_store",
     "sqlite_path_from_url",
+    "writes_grouped",
 ]
 
 

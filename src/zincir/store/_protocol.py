@@ -26,6 +26,7 @@ from ._records import (
     CheckpointRecord,
     Event,
     Lease,
+    LogEntry,
     NewEvent,
     RunRecord,
     RunState,
@@ -103,9 +104,16 @@ class Store(Protocol):
     # -- model responses, tool intents and semantic checkpoints ---------------------------
 
     async def record_response(
-        self, lease: Lease, response_json: str, intents: Sequence[tuple[str, str]]
+        self,
+        lease: Lease,
+        response_json: str,
+        intents: Sequence[tuple[str, str]],
+        *,
+        durable: bool = True,
     ) -> int: ...
-    async def record_tool_result(self, lease: Lease, call_id: str, result_json: str) -> int: ...
+    async def record_tool_result(
+        self, lease: Lease, call_id: str, result_json: str, *, durable: bool = True
+    ) -> int: ...
     async def open_intents(self, run_id: str) -> list[Any]: ...
     async def propose_checkpoint(
         self, lease: Lease, candidate: Mapping[str, Any], state_json: str
@@ -206,6 +214,7 @@ class Store(Protocol):
         *,
         owner: str,
         lease: Lease | None = None,
+        log: Sequence[LogEntry] = (),
     ) -> OperationRow | None: ...
     async def save_operation_record(
         self, operation: NewOperation, outcome: OperationOutcome, *, lease: Lease | None = None

@@ -23,10 +23,13 @@ __all__ = [
     "CheckpointRecord",
     "Event",
     "Lease",
+    "LogEntry",
     "NewEvent",
+    "ResponseEntry",
     "RunRecord",
     "RunState",
     "RunStatus",
+    "ToolResultEntry",
     "new_owner_id",
 ]
 
@@ -80,6 +83,27 @@ class NewEvent(NamedTuple):
     type: str
     payload_json: str
     tool_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseEntry:
+    """A model response for the log: its ``llm_call`` payload and one ``tool_call`` intent
+    (call id, arguments JSON) per tool call it asks for."""
+
+    response_json: str
+    intents: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultEntry:
+    """The ``tool_result`` payload of a pending tool intent."""
+
+    call_id: str
+    result_json: str
+
+
+LogEntry = ResponseEntry | ToolResultEntry
+"""What an agent loop logs: a model response with its intents, or a tool's result."""
 
 
 def new_owner_id() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import apsw
@@ -10,12 +11,20 @@ import apsw
 from ..._errors import CheckpointError, DuplicateToolCall, RunNotFound, UnknownToolCall
 from ..._json import dumps, encode_checked, loads_strict
 from ..._time import from_db, to_db
-from .._records import CheckpointRecord, Lease, NewEvent, RunState
+from .._records import (
+    CheckpointRecord,
+    Lease,
+    LogEntry,
+    NewEvent,
+    ResponseEntry,
+    RunState,
+    ToolResultEntry,
+)
 from ._base import SQLiteBase, one
 from ._log import append
 from ._runs import _INLINE_EVENTS, read_events
 
-__all__ = ["AgentOps"]
+__all__ = ["AgentOps", "write_entry", "write_response", "write_tool_result"]
 
 _CHECKPOINT_COLUMNS = (
     "id, round, status, state, evidence, lineage_seq, proposed_seq, decided_seq, decided_at"
@@ -37,67 +46,90 @@ def _checkpoint(row: tuple[Any, ...]) -> CheckpointRecord:
     )
 
 
+def write_response(conn: apsw.Connection, lease: Lease, now: datetime, entry: ResponseEntry) -> int:
+    """Append ``llm_call`` and its ``tool_call`` intents and open them; the ``llm_call``
+    seq. DuplicateToolCall when a call id already has an intent in the run."""
+    run_id = lease.run_id
+    intents = entry.intents
+    events = [NewEvent("llm_call", entry.response_json)]
+    events += [NewEvent("tool_call", body, call_id) for call_id, body in intents]
+    try:
+        last_seq = append(conn, lease, now, events)
+    except apsw.ConstraintError:  # the unique index of intents per (run, call id)
+        raise DuplicateToolCall(
+            "a tool call id in this response already has an intent in this run; nothing was stored",
+            run_id=run_id,
+        ) from None
+    if intents:
+        first = last_seq - len(intents) + 1
+        conn.executemany(
+            "INSERT INTO open_intents (run_id, tool_call_id, seq) VALUES (?, ?, ?)",
+            [(run_id, call_id, first + i) for i, (call_id, _) in enumerate(intents)],
+        )
+    return last_seq - len(intents)
+
+
+def write_tool_result(
+    conn: apsw.Connection, lease: Lease, now: datetime, entry: ToolResultEntry
+) -> int:
+    """Append the ``tool_result`` of an open intent and close it; its seq. UnknownToolCall
+    without an intent, DuplicateToolCall when it already has a result."""
+    run_id, call_id = lease.run_id, entry.call_id
+    closed = conn.execute(
+        "DELETE FROM open_intents WHERE run_id = ? AND tool_call_id = ? RETURNING 1",
+        (run_id, call_id),
+    ).fetchone()
+    if closed is None:
+        intent = conn.execute(
+            "SELECT 1 FROM events WHERE run_id = ? AND type = 'tool_call' AND tool_call_id = ?",
+            (run_id, call_id),
+        ).fetchone()
+        if intent is None:
+            raise UnknownToolCall(
+                f"no tool intent {call_id!r}; record_response must record it first",
+                run_id=run_id,
+            )
+        raise DuplicateToolCall(f"tool call {call_id!r} already has a result", run_id=run_id)
+    return append(conn, lease, now, [NewEvent("tool_result", entry.result_json, call_id)])
+
+
+def write_entry(conn: apsw.Connection, lease: Lease, now: datetime, entry: LogEntry) -> int:
+    """Append one agent-loop log entry; its first event's seq."""
+    if isinstance(entry, ResponseEntry):
+        return write_response(conn, lease, now, entry)
+    return write_tool_result(conn, lease, now, entry)
+
+
 class AgentOps(SQLiteBase):
     """Responses and tool intents, tool results, checkpoints, and the fresh-context state."""
 
     async def record_response(
-        self, lease: Lease, response_json: str, intents: Sequence[tuple[str, str]]
+        self,
+        lease: Lease,
+        response_json: str,
+        intents: Sequence[tuple[str, str]],
+        *,
+        durable: bool = True,
     ) -> int:
         """Append ``llm_call`` and one ``tool_call`` intent per (call id, JSON) in one
         transaction; return the ``llm_call`` seq. DuplicateToolCall (nothing stored) when a
-        call id already has an intent in the run."""
-        run_id = lease.run_id
-        events = [NewEvent("llm_call", response_json)]
-        events += [NewEvent("tool_call", body, call_id) for call_id, body in intents]
+        call id already has an intent in the run. ``durable=False`` may skip the fsync (for
+        entries rebuilt from elsewhere after a power loss)."""
+        entry = ResponseEntry(response_json, tuple(intents))
+        return await self._write(
+            lambda conn: write_response(conn, lease, self.clock(), entry), durable=durable
+        )
 
-        def write(conn: apsw.Connection) -> int:
-            try:
-                last_seq = append(conn, lease, self.clock(), events)
-            except apsw.ConstraintError:  # the unique index of intents per (run, call id)
-                raise DuplicateToolCall(
-                    "a tool call id in this response already has an intent in this run; "
-                    "nothing was stored",
-                    run_id=run_id,
-                ) from None
-            if intents:
-                first = last_seq - len(intents) + 1
-                conn.executemany(
-                    "INSERT INTO open_intents (run_id, tool_call_id, seq) VALUES (?, ?, ?)",
-                    [(run_id, call_id, first + i) for i, (call_id, _) in enumerate(intents)],
-                )
-            return last_seq - len(intents)
-
-        return await self._write(write)
-
-    async def record_tool_result(self, lease: Lease, call_id: str, result_json: str) -> int:
+    async def record_tool_result(
+        self, lease: Lease, call_id: str, result_json: str, *, durable: bool = True
+    ) -> int:
         """Append the ``tool_result`` of an open intent; return its seq. UnknownToolCall
-        without an intent, DuplicateToolCall when it already has a result."""
-        run_id = lease.run_id
-
-        def write(conn: apsw.Connection) -> int:
-            closed = conn.execute(
-                "DELETE FROM open_intents WHERE run_id = ? AND tool_call_id = ? RETURNING 1",
-                (run_id, call_id),
-            ).fetchone()
-            if closed is None:
-                intent = conn.execute(
-                    "SELECT 1 FROM events WHERE run_id = ? AND type = 'tool_call' "
-                    "AND tool_call_id = ?",
-                    (run_id, call_id),
-                ).fetchone()
-                if intent is None:
-                    raise UnknownToolCall(
-                        f"no tool intent {call_id!r}; record_response must record it first",
-                        run_id=run_id,
-                    )
-                raise DuplicateToolCall(
-                    f"tool call {call_id!r} already has a result", run_id=run_id
-                )
-            return append(
-                conn, lease, self.clock(), [NewEvent("tool_result", result_json, call_id)]
-            )
-
-        return await self._write(write)
+        without an intent, DuplicateToolCall when it already has a result. ``durable`` as
+        for :meth:`record_response`."""
+        entry = ToolResultEntry(call_id, result_json)
+        return await self._write(
+            lambda conn: write_tool_result(conn, lease, self.clock(), entry), durable=durable
+        )
 
     async def open_intents(self, run_id: str) -> list[Any]:
         """The payloads of tool intents without a result, in the order they were recorded."""

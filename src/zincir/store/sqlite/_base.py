@@ -34,6 +34,7 @@ from ..._errors import (
 )
 from ..._time import Clock, system_clock, to_db
 from ..._validate import check_duration
+from .._grouping import writes_grouped
 from .._records import Lease
 from ._errors import DRIVER_ERRORS, translate, translating
 from ._writer import Writer, WriterStats
@@ -268,7 +269,8 @@ class SQLiteBase:
         See the module docstring for what ``fn`` may do; the writer translates the driver
         errors it raises.
         """
-        return await self._writer.run(fn, solo=len(self._leases) <= 1, durable=durable)
+        solo = len(self._leases) <= 1 and not writes_grouped()
+        return await self._writer.run(fn, solo=solo, durable=durable)
 
     async def _read(self, fn: Callable[[Conn], T], *, offload: bool = False) -> T:
         """Run ``fn(connection)`` in one read snapshot.

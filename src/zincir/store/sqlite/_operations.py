@@ -16,12 +16,13 @@ claim made without a lease lives until it expires.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
 
 import apsw
 
-from ..._errors import FencedOut, RunNotFound, RunTerminal
+from ..._errors import FencedOut, InvalidInput, RunNotFound, RunTerminal
 from ..._json import encode_checked
 from ..._time import from_db, to_db
 from .._operation_records import (
@@ -31,7 +32,8 @@ from .._operation_records import (
     OperationOutcome,
     OperationRow,
 )
-from .._records import TERMINAL_STATUSES, Lease, NewEvent
+from .._records import TERMINAL_STATUSES, Lease, LogEntry, NewEvent
+from ._agent import write_entry
 from ._base import SQLiteBase
 from ._log import append, check_fence
 
@@ -39,11 +41,11 @@ __all__ = ["OperationOps"]
 
 _WHERE: Final = "run_id = ? AND step_id = ? AND sequence = ?"
 _SELECT: Final = (
-    "SELECT o.kind, o.handler_id, o.input_digest, o.status, o.record, o.claim_owner, "
-    "o.claim_expires_at, o.attempts, o.claim_lease_owner, o.claim_lease_token, "
-    "r.status, r.lease_owner, r.lease_token, r.lease_expires_at "
-    "FROM operations AS o LEFT JOIN agent_runs AS r ON r.id = o.run_id "
-    "WHERE o.run_id = ? AND o.step_id = ? AND o.sequence = ?"
+    "SELECT kind, handler_id, input_digest, status, record, claim_owner, claim_expires_at, "
+    "attempts, claim_lease_owner, claim_lease_token FROM operations WHERE " + _WHERE
+)
+_RUN_LEASE: Final = (
+    "SELECT status, lease_owner, lease_token, lease_expires_at FROM agent_runs WHERE id = ?"
 )
 _INSERT: Final = (
     "INSERT INTO operations (run_id, step_id, sequence, kind, handler_id, input_digest, "
@@ -81,18 +83,20 @@ def _lease_lost(
     )
 
 
-def _select(conn: apsw.Connection, key: OperationKey, now: datetime) -> OperationRow | None:
-    """The identity's row, its claim judged at ``now`` against its run's lease."""
+def _select(
+    conn: apsw.Connection, key: OperationKey, now: datetime, *, judge: bool = True
+) -> OperationRow | None:
+    """The identity's row, its claim judged at ``now`` against its run's lease (unless
+    ``judge`` is off: ``claim_fenced`` is then False)."""
     row = conn.execute(_SELECT, _key(key)).fetchone()
     if row is None:
         return None
     kind, handler_id, digest, status, record, owner, expires, attempts = row[:8]
     lease_owner, lease_token = row[8:10]
-    fenced = (
-        status == "claimed"
-        and lease_token is not None
-        and _lease_lost((lease_owner, lease_token), row[10:14], now)
-    )
+    fenced = False
+    if judge and status == "claimed" and lease_token is not None:
+        run = conn.execute(_RUN_LEASE, (key.run_id,)).fetchone()
+        fenced = _lease_lost((lease_owner, lease_token), run or (None,) * 4, now)
     return OperationRow(
         kind=kind,
         handler_id=handler_id,
@@ -132,21 +136,24 @@ def _complete(
     owner: str | None,
     lease: Lease | None,
     event_attempts: int | None,
+    log: Sequence[LogEntry] = (),
 ) -> OperationRow | None:
     """Store ``outcome`` as the identity's record (None), or return the row that prevents
     it: one already completed, or one bound to other input. Under ``lease`` the fence is
-    checked first and the ``operation_completed`` event appended before the record, so a
-    fenced finish raises with nothing stored."""
+    checked first and the ``operation_completed`` event, then the ``log`` entries, are
+    appended before the record, so a fenced finish raises with nothing stored."""
     key = operation.key
-    if lease is not None:
-        check_fence(conn, lease)
-    row = _select(conn, key, now)
+    row = _select(conn, key, now, judge=False)
     if row is not None and (row.status == "completed" or not operation.binds(row)):
+        if lease is not None:
+            check_fence(conn, lease)
         return row
     attempts = 1 if row is None else row.attempts
     if lease is not None:
         event = _completed_event(operation, outcome, event_attempts or attempts)
         append(conn, lease, now, [event])
+        for entry in log:
+            write_entry(conn, lease, now, entry)
     stamp = to_db(now)
     if row is None:
         conn.execute(
@@ -352,14 +359,23 @@ class OperationOps(SQLiteBase):
         *,
         owner: str,
         lease: Lease | None = None,
+        log: Sequence[LogEntry] = (),
     ) -> OperationRow | None:
         """Store the terminal record, whoever holds the claim now; None once stored.
 
         Returns instead the row that prevents it: completed first by another owner (its
         record wins), or bound to other input. Under ``lease`` the fence is checked first
         (FencedOut or RunTerminal, nothing stored) and ``operation_completed``, with the
-        row's attempts, is appended to the run's log in the same transaction.
+        row's attempts, is appended to the run's log in the same transaction, followed by
+        the ``log`` entries made from the record (an agent loop's response or tool result);
+        an entry that does not fit the log (DuplicateToolCall, UnknownToolCall) stores
+        nothing.
         """
+        if log and lease is None:
+            raise InvalidInput(
+                "log entries need the run's lease: only its holder writes the log",
+                run_id=operation.key.run_id,
+            )
         return await self._write(
             lambda conn: _complete(
                 conn,
@@ -369,6 +385,7 @@ class OperationOps(SQLiteBase):
                 owner=owner,
                 lease=lease,
                 event_attempts=None,
+                log=log,
             )
         )
 

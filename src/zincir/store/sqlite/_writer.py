@@ -1,8 +1,8 @@
 """The single writer of a SQLite store: group commit of every caller's transaction function.
 
 Callers hand a transaction function to :meth:`Writer.run` and await it. Every caller that
-submits during one pass of its event loop joins one batch. A batch of one, with the writer
-idle, commits on the caller's thread (a thread hop costs more than a ``synchronous=NORMAL``
+submits during one pass of its event loop joins one batch. A batch, with the writer idle,
+commits on the caller's thread (a thread hop costs more than a ``synchronous=NORMAL``
 commit); otherwise the writer thread drains every queued batch into one
 ``BEGIN IMMEDIATE … COMMIT``. The batch first runs every function back to back with no
 SAVEPOINT; only if one raises is the batch rolled back and run again with each function
@@ -117,7 +117,7 @@ class Writer:
         if solo and not self._batches and not self._queue and self._conn_lock.acquire(False):
             job = _Job(fn, None, None, durable)
             try:
-                done = self._try_inline(job)
+                done = self._try_inline([job])
             finally:
                 self._conn_lock.release()
             if done:
@@ -164,47 +164,19 @@ class Writer:
             for job in jobs:
                 _settle(job.future, None, error)
             return
-        if len(jobs) == 1 and not self._queue and self._conn_lock.acquire(blocking=False):
-            job = jobs[0]
+        if not self._queue and self._conn_lock.acquire(blocking=False):
             try:
-                done = self._try_inline(job)
+                done = self._try_inline(jobs)
             finally:
                 self._conn_lock.release()
             if done:
-                assert job.future is not None
-                _settle(job.future, job.result, job.error)
+                _settle_all(jobs)
                 return
         self._enqueue(jobs)
 
-    def _try_inline(self, job: _Job) -> bool:
-        """Run one job on the caller's thread; False if the database is busy (hand it over)."""
-        conn = self._conn
-        self._set_sync(job.durable)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except apsw.BusyError:
-            return False
-        except apsw.Error as error:
-            job.error = translate(error, self._path)
-            return True
-        try:
-            job.result = job.fn(conn)
-        except BaseException as error:
-            _safe_rollback(conn)
-            job.error = self._own(error)
-            return True
-        try:
-            conn.execute("COMMIT")
-        except apsw.BusyError:
-            conn.execute("ROLLBACK")
-            job.result = None
-            return False
-        except apsw.Error as error:
-            _safe_rollback(conn)
-            job.result, job.error = None, translate(error, self._path)
-            return True
-        self.stats.inline_commits += 1
-        return True
+    def _try_inline(self, jobs: list[_Job]) -> bool:
+        """Commit ``jobs`` on the caller's thread; False if the database is busy (hand over)."""
+        return self._commit(jobs, wait=False)
 
     def _enqueue(self, jobs: list[_Job]) -> None:
         with self._wakeup:
@@ -226,7 +198,7 @@ class Writer:
                 jobs = [job for batch in self._queue for job in batch]
                 self._queue.clear()
             with self._conn_lock:
-                self._run_batch(jobs)
+                self._commit(jobs, wait=True)
             _deliver(jobs)
 
     def _set_sync(self, durable: bool) -> None:
@@ -236,32 +208,69 @@ class Writer:
             self._conn.execute("PRAGMA synchronous=FULL" if wanted else "PRAGMA synchronous=NORMAL")
             self._synced_now = wanted
 
-    def _run_batch(self, jobs: list[_Job]) -> None:
+    def _commit(self, jobs: list[_Job], *, wait: bool) -> bool:
+        """Run ``jobs`` in one transaction and commit it, settling each job's result or error.
+
+        With ``wait`` the writer thread waits out another process's lock (within the busy
+        timeout); without it a busy database returns False with nothing committed and every
+        job cleared, to be handed to the writer thread.
+        """
         conn = self._conn
         self._set_sync(any(job.durable for job in jobs))
         try:
-            self._begin_waiting()
+            if not self._begin(wait):
+                return False
             if not self._run_optimistic(jobs):
                 if len(jobs) == 1:
-                    return  # its error is set and nothing is left to commit
-                self._begin_waiting()
+                    return True  # its error is set and nothing is left to commit
+                if not self._begin(wait):
+                    _clear(jobs)
+                    return False
                 self._run_isolated(jobs)
-            self._commit_waiting()
+            if not self._end(wait):
+                _safe_rollback(conn)
+                _clear(jobs)
+                return False
         except ZincirError as error:
             _safe_rollback(conn)
             for job in jobs:
                 job.result, job.error = None, error
-            return
+            return True
         except apsw.Error as error:
             _safe_rollback(conn)
             failure = translate(error, self._path)
             for job in jobs:
                 job.result, job.error = None, failure
-            return
+            return True
         stats = self.stats
-        stats.batch_commits += 1
-        stats.batched_jobs += len(jobs)
-        stats.largest_batch = max(stats.largest_batch, len(jobs))
+        if wait:
+            stats.batch_commits += 1
+        else:
+            stats.inline_commits += 1
+        if len(jobs) > 1:
+            stats.batched_jobs += len(jobs)
+            stats.largest_batch = max(stats.largest_batch, len(jobs))
+        return True
+
+    def _begin(self, wait: bool) -> bool:
+        if wait:
+            self._begin_waiting()
+            return True
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except apsw.BusyError:
+            return False
+        return True
+
+    def _end(self, wait: bool) -> bool:
+        if wait:
+            self._commit_waiting()
+            return True
+        try:
+            self._conn.execute("COMMIT")
+        except apsw.BusyError:
+            return False
+        return True
 
     def _run_optimistic(self, jobs: list[_Job]) -> bool:
         """Run every job in the open transaction; on the first error roll it all back.
@@ -337,6 +346,11 @@ def _safe_rollback(conn: apsw.Connection) -> None:
             conn.execute("ROLLBACK")
     except apsw.Error:
         pass
+
+
+def _clear(jobs: list[_Job]) -> None:
+    for job in jobs:
+        job.result, job.error = None, None
 
 
 def _settle(
