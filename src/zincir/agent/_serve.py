@@ -32,7 +32,7 @@ from ..contract.payloads import (
     ToolOutput,
     ToolRequest,
 )
-from ..durable import HandlerRegistry
+from ..durable import DocumentHandler, HandlerRegistry
 from ._approval import approved
 from ._binding import Handlers
 from ._models import coerce_response
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["Approver", "serve"]
 
 Approver = Callable[[ApprovalRequest], Awaitable[Any] | Any]
-_Handler = Callable[[Invocation, Any], Awaitable[Any]]
+_Handler = Callable[[Invocation], Awaitable[Any]]
 
 
 def serve(
@@ -69,11 +69,11 @@ def serve(
         OperationKind.EVENT_DELIVERY: lambda: _event_delivery(agent),
     }
     for kind, handler_id in handlers.configured():
-        registry.register(kind, handler_id, makers[kind]())
+        registry.register(kind, handler_id, DocumentHandler(makers[kind]()))
 
 
 def _model_request(agent: Agent) -> _Handler:
-    async def handle(invocation: Invocation, request: Any) -> Any:
+    async def handle(invocation: Invocation) -> Any:
         document = ModelRequest.from_json(invocation.input_json)
         try:
             answer = await agent.model.request(document)
@@ -86,7 +86,7 @@ def _model_request(agent: Agent) -> _Handler:
 
 
 def _model_stream(agent: Agent) -> _Handler:
-    async def handle(invocation: Invocation, request: Any) -> Any:
+    async def handle(invocation: Invocation) -> Any:
         document = ModelRequest.from_json(invocation.input_json)
         try:
             parts, usage = await assemble_stream(agent.model.stream(document))
@@ -121,7 +121,7 @@ async def _run(
 
 
 def _tool_call(agent: Agent) -> _Handler:
-    async def handle(invocation: Invocation, request: Any) -> Any:
+    async def handle(invocation: Invocation) -> Any:
         document = ToolRequest.from_json(invocation.input_json)
         call = document.call
         tool = await agent.find_tool(call.tool_name, document.context)
@@ -134,7 +134,7 @@ def _tool_call(agent: Agent) -> _Handler:
 
 
 def _mcp_request(agent: Agent) -> _Handler:
-    async def handle(invocation: Invocation, request: Any) -> Any:
+    async def handle(invocation: Invocation) -> Any:
         document = McpRequest.from_json(invocation.input_json)
         name, arguments = document.params.get("name"), document.params.get("arguments", {})
         if document.method != "tools/call" or not isinstance(name, str):
@@ -155,7 +155,7 @@ def _mcp_request(agent: Agent) -> _Handler:
 
 
 def _retry_delay() -> _Handler:
-    async def handle(invocation: Invocation, request: Any) -> Any:
+    async def handle(invocation: Invocation) -> Any:
         document = RetryDelay.from_json(invocation.input_json)
         await asyncio.sleep(document.delay_seconds)
         return {"slept_seconds": document.delay_seconds}
@@ -164,7 +164,7 @@ def _retry_delay() -> _Handler:
 
 
 def _approval_resume(approver: Approver | None) -> _Handler:
-    async def handle(invocation: Invocation, request: Any) -> Any:
+    async def handle(invocation: Invocation) -> Any:
         document = ApprovalRequest.from_json(invocation.input_json)
         if approver is None:
             return document.proposed
@@ -183,7 +183,7 @@ def _approval_resume(approver: Approver | None) -> _Handler:
 
 
 def _event_delivery(agent: Agent) -> _Handler:
-    async def handle(invocation: Invocation, request: Any) -> Any:
+    async def handle(invocation: Invocation) -> Any:
         await agent.deliver(EventDelivery.from_json(invocation.input_json))
         return {"delivered": True}
 

@@ -3,11 +3,12 @@
 from ._command import CommandHandler
 from ._local import LocalRuntime
 from ._protocol import DurableRuntime
-from ._registry import Handler, HandlerRegistry, dispatch, outcome_of
+from ._registry import DocumentHandler, Handler, HandlerRegistry, dispatch, outcome_of
 from ._retry import RetryPolicy
 
 __all__ = [
     "CommandHandler",
+    "DocumentHandler",
     "DurableRuntime",
     "Handler",
     "HandlerRegistry",

@@ -23,6 +23,7 @@ from ..contract import Failure, Invocation, OperationKind, Outcome, Record, Succ
 from ..contract.payloads import Document
 
 __all__ = [
+    "DocumentHandler",
     "Handler",
     "HandlerRegistry",
     "attempt_outcome",
@@ -32,6 +33,20 @@ __all__ = [
 
 Handler = Callable[[Invocation, Any], Awaitable[Any] | Any]
 H = TypeVar("H", bound=Handler)
+
+
+class DocumentHandler:
+    """A handler that reads its input document from ``invocation.input_json`` itself (with
+    the payload type's ``from_json``): dispatch does not parse the input for it and passes
+    ``None`` as the request."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: Callable[[Invocation], Awaitable[Any]]) -> None:
+        self.handle = handle
+
+    def __call__(self, invocation: Invocation, request: Any) -> Awaitable[Any]:
+        return self.handle(invocation)
 
 
 def _kind(kind: OperationKind | str) -> OperationKind:
@@ -148,10 +163,12 @@ async def dispatch(handler: Handler, invocation: Invocation) -> Outcome:
     non-retryable failure named after its class. Records and outcomes returned by the
     handler (as a CommandHandler does) are checked against the invocation.
     """
-    try:
-        request = loads_strict(invocation.input_json)
-    except StrictJsonError as error:
-        return Failure("InvalidInput", False, str(error))
+    request: Any = None
+    if not isinstance(handler, DocumentHandler):
+        try:
+            request = loads_strict(invocation.input_json)
+        except StrictJsonError as error:
+            return Failure("InvalidInput", False, str(error))
     try:
         result = handler(invocation, request)
         if inspect.isawaitable(result):

@@ -24,7 +24,7 @@ from ._base import SQLiteBase, one
 from ._log import append
 from ._runs import _INLINE_EVENTS, read_events
 
-__all__ = ["AgentOps", "write_entry", "write_response", "write_tool_result"]
+__all__ = ["AgentOps", "write_entries"]
 
 _CHECKPOINT_COLUMNS = (
     "id, round, status, state, evidence, lineage_seq, proposed_seq, decided_seq, decided_at"
@@ -46,13 +46,38 @@ def _checkpoint(row: tuple[Any, ...]) -> CheckpointRecord:
     )
 
 
-def write_response(conn: apsw.Connection, lease: Lease, now: datetime, entry: ResponseEntry) -> int:
-    """Append ``llm_call`` and its ``tool_call`` intents and open them; the ``llm_call``
-    seq. DuplicateToolCall when a call id already has an intent in the run."""
+def write_entries(
+    conn: apsw.Connection,
+    lease: Lease,
+    now: datetime,
+    entries: Sequence[LogEntry],
+    leading: Sequence[NewEvent] = (),
+) -> int:
+    """Append ``leading`` events, then each entry's events (a response's ``llm_call`` and
+    ``tool_call`` intents, a ``tool_result``), in one fenced append; open the new intents
+    and close the answered ones. Returns the last seq.
+
+    UnknownToolCall for a result without an intent, DuplicateToolCall for a result given
+    twice or an intent whose call id the run already has.
+    """
     run_id = lease.run_id
-    intents = entry.intents
-    events = [NewEvent("llm_call", entry.response_json)]
-    events += [NewEvent("tool_call", body, call_id) for call_id, body in intents]
+    events = list(leading)
+    opened: dict[str, int] = {}  # intents of these entries still open: call id -> index
+    answered: set[str] = set()
+    for entry in entries:
+        if isinstance(entry, ResponseEntry):
+            events.append(NewEvent("llm_call", entry.response_json))
+            for call_id, body in entry.intents:
+                opened[call_id] = len(events)
+                events.append(NewEvent("tool_call", body, call_id))
+            continue
+        call_id = entry.call_id
+        if call_id in answered:
+            raise DuplicateToolCall(f"tool call {call_id!r} already has a result", run_id=run_id)
+        if opened.pop(call_id, None) is None:
+            _close_intent(conn, run_id, call_id)
+        answered.add(call_id)
+        events.append(NewEvent("tool_result", entry.result_json, call_id))
     try:
         last_seq = append(conn, lease, now, events)
     except apsw.ConstraintError:  # the unique index of intents per (run, call id)
@@ -60,44 +85,31 @@ def write_response(conn: apsw.Connection, lease: Lease, now: datetime, entry: Re
             "a tool call id in this response already has an intent in this run; nothing was stored",
             run_id=run_id,
         ) from None
-    if intents:
-        first = last_seq - len(intents) + 1
+    if opened:
+        first = last_seq - len(events) + 1
         conn.executemany(
             "INSERT INTO open_intents (run_id, tool_call_id, seq) VALUES (?, ?, ?)",
-            [(run_id, call_id, first + i) for i, (call_id, _) in enumerate(intents)],
+            [(run_id, call_id, first + index) for call_id, index in opened.items()],
         )
-    return last_seq - len(intents)
+    return last_seq
 
 
-def write_tool_result(
-    conn: apsw.Connection, lease: Lease, now: datetime, entry: ToolResultEntry
-) -> int:
-    """Append the ``tool_result`` of an open intent and close it; its seq. UnknownToolCall
-    without an intent, DuplicateToolCall when it already has a result."""
-    run_id, call_id = lease.run_id, entry.call_id
+def _close_intent(conn: apsw.Connection, run_id: str, call_id: str) -> None:
     closed = conn.execute(
         "DELETE FROM open_intents WHERE run_id = ? AND tool_call_id = ? RETURNING 1",
         (run_id, call_id),
     ).fetchone()
-    if closed is None:
-        intent = conn.execute(
-            "SELECT 1 FROM events WHERE run_id = ? AND type = 'tool_call' AND tool_call_id = ?",
-            (run_id, call_id),
-        ).fetchone()
-        if intent is None:
-            raise UnknownToolCall(
-                f"no tool intent {call_id!r}; record_response must record it first",
-                run_id=run_id,
-            )
-        raise DuplicateToolCall(f"tool call {call_id!r} already has a result", run_id=run_id)
-    return append(conn, lease, now, [NewEvent("tool_result", entry.result_json, call_id)])
-
-
-def write_entry(conn: apsw.Connection, lease: Lease, now: datetime, entry: LogEntry) -> int:
-    """Append one agent-loop log entry; its first event's seq."""
-    if isinstance(entry, ResponseEntry):
-        return write_response(conn, lease, now, entry)
-    return write_tool_result(conn, lease, now, entry)
+    if closed is not None:
+        return
+    intent = conn.execute(
+        "SELECT 1 FROM events WHERE run_id = ? AND type = 'tool_call' AND tool_call_id = ?",
+        (run_id, call_id),
+    ).fetchone()
+    if intent is None:
+        raise UnknownToolCall(
+            f"no tool intent {call_id!r}; record_response must record it first", run_id=run_id
+        )
+    raise DuplicateToolCall(f"tool call {call_id!r} already has a result", run_id=run_id)
 
 
 class AgentOps(SQLiteBase):
@@ -116,9 +128,10 @@ class AgentOps(SQLiteBase):
         call id already has an intent in the run. ``durable=False`` may skip the fsync (for
         entries rebuilt from elsewhere after a power loss)."""
         entry = ResponseEntry(response_json, tuple(intents))
-        return await self._write(
-            lambda conn: write_response(conn, lease, self.clock(), entry), durable=durable
+        last_seq = await self._write(
+            lambda conn: write_entries(conn, lease, self.clock(), [entry]), durable=durable
         )
+        return last_seq - len(intents)
 
     async def record_tool_result(
         self, lease: Lease, call_id: str, result_json: str, *, durable: bool = True
@@ -128,7 +141,7 @@ class AgentOps(SQLiteBase):
         for :meth:`record_response`."""
         entry = ToolResultEntry(call_id, result_json)
         return await self._write(
-            lambda conn: write_tool_result(conn, lease, self.clock(), entry), durable=durable
+            lambda conn: write_entries(conn, lease, self.clock(), [entry]), durable=durable
         )
 
     async def open_intents(self, run_id: str) -> list[Any]:

@@ -33,9 +33,9 @@ from .._operation_records import (
     OperationRow,
 )
 from .._records import TERMINAL_STATUSES, Lease, LogEntry, NewEvent
-from ._agent import write_entry
+from ._agent import write_entries
 from ._base import SQLiteBase
-from ._log import append, check_fence
+from ._log import check_fence
 
 __all__ = ["OperationOps"]
 
@@ -151,9 +151,7 @@ def _complete(
     attempts = 1 if row is None else row.attempts
     if lease is not None:
         event = _completed_event(operation, outcome, event_attempts or attempts)
-        append(conn, lease, now, [event])
-        for entry in log:
-            write_entry(conn, lease, now, entry)
+        write_entries(conn, lease, now, log, leading=[event])
     stamp = to_db(now)
     if row is None:
         conn.execute(
