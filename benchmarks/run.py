@@ -381,17 +381,20 @@ async def build_long_run(path: str, events: int, checkpoint_at: int) -> str:
 
 
 RESUME_CHILD = """
-import asyncio, json, resource, sys, time
+import asyncio, json, os, sys, time
 sys.path.insert(0, sys.argv[3])
 import zincir
+def resident_kb():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
 async def main():
     store = zincir.open_store(sys.argv[1])
     ctx = await zincir.AgentContext.recover(store, sys.argv[2])
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = resident_kb()
     started = time.perf_counter()
     state = await ctx.state()
     elapsed = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    after = resident_kb()
     await ctx.close(); await store.close()
     print(json.dumps({"ms": elapsed * 1e3, "rss_mb": (after - before) / 1024,
                       "events": len(state.events), "round": state.checkpoint.round}))

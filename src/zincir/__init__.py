@@ -5,7 +5,10 @@ The public API is re-exported here; implementation lives in the subpackages.
 
 from ._errors import (
     AmbiguousOutcome,
+    ApprovalDecided,
+    ApprovalExpired,
     ApprovalMismatch,
+    ApprovalNotFound,
     ApprovalRequired,
     CallDeferred,
     CheckpointError,
@@ -85,7 +88,10 @@ from .workflow import ChildResult, ReceivedMessage, WorkflowContext, send_messag
 __all__ = [
     "AgentContext",
     "AmbiguousOutcome",
+    "ApprovalDecided",
+    "ApprovalExpired",
     "ApprovalMismatch",
+    "ApprovalNotFound",
     "ApprovalRequired",
     "CallDeferred",
     "Checkpoint",

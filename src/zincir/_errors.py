@@ -36,6 +36,9 @@
     ├── MissingDurableHandler
     ├── MissingDurableToolsetOrigins
     ├── ApprovalMismatch             a decision does not bind the arguments that would run
+    ├── ApprovalNotFound             no paused call waits under that approval id
+    ├── ApprovalDecided              the approval already has its (single-use) decision
+    ├── ApprovalExpired              the approval expired before its decision: the call is denied
     ├── OperationFailed              raised by a handler to persist a failure record
     ├── OperationInProgress
     └── WorkerError
@@ -56,7 +59,10 @@ from typing import Any
 
 __all__ = [
     "AmbiguousOutcome",
+    "ApprovalDecided",
+    "ApprovalExpired",
     "ApprovalMismatch",
+    "ApprovalNotFound",
     "ApprovalRequired",
     "CallDeferred",
     "CheckpointError",
@@ -264,6 +270,18 @@ class MissingDurableToolsetOrigins(ZincirError):
 class ApprovalMismatch(ZincirError):
     """A decision does not bind the arguments that would run, or conflicts with the one on
     record; nothing was run or stored. Fetch the current paused run and decide again."""
+
+
+class ApprovalNotFound(ZincirError, LookupError):
+    """No paused call is waiting under this approval id."""
+
+
+class ApprovalDecided(ZincirError):
+    """The approval already has its decision; a decision is used once."""
+
+
+class ApprovalExpired(ZincirError):
+    """The approval passed its expiry before a decision arrived; the call is denied."""
 
 
 class OperationFailed(ZincirError):

@@ -122,6 +122,25 @@ async def test_retry_after_is_honoured_and_the_serve_timer_waits(durable: Durabl
     stored = rows(durable.db, "SELECT input_json FROM operations WHERE step_id = 'retry.delay'")
     timer = RetryDelay.from_json(stored[0][0])
     assert timer.retry_after_seconds == 0.2 and timer.delay_seconds == 0.2
+    assert timer.provider_metadata == {"retry_after_seconds": 0.2}
+
+
+async def test_the_provider_status_and_request_id_travel_with_the_retry(durable: Durable) -> None:
+    failures = iter(
+        [zincir.OperationFailed("RateLimited", True, "HTTP 429, request id req_7: slow down")]
+    )
+
+    async def model(request: ModelRequest) -> ModelResponse:
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        return ModelResponse(parts=[TextPart(text="answer")])
+
+    agent = Agent(FunctionModel(model), retry=POLICY)
+    timers: list[RetryDelay] = []
+    result = await agent.run("go", durable=bind(durable, agent, timers=timers))
+    assert result.output == "answer"
+    assert timers[0].provider_metadata == {"http_status": 429, "request_id": "req_7"}
 
 
 async def test_an_error_that_never_clears_fails_the_run_with_its_name(durable: Durable) -> None:

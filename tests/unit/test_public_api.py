@@ -11,7 +11,10 @@ from tests.conftest import REPO
 EXPORTS = [
     "AgentContext",
     "AmbiguousOutcome",
+    "ApprovalDecided",
+    "ApprovalExpired",
     "ApprovalMismatch",
+    "ApprovalNotFound",
     "ApprovalRequired",
     "CallDeferred",
     "Checkpoint",

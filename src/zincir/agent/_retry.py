@@ -4,7 +4,9 @@ The delay before retry ``r`` of model request ``n`` is ``u * backoff_cap(r)``, w
 in [0, 1) comes from SHA-256 of (run id, r, n): a replay computes the same ``RetryDelay``
 document, so the ``retry.delay`` record it finds matches. A provider's ``Retry-After`` (an
 error's ``retry_after`` attribute, or ``Retry-After: <seconds> s`` in a persisted failure's
-message) is a floor, bounded by ``MAX_RETRY_AFTER``.
+message) is a floor, bounded by ``MAX_RETRY_AFTER``. The document also carries the
+provider's HTTP status and request id when the failure's message names them (the form
+``ProviderError`` writes).
 """
 
 from __future__ import annotations
@@ -16,14 +18,23 @@ import re
 from datetime import timedelta
 from typing import Final
 
+from pydantic import JsonValue
+
 from .._errors import OperationFailed
 from ..contract.payloads import RetryDelay
 from ..durable import RetryPolicy
 
-__all__ = ["MAX_RETRY_AFTER", "jitter_fraction", "provider_retry_after", "retry_document"]
+__all__ = [
+    "MAX_RETRY_AFTER",
+    "jitter_fraction",
+    "provider_metadata",
+    "provider_retry_after",
+    "retry_document",
+]
 
 MAX_RETRY_AFTER: Final = timedelta(hours=1)
 _RETRY_AFTER: Final = re.compile(r"Retry-After: ([0-9]+(?:\.[0-9]+)?) s")
+_HTTP_STATUS: Final = re.compile(r"^HTTP ([1-5][0-9]{2})(?:, request id ([!-9;-~]{1,128}))?:")
 
 
 def jitter_fraction(run_id: str, retry: int, failed_request: int) -> float:
@@ -50,6 +61,20 @@ def provider_retry_after(error: OperationFailed) -> float | None:
     return min(seconds, MAX_RETRY_AFTER.total_seconds())
 
 
+def provider_metadata(error: OperationFailed, retry_after: float | None) -> dict[str, JsonValue]:
+    """What the provider said about the failure, as far as its persisted message keeps it:
+    the HTTP status, the provider's request id and ``Retry-After`` (a few bounded entries)."""
+    metadata: dict[str, JsonValue] = {}
+    found = _HTTP_STATUS.match(error.message or "")
+    if found is not None:
+        metadata["http_status"] = int(found.group(1))
+        if found.group(2):
+            metadata["request_id"] = found.group(2)
+    if retry_after is not None:
+        metadata["retry_after_seconds"] = retry_after
+    return metadata
+
+
 def retry_document(
     policy: RetryPolicy,
     *,
@@ -72,4 +97,5 @@ def retry_document(
         cumulative_delay_seconds=max(round(cumulative_before + delay, 6), delay),
         error=error.error,
         retry_after_seconds=retry_after,
+        provider_metadata=provider_metadata(error, retry_after),
     )
