@@ -1,21 +1,31 @@
-"""The ``zincir`` command line: demo, runs, migrate, worker, ui."""
+"""The ``zincir`` command line: demo, runs, approvals, migrate, worker, ui."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import sys
-from typing import Any
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ._cli_options import database_option, read_only_database
-from ._errors import RunNotFound, ZincirError
+from ._errors import InvalidInput, RunNotFound, ZincirError
+from ._json import StrictJsonError, loads_strict
 from ._validate import check_id
 from .runs._worker_cli import worker_command
+from .store import Store
 from .store.sqlite import ReadOnlyDatabase
 
+if TYPE_CHECKING:
+    from .agent import Decision, PendingApproval
+
 __all__ = ["main"]
+
+T = TypeVar("T")
 
 STATUSES = ("pending", "running", "completed", "failed", "cancelled")
 MAX_LIST_LIMIT = 1_000_000
@@ -144,6 +154,165 @@ def runs_show(database: str, run_id: str) -> None:
             ),
         )
     click.echo(text)
+
+
+@main.group()
+def approvals() -> None:
+    """List the paused calls waiting for a person's decision, and decide them."""
+
+
+def _with_store(database: str, work: Callable[[Store], Coroutine[Any, Any, T]]) -> T:
+    """Run ``work`` on the existing database at ``--db``, opened for writing (a missing or
+    foreign file is refused untouched: deciding never creates a database)."""
+    from .store import open_store
+
+    read_only_database(database).check()
+    store = open_store(database)
+    try:
+        return asyncio.run(work(store))
+    finally:
+        store.close_sync()
+
+
+def _json_argument(text: str, what: str, *, object_only: bool = False) -> Any:
+    """The strict JSON value of a command-line argument (InvalidInput: one line, exit 1)."""
+    try:
+        value = loads_strict(text)
+    except StrictJsonError as error:
+        raise InvalidInput(f"{what} is not JSON ({error}); quote a string as '\"text\"'") from None
+    if object_only and not isinstance(value, dict):
+        raise InvalidInput(f"{what} must be a JSON object, not {type(value).__name__}")
+    return value
+
+
+def _when(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _approvals_table(found: list[PendingApproval]) -> str:
+    """One line per waiting call: approval id, run, tool, short digest, since, expiry."""
+    if not found:
+        return "no approvals waiting"
+    header = ("approval id", "run", "tool", "args sha256", "since", "expires")
+    lines = [
+        (
+            item.approval_id,
+            item.run_id,
+            item.tool,
+            item.args_sha256[:12],
+            _when(item.since),
+            "EXPIRED"
+            if item.expired
+            else ("never" if item.expires_at is None else _when(item.expires_at)),
+        )
+        for item in found
+    ]
+    widths = [max(len(row[i]) for row in (header, *lines)) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]])
+        for row in (header, *lines)
+    )
+
+
+def _approvals_json(found: list[PendingApproval]) -> str:
+    return json.dumps(
+        [
+            {
+                "approval_id": item.approval_id,
+                "run_id": item.run_id,
+                "call_id": item.call_id,
+                "tool": item.tool,
+                "arguments": item.arguments,
+                "args_sha256": item.args_sha256,
+                "execution": item.execution,
+                "sequence": item.sequence,
+                "since": item.since.isoformat(),
+                "expires_at": None if item.expires_at is None else item.expires_at.isoformat(),
+                "expired": item.expired,
+            }
+            for item in found
+        ],
+        ensure_ascii=False,
+        indent=2,
+    )
+
+
+@approvals.command("list")
+@database_option
+@click.option("--run", "run_id", metavar="RUN_ID", help="Only the approvals of this run.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array with every field.")
+def approvals_list(database: str, run_id: str | None, as_json: bool) -> None:
+    """Paused calls waiting for a decision (of live runs), oldest first."""
+    from .agent import pending_approvals
+
+    if run_id is not None:
+        check_id(run_id, "RUN_ID")
+    found = _with_store(database, lambda store: pending_approvals(store, run_id))
+    click.echo(_approvals_json(found) if as_json else _approvals_table(found))
+
+
+def _decide(
+    database: str, approval_id: str, decision: Decision, args_sha256: str | None, done: str
+) -> None:
+    """Record ``decision`` once and say which run it wakes."""
+    from .agent import decide
+
+    decided = _with_store(
+        database, lambda store: decide(store, approval_id, decision, args_sha256=args_sha256)
+    )
+    click.echo(
+        f"{done} {decided.approval_id}: {decided.tool} call {decided.call_id!r} of run "
+        f"{decided.run_id}, which resumes with this decision"
+    )
+
+
+_ARGS_SHA256_HELP = (
+    "Decide only if the call's arguments still have this SHA-256 (the full args_sha256 of "
+    "`zincir approvals list --json`)."
+)
+
+
+@approvals.command("approve")
+@database_option
+@click.argument("approval_id")
+@click.option("--args-sha256", "args_sha256", metavar="HEX", help=_ARGS_SHA256_HELP)
+@click.option(
+    "--override", metavar="JSON_OBJECT", help="Run the call with these arguments instead."
+)
+def approvals_approve(
+    database: str, approval_id: str, args_sha256: str | None, override: str | None
+) -> None:
+    """Approve a paused call: its run resumes and runs it."""
+    from .agent import Approve
+
+    arguments = (
+        None if override is None else _json_argument(override, "--override", object_only=True)
+    )
+    _decide(database, approval_id, Approve(arguments), args_sha256, "approved")
+
+
+@approvals.command("deny")
+@database_option
+@click.argument("approval_id")
+@click.option("--reason", default="", help="Why; the model is told.")
+def approvals_deny(database: str, approval_id: str, reason: str) -> None:
+    """Deny a paused call: its run resumes without running it."""
+    from .agent import Deny
+
+    _decide(database, approval_id, Deny(reason), None, "denied")
+
+
+@approvals.command("result")
+@database_option
+@click.argument("approval_id")
+@click.argument("value", metavar="JSON_VALUE")
+@click.option("--args-sha256", "args_sha256", metavar="HEX", help=_ARGS_SHA256_HELP)
+def approvals_result(database: str, approval_id: str, value: str, args_sha256: str | None) -> None:
+    """Supply the result (JSON_VALUE) of a call that waits for an external one."""
+    from .agent import ExternalResult
+
+    result = _json_argument(value, "JSON_VALUE")
+    _decide(database, approval_id, ExternalResult(result), args_sha256, "answered")
 
 
 main.add_command(worker_command)

@@ -29,6 +29,7 @@ from ._events import deliver_event
 from ._hooks import AgentHooks
 from ._models import FunctionModel, Model
 from ._openai import OpenAIChatModel, ProviderError
+from ._pending import PendingApproval, decide, pending_approvals
 from ._result import AgentRunResult
 from ._serve import Approver, serve
 from ._stream import StreamEvent
@@ -54,6 +55,7 @@ __all__ = [
     "OpenAIChatModel",
     "PausedCall",
     "PausedRun",
+    "PendingApproval",
     "ProviderError",
     "StreamEvent",
     "Tool",
@@ -62,7 +64,9 @@ __all__ = [
     "Toolset",
     "args_sha256",
     "current_approval",
+    "decide",
     "deliver_event",
+    "pending_approvals",
     "serve",
     "tool",
 ]

@@ -36,6 +36,7 @@ from ._records import (
     ToolResultEntry,
     new_owner_id,
 )
+from ._restart_records import ApprovalRow, NewApproval, RestartRow, approval_id
 from ._workflow_records import (
     ChildOutcome,
     ChildResult,
@@ -50,12 +51,14 @@ __all__ = [
     "LIVE_STATUSES",
     "RUN_COLUMNS",
     "TERMINAL_STATUSES",
+    "ApprovalRow",
     "CheckpointRecord",
     "ChildOutcome",
     "ChildResult",
     "Event",
     "Lease",
     "LogEntry",
+    "NewApproval",
     "NewEvent",
     "NewOperation",
     "OperationClaim",
@@ -64,6 +67,7 @@ __all__ = [
     "OperationRow",
     "ReceivedMessage",
     "ResponseEntry",
+    "RestartRow",
     "RunRecord",
     "RunState",
     "SQLiteStore",
@@ -72,6 +76,7 @@ __all__ = [
     "TimerRecord",
     "ToolResultEntry",
     "WaitAttempt",
+    "approval_id",
     "as_store",
     "default_database_path",
     "grouped_writes",
