@@ -3,6 +3,11 @@ and a shipment whose tool defers to an external result. Run as a script it pause
 durably and exits, for the restart tests:
 
     python approval_worker.py DB LOG RUN_ID      → prints ``paused <call ids>``
+
+With STORE (``sql`` for SQLRestartStore on the run's database, or a folder for
+FileRestartStore) it also keeps the pause there, and prints ``saved <revision>``:
+
+    python approval_worker.py DB LOG RUN_ID STORE [APPROVAL_TIMEOUT_S]
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import zincir  # noqa: E402
 from tests.agent.reference import append, call, returns  # noqa: E402
 from zincir.agent import Agent, DurableBinding, FunctionModel, Handlers, serve, tool  # noqa: E402
 from zincir.payloads import ModelRequest, ModelResponse, TextPart  # noqa: E402
+from zincir.restart import FileRestartStore, RestartStore, SQLRestartStore  # noqa: E402
 
 HANDLERS = Handlers(
     model_request="appr-model", tool_call="appr-tools", approval_resume="appr-approvals"
@@ -26,7 +32,7 @@ HANDLERS = Handlers(
 PROMPT = "Refund order A-17."
 
 
-def build(log: Path) -> Agent:
+def build(log: Path, *, approval_timeout: float | None = None) -> Agent:
     @tool(requires_approval=True)
     async def refund(order_id: str, amount_cents: int) -> dict[str, Any]:
         """Refund an order."""
@@ -58,7 +64,12 @@ def build(log: Path) -> Agent:
             )
         return ModelResponse(parts=[TextPart(text=f"results: {returns(request)}")])
 
-    return Agent(FunctionModel(model), name="approvals", tools=[refund, lookup, ship])
+    return Agent(
+        FunctionModel(model),
+        name="approvals",
+        tools=[refund, lookup, ship],
+        approval_timeout=approval_timeout,
+    )
 
 
 def binding(agent: Agent, store: zincir.SQLiteStore, run_id: str) -> DurableBinding:
@@ -68,12 +79,19 @@ def binding(agent: Agent, store: zincir.SQLiteStore, run_id: str) -> DurableBind
 
 
 async def main(args: argparse.Namespace) -> None:
-    agent = build(Path(args.log))
+    agent = build(Path(args.log), approval_timeout=args.timeout)
     store = zincir.open_store(args.db)
     try:
         result = await agent.run(PROMPT, durable=binding(agent, store, args.run_id))
         assert result.paused is not None
-        sys.stdout.write(f"paused {' '.join(c.call_id for c in result.paused.calls)}\n")
+        if args.store is None:
+            sys.stdout.write(f"paused {' '.join(c.call_id for c in result.paused.calls)}\n")
+            return
+        kept: RestartStore = (
+            SQLRestartStore(store) if args.store == "sql" else FileRestartStore(args.store)
+        )
+        saved = await result.paused.save_checkpoint(kept)
+        sys.stdout.write(f"saved {saved.revision}\n")
     finally:
         await store.close()
 
@@ -83,4 +101,6 @@ if __name__ == "__main__":
     parser.add_argument("db")
     parser.add_argument("log")
     parser.add_argument("run_id")
+    parser.add_argument("store", nargs="?", default=None, help="sql, or a folder")
+    parser.add_argument("timeout", nargs="?", type=float, default=None)
     asyncio.run(main(parser.parse_args()))

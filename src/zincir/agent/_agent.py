@@ -6,15 +6,17 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from .._errors import ApprovalMismatch, InvalidDocument, InvalidInput, ZincirError
-from .._validate import check_count, check_id
+from .._validate import check_count, check_id, check_positive_duration
 from ..contract.payloads import EventDelivery, RunContext
 from ..durable import RetryPolicy
 from ._approval import APPROVAL_TOPIC, PausedRun, args_sha256, as_document
 from ._binding import DurableBinding
 from ._capabilities import LOAD_CAPABILITY, capability_toolsets, load_capability_tool
+from ._checkpoint import load_paused, recorded_decisions
 from ._direct import DirectExecutor
 from ._durable import DurableExecutor, Logged
 from ._errors import DurableOperationFailed, ToolRetriesExhausted
@@ -27,6 +29,9 @@ from ._preflight import ResolvedToolsets, check_route
 from ._result import AgentRunResult, result_from_stored, stored_result
 from ._stream import Emit, StreamEvent
 from ._tools import Tool, ToolFunction, Toolset
+
+if TYPE_CHECKING:
+    from ..restart._protocol import RestartStore
 
 __all__ = ["Agent", "AgentStream", "EventSink"]
 
@@ -42,6 +47,8 @@ class Agent:
     in a row the model may call a tool wrongly before the run fails; ``hooks`` observe.
     ``capabilities`` (name → toolset) are offered only once the model loads them with the
     built-in ``load_capability`` tool; preflight checks their handlers from the start.
+    ``approval_timeout`` bounds how long a durable run's paused call waits for a person's
+    decision (``decide``) before it is denied; None waits forever.
     """
 
     def __init__(
@@ -57,6 +64,7 @@ class Agent:
         tool_retries: int = 3,
         event_sink: EventSink | None = None,
         capabilities: Mapping[str, Toolset | Iterable[Tool | ToolFunction]] | None = None,
+        approval_timeout: timedelta | float | None = None,
     ) -> None:
         if not isinstance(getattr(model, "name", None), str) or not callable(
             getattr(model, "request", None)
@@ -89,6 +97,11 @@ class Agent:
         self.hooks: tuple[AgentHooks, ...] = tuple(hooks)
         self.tool_retries = check_count(tool_retries, "tool_retries")
         self.event_sink = event_sink
+        self.approval_timeout = (
+            None
+            if approval_timeout is None
+            else check_positive_duration(approval_timeout, "approval_timeout")
+        )
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self.model.name!r})"
@@ -132,6 +145,15 @@ class Agent:
         Each decision binds the arguments its paused call lists (``args_sha256``); on the
         durable path it goes through ``approval_resume`` and the persisted one is applied.
         """
+        return await self._resume(paused, decisions, durable, None)
+
+    async def _resume(
+        self,
+        paused: PausedRun,
+        decisions: Mapping[str, object],
+        durable: DurableBinding | None,
+        emit: Emit | None,
+    ) -> AgentRunResult:
         if not isinstance(paused, PausedRun):
             raise InvalidInput("paused must be the PausedRun of a result (or agent.paused_run)")
         run_id = paused.run_id
@@ -169,7 +191,7 @@ class Agent:
                     "this run paused durably; resume it with durable=its DurableBinding",
                     run_id=run_id,
                 )
-            executor = DirectExecutor(self.model)
+            executor = DirectExecutor(self.model, emit)
             return await run_loop(self, paused.prompt, executor, decisions=proposals, paused=paused)
         if not isinstance(durable, DurableBinding):
             raise InvalidInput("durable must be a zincir.agent.DurableBinding")
@@ -178,7 +200,38 @@ class Agent:
                 f"the paused run is {run_id!r}, the binding's run {durable.run_id!r}",
                 run_id=durable.run_id,
             )
-        return await self._run_durable(paused.prompt, durable, proposals)
+        return await self._run_durable(paused.prompt, durable, proposals, emit=emit)
+
+    async def resume_checkpoint(
+        self,
+        store: RestartStore,
+        run_id: str,
+        decisions: Mapping[str, object] | None = None,
+        *,
+        durable: DurableBinding | None = None,
+    ) -> AgentRunResult:
+        """Resume the pause saved with ``PausedRun.save_checkpoint`` in any process, without
+        the in-memory ``PausedRun``. A durable run also applies the decisions people
+        recorded with ``decide`` (an expired approval denies its call)."""
+        paused = await load_paused(store, run_id)
+        return await self._resume(paused, decisions or {}, durable, None)
+
+    def resume_checkpoint_stream(
+        self,
+        store: RestartStore,
+        run_id: str,
+        decisions: Mapping[str, object] | None = None,
+        *,
+        durable: DurableBinding | None = None,
+    ) -> AgentStream:
+        """:meth:`resume_checkpoint`, yielding stream parts and tool results as it goes."""
+        _check_binding(durable)
+
+        async def run(emit: Emit) -> AgentRunResult:
+            paused = await load_paused(store, run_id)
+            return await self._resume(paused, decisions or {}, durable, emit)
+
+        return AgentStream(run)
 
     async def paused_run(self, *, durable: DurableBinding) -> PausedRun | None:
         """The pause the binding's run waits in (rebuilt from its log), or None."""
@@ -218,12 +271,25 @@ class Agent:
             logged = Logged.from_events(await store.list_events(binding.run_id))
             _check_conflicts(logged, proposals or {}, binding.run_id)
             decisions = {cid: Proposal(doc) for cid, doc in logged.proposals.items()}
+            recorded = recorded_decisions(
+                await store.list_approvals(binding.run_id, pending=False), store.now()
+            )
+            for call_id, proposal in recorded.items():
+                chosen = (proposals or {}).get(call_id)
+                if chosen is not None and chosen.decision != proposal.decision:
+                    raise ApprovalMismatch(
+                        f"call {call_id!r} was decided elsewhere ({proposal.decision.decision}); "
+                        f"a different decision ({chosen.decision.decision}) is refused",
+                        run_id=binding.run_id,
+                    )
+                decisions.setdefault(call_id, proposal)
             decisions.update(proposals or {})
             executor = DurableExecutor(self, binding, ctx, logged, emit)
             result = await run_loop(self, prompt, executor, decisions=decisions)
             if result.paused is not None:
-                # Parked: a ResumeWorker leaves it alone until a decision arrives.
-                await store.set_run_wait(ctx.lease, "message", APPROVAL_TOPIC)
+                # Parked: a ResumeWorker leaves it alone until a decision arrives (or the
+                # first approval expires, which denies that call).
+                await store.set_run_wait(ctx.lease, "message", APPROVAL_TOPIC, executor.wake_at)
                 await ctx.close()
                 return result
             await ctx.complete(stored_result(result))

@@ -13,13 +13,17 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import InvalidDocument, InvalidInput
 from ..contract.payloads import ApprovalDecision, Message, ToolReturnPart, Usage
 
+if TYPE_CHECKING:
+    from ..restart._protocol import RestartCheckpoint, RestartStore
+
 __all__ = [
     "APPROVAL_TOPIC",
+    "PAUSED_CHECKPOINT",
     "Approve",
     "Decision",
     "Deny",
@@ -34,6 +38,9 @@ __all__ = [
 ]
 
 Execution = Literal["approval", "external"]
+
+PAUSED_CHECKPOINT = "zincir.agent.paused"
+"""The restart checkpoint id under which ``PausedRun.save_checkpoint`` keeps a pause."""
 
 APPROVAL_TOPIC = "zincir.approval"
 """A paused durable run waits on messages of this topic: a ResumeWorker claims it only once
@@ -172,6 +179,37 @@ class PausedRun:
     def call(self, call_id: str) -> PausedCall | None:
         """The paused call with this id, or None."""
         return next((c for c in self.calls if c.call_id == call_id), None)
+
+    @property
+    def revision(self) -> int:
+        """The restart-checkpoint revision of this pause, from its model-request number
+        (and, for a second pause at the same response, the calls completed since)."""
+        return self.request_number * 1000 + len(self.completed)
+
+    async def save_checkpoint(
+        self, store: RestartStore, *, run_id: str | None = None
+    ) -> RestartCheckpoint:
+        """Keep this pause in ``store`` so that any process can resume it
+        (``agent.resume_checkpoint``); saving it again is a no-op, and a different pause at
+        the same revision raises RevisionConflict (a replay that diverged fails closed).
+
+        ``run_id`` names a direct run's pause (a durable one is saved under its run id).
+        """
+        from ..restart._protocol import RestartStore as Protocol
+
+        if not isinstance(store, Protocol):
+            raise InvalidInput(
+                "store must be a zincir.restart store (FileRestartStore, SQLRestartStore)",
+                run_id=self.run_id,
+            )
+        owner = self.run_id or run_id
+        if owner is None or (self.run_id is not None and run_id not in (None, self.run_id)):
+            raise InvalidInput(
+                "save a direct run's pause with run_id=...; a durable pause is saved under "
+                "its own run id",
+                run_id=self.run_id,
+            )
+        return await store.save(owner, PAUSED_CHECKPOINT, self.revision, self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form kept in the run's log (``agent_paused`` event)."""

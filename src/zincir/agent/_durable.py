@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._errors import (
@@ -51,7 +52,7 @@ from ..contract.payloads import (
 )
 from ..durable import LocalRuntime
 from ..runs import AgentContext, ToolCall, response_entry, tool_result_entry
-from ..store import Event, LogEntry, NewEvent, ResponseEntry
+from ..store import Event, LogEntry, NewApproval, NewEvent, ResponseEntry
 from ._approval import Execution, PausedRun
 from ._binding import DurableBinding
 from ._conversation import response_text, tool_calls
@@ -138,6 +139,7 @@ class DurableExecutor:
         self.ctx = ctx
         self.logged = logged
         self.run_id: str | None = binding.run_id
+        self.wake_at: datetime | None = None
 
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None:
         """Re-check the route: the tools on offer may have changed."""
@@ -287,25 +289,50 @@ class DurableExecutor:
                     run_id=self.binding.run_id,
                 )
             return
-        await self._log(
-            DECIDED_EVENT,
-            {"call_id": call_id, "proposed": proposed.to_dict(), "args_sha256": digest},
+        ctx = self._owner()
+        ctx.check_lease()
+        run_id = self.binding.run_id
+        event = {"call_id": call_id, "proposed": proposed.to_dict(), "args_sha256": digest}
+        body = dumps(event, what=DECIDED_EVENT, run_id=run_id)
+        await ctx.store.settle_approval(
+            ctx.lease, call_id, proposed.to_json(), [NewEvent(DECIDED_EVENT, body)]
         )
         self.logged.proposals[call_id] = proposed
         self.logged.bound[call_id] = digest
 
     async def record_pause(self, paused: PausedRun) -> None:
-        """Log the pause, so a new process can rebuild it (unless it is the logged one)."""
-        if self.logged.paused == paused:
-            return
-        await self._log(PAUSED_EVENT, paused.to_dict())
-        self.logged.paused = paused
-
-    async def _log(self, kind: str, payload: dict[str, Any]) -> None:
+        """Log the pause, so a new process can rebuild it (unless it is the logged one), and
+        open an approval per paused call, so a person can decide it from anywhere
+        (``pending_approvals`` / ``decide``); ``wake_at`` is the earliest expiry."""
+        if self.ctx is None and self.logged.paused == paused:
+            return  # a replay of a finished run passing its old pause
         ctx = self._owner()
         ctx.check_lease()
-        body = dumps(payload, what=kind, run_id=self.binding.run_id)
-        await ctx.store.append_events(ctx.lease, [NewEvent(kind, body)])
+        run_id = self.binding.run_id
+        timeout = self.agent.approval_timeout
+        expires = None if timeout is None else ctx.store.now() + timeout
+        approvals = [
+            NewApproval(
+                run_id=run_id,
+                call_id=call.call_id,
+                tool=call.tool,
+                arguments_json=dumps(dict(call.arguments), what="arguments", run_id=run_id),
+                args_sha256=call.args_sha256,
+                sequence=call.sequence,
+                execution=call.execution,
+                expires_at=expires,
+            )
+            for call in paused.calls
+        ]
+        events = []
+        if self.logged.paused != paused:
+            body = dumps(paused.to_dict(), what=PAUSED_EVENT, run_id=run_id)
+            events.append(NewEvent(PAUSED_EVENT, body))
+        opened = await ctx.store.open_approvals(ctx.lease, approvals, events)
+        self.logged.paused = paused
+        waiting = [row.expires_at for row in opened if row.decision_json is None]
+        deadlines = [at for at in waiting if at is not None]
+        self.wake_at = min(deadlines) if deadlines else None
 
     def _owner(self) -> AgentContext:
         """The context owning the run; a replay of a finished run has none to write with."""

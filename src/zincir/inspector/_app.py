@@ -356,6 +356,7 @@ class Pages:
                 for row in reader.pending_tools(run_id, ROW_LIMIT)
             ],
             "checkpoints": reader.checkpoints(run_id, ROW_LIMIT),
+            "restart_checkpoints": reader.restart_checkpoints(run_id, ROW_LIMIT),
             "operations": [operation_view(op) for op in reader.operations(run_id, ROW_LIMIT)],
             "steps": reader.steps(run_id, ROW_LIMIT),
             "timers": [timer_view(timer, now) for timer in reader.timers(run_id, ROW_LIMIT)],
@@ -409,6 +410,7 @@ class Pages:
             sections = {
                 "pending tool intents": detail["pending_tools"],
                 "checkpoints": detail["checkpoints"],
+                "restart checkpoints": detail["restart_checkpoints"],
                 "operations": detail["operations"],
                 "steps": detail["steps"],
                 "timers": detail["timers"],

@@ -31,6 +31,7 @@ from ._records import (
     RunRecord,
     RunState,
 )
+from ._restart_records import ApprovalRow, NewApproval, RestartRow
 from ._workflow_records import (
     ChildOutcome,
     ChildResult,
@@ -219,6 +220,41 @@ class Store(Protocol):
     async def save_operation_record(
         self, operation: NewOperation, outcome: OperationOutcome, *, lease: Lease | None = None
     ) -> OperationRow | None: ...
+
+    # -- restart checkpoints ----------------------------------------------------------------
+    # How far application code consumed a run's replay, per (run id, checkpoint id). A run id
+    # here need not name a zincir run. Revisions only move forward: saving the stored
+    # revision with the stored payload is a no-op; an older revision, or the same revision
+    # with another payload, raises RevisionConflict and changes nothing.
+
+    async def load_restart_checkpoint(
+        self, run_id: str, checkpoint_id: str
+    ) -> RestartRow | None: ...
+    async def save_restart_checkpoint(
+        self, run_id: str, checkpoint_id: str, revision: int, payload_json: str
+    ) -> RestartRow: ...
+    async def remove_restart_checkpoint(self, run_id: str, checkpoint_id: str) -> bool: ...
+    async def list_restart_checkpoints(self, run_id: str) -> list[RestartRow]: ...
+
+    # -- approvals a person answers later ---------------------------------------------------
+    # A paused durable run opens one approval per paused call, with its ``agent_paused``
+    # event, under the run's lease. A decision is recorded once, from any process; it sends
+    # the run an ``APPROVAL_TOPIC`` message in the same transaction so that a parked run
+    # becomes claimable.
+
+    async def open_approvals(
+        self, lease: Lease, approvals: Sequence[NewApproval], events: Sequence[NewEvent] = ()
+    ) -> list[ApprovalRow]: ...
+    async def get_approval(self, approval_id: str) -> ApprovalRow | None: ...
+    async def list_approvals(
+        self, run_id: str | None = None, *, pending: bool = True
+    ) -> list[ApprovalRow]: ...
+    async def settle_approval(
+        self, lease: Lease, call_id: str, decision_json: str, events: Sequence[NewEvent] = ()
+    ) -> None: ...
+    async def decide_approval(
+        self, approval_id: str, decision_json: str, *, args_sha256: str | None = None
+    ) -> ApprovalRow: ...
 
 
 def as_store(value: object, what: str = "store") -> Store:

@@ -269,7 +269,36 @@ class ApprovalOps(SQLiteBase):
         def read(conn: apsw.Connection) -> list[ApprovalRow]:
             return [_row(row) for row in conn.execute(sql, params)]
 
-        return await self._read(read, offload=not pending)
+        return await self._read(read, offload=run_id is None and not pending)
+
+    async def settle_approval(
+        self, lease: Lease, call_id: str, decision_json: str, events: Sequence[NewEvent] = ()
+    ) -> None:
+        """The run applies its decision on ``call_id``: append ``events`` (fenced), record the
+        decision on the call's approval if nobody did, and take the call's wake-up messages,
+        in one transaction (so the call is no longer listed, and a later pause of the run is
+        not woken by an old decision)."""
+        check_id(call_id, "call_id", run_id=lease.run_id)
+        decision = _check_object(decision_json, f"the decision of call {call_id!r}", lease.run_id)
+        logged = list(events)
+
+        def write(conn: apsw.Connection) -> None:
+            now = self.clock()
+            append(conn, lease, now, logged)
+            stamp = to_db(now)
+            conn.execute(
+                "UPDATE approvals SET decision = ?, decided_at = ? "
+                "WHERE run_id = ? AND call_id = ? AND decision IS NULL",
+                (decision, stamp, lease.run_id, call_id),
+            )
+            conn.execute(
+                "UPDATE messages SET received_by = ?, received_at = ? WHERE to_run_id = ? "
+                "AND topic = ? AND received_at IS NULL "
+                "AND json_extract(payload, '$.call_id') = ?",
+                (f"{APPROVAL_TOPIC}:{call_id}", stamp, lease.run_id, APPROVAL_TOPIC, call_id),
+            )
+
+        await self._write(write)
 
     async def decide_approval(
         self, approval_id: str, decision_json: str, *, args_sha256: str | None = None

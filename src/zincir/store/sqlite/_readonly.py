@@ -140,6 +140,17 @@ class OperationOutcomeRow(TypedDict):
     completed_at: str | None
 
 
+class RestartCheckpointRow(TypedDict):
+    """A restart checkpoint of a run: its id, revision and size, and the head of its payload
+    as text (never decoded: the inspector shows it escaped and truncated)."""
+
+    checkpoint_id: str
+    revision: int
+    size: int
+    preview: str
+    updated_at: str
+
+
 class StepRow(TypedDict):
     """A workflow step: its claim and its decoded result."""
 
@@ -528,6 +539,21 @@ class SnapshotReader:
                 f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? "
                 "ORDER BY round LIMIT ?",
                 (run_id, _limit(limit)),
+            ),
+        )
+
+    def restart_checkpoints(self, run_id: str, limit: int = 500) -> list[RestartCheckpointRow]:
+        """The run's restart checkpoints by id, each payload cut to its first 200 characters."""
+        if "restart_checkpoints" not in self._tables:
+            return []
+        return cast(
+            list[RestartCheckpointRow],
+            self._dicts(
+                "SELECT checkpoint_id, revision, length(CAST(payload AS BLOB)) AS size, "
+                "substr(payload, 1, 200) AS preview, updated_at FROM restart_checkpoints "
+                "WHERE run_id = ? ORDER BY checkpoint_id LIMIT ?",
+                (run_id, _limit(limit)),
+                decode=False,
             ),
         )
 

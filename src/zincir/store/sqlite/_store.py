@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from ._agent import AgentOps
+from ._approvals import ApprovalOps
 from ._base import SQLiteBase
 from ._claims import ClaimOps
 from ._operations import OperationOps
+from ._restart import RestartOps
 from ._runs import RunOps
 from ._workflow import WorkflowOps
 
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(RunOps, AgentOps, ClaimOps, WorkflowOps, OperationOps, SQLiteBase):
+class SQLiteStore(
+    RunOps, AgentOps, ClaimOps, WorkflowOps, OperationOps, RestartOps, ApprovalOps, SQLiteBase
+):
     """An opened, migrated SQLite database implementing every operation of ``Store``."""
 
     async def __aenter__(self) -> SQLiteStore:
