@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import zincir  # noqa: E402
 from tests.agent.reference import append, call, returns  # noqa: E402
 from zincir.agent import Agent, DurableBinding, FunctionModel, Handlers, serve, tool  # noqa: E402
-from zincir.payloads import ModelRequest, ModelResponse, TextPart  # noqa: E402
+from zincir.payloads import (  # noqa: E402
+    ModelRequest,
+    ModelResponse,
+    StreamPart,
+    TextPart,
+    stream_parts,
+)
 from zincir.restart import FileRestartStore, RestartStore, SQLRestartStore  # noqa: E402
 
 HANDLERS = Handlers(
@@ -64,8 +71,12 @@ def build(log: Path, *, approval_timeout: float | None = None) -> Agent:
             )
         return ModelResponse(parts=[TextPart(text=f"results: {returns(request)}")])
 
+    async def stream(request: ModelRequest) -> AsyncIterator[StreamPart]:
+        for part in stream_parts(model(request)):
+            yield part
+
     return Agent(
-        FunctionModel(model),
+        FunctionModel(model, stream),
         name="approvals",
         tools=[refund, lookup, ship],
         approval_timeout=approval_timeout,

@@ -15,11 +15,20 @@ from pathlib import Path
 import pytest
 
 import zincir
-from tests.agent.approval_worker import binding, build
+from tests.agent.approval_worker import PROMPT, binding, build
 from tests.agent.reference import lines
 from tests.conftest import REPO
 from tests.helpers import rows
-from zincir.agent import Approve, ExternalResult, decide, pending_approvals
+from zincir.agent import (
+    Approve,
+    DurableBinding,
+    ExternalResult,
+    Handlers,
+    decide,
+    pending_approvals,
+    serve,
+)
+from zincir.payloads import ToolReturnPart
 from zincir.restart import FileRestartStore, RestartStore, SQLRestartStore
 
 WORKER = Path(__file__).with_name("approval_worker.py")
@@ -220,3 +229,37 @@ async def test_a_decided_call_leaves_the_list_and_its_message_wakes_nothing_late
     decided = await paused.store.list_approvals(RUN, pending=False)
     assert all(row.decision_json is not None for row in decided)
     assert lines(paused.log).count("refund A-17 500") == 1
+
+
+async def test_resume_checkpoint_stream_yields_the_rest_of_a_streamed_run(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    agent = build(log)
+    handlers = Handlers(
+        model_request="appr-model",
+        model_stream="appr-stream",
+        tool_call="appr-tools",
+        approval_resume="appr-approvals",
+    )
+    async with zincir.open_store(tmp_path / "x.db") as store:
+
+        def bind() -> DurableBinding:
+            registry = zincir.HandlerRegistry()
+            serve(registry, agent, handlers)
+            return DurableBinding(zincir.LocalRuntime(store, registry), RUN, handlers)
+
+        first = agent.run_stream(PROMPT, durable=bind())
+        assert [event async for event in first]
+        assert first.result.paused is not None
+        await first.result.paused.save_checkpoint(SQLRestartStore(store))
+
+        with pytest.raises(zincir.InvalidInput, match="run_stream"):
+            await agent.resume_checkpoint(SQLRestartStore(store), RUN, durable=bind())
+        decisions = {"c-refund": Approve(), "c-ship": ExternalResult("sent")}
+        stream = agent.resume_checkpoint_stream(
+            SQLRestartStore(store), RUN, decisions, durable=bind()
+        )
+        events = [event async for event in stream]
+        returned = [e.tool_call_id for e in events if isinstance(e, ToolReturnPart)]
+        assert sorted(returned) == ["c-lookup", "c-refund", "c-ship"]
+        assert stream.result.paused is None and "refunded" in stream.result.output
+        assert lines(log).count("refund A-17 500") == 1 and lines(log).count("model 0") == 1

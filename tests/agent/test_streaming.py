@@ -238,3 +238,26 @@ async def test_hooks_observe_replays_locally(durable: Durable, tmp_path: Path) -
     await collect(agent.run_stream("go", durable=bind(durable, agent, "h")))
     await collect(agent.run_stream("go", durable=bind(durable, agent, "h")))
     assert seen == [0, 1, 0, 1] and ran == ["A-17"]
+
+
+async def test_a_run_keeps_the_mode_it_started_in(durable: Durable) -> None:
+    ran: list[str] = []
+    agent = build(1, ran)
+    both = Handlers(
+        model_request="request", model_stream="stream", tool_call="tools", event_delivery="events"
+    )
+
+    def bind_both(run_id: str) -> DurableBinding:
+        registry = zincir.HandlerRegistry()
+        serve(registry, agent, both)
+        return DurableBinding(zincir.LocalRuntime(durable.store, registry), run_id, both)
+
+    plain = await agent.run("go", durable=bind_both("plain"))
+    with pytest.raises(zincir.InvalidInput, match="started with run\\(\\)"):
+        await collect(agent.run_stream("go", durable=bind_both("plain")))
+    await collect(agent.run_stream("go", durable=bind_both("streamed")))
+    with pytest.raises(zincir.InvalidInput, match="started with run_stream\\(\\)"):
+        await agent.run("go", durable=bind_both("streamed"))
+    calls = len(ran)
+    assert (await agent.run("go", durable=bind_both("plain"))).output == plain.output
+    assert len(ran) == calls  # the refusals and the replay asked nothing again

@@ -13,6 +13,7 @@ from .._errors import ApprovalMismatch, InvalidDocument, InvalidInput, ZincirErr
 from .._validate import check_count, check_id, check_positive_duration
 from ..contract.payloads import EventDelivery, RunContext
 from ..durable import RetryPolicy
+from ..store import OperationKey, Store
 from ._approval import APPROVAL_TOPIC, PausedRun, args_sha256, as_document
 from ._binding import DurableBinding
 from ._capabilities import LOAD_CAPABILITY, capability_toolsets, load_capability_tool
@@ -21,7 +22,7 @@ from ._direct import DirectExecutor
 from ._durable import DurableExecutor, Logged
 from ._errors import DurableOperationFailed, ToolRetriesExhausted
 from ._hooks import AgentHooks
-from ._identity import MAX_RETRIES
+from ._identity import MAX_RETRIES, MODEL_REQUEST, MODEL_STREAM
 from ._loop import Proposal, run_loop
 from ._models import Model
 from ._ownership import take_run
@@ -257,6 +258,8 @@ class Agent:
         if proposals and row is not None:
             events = await store.list_events(binding.run_id)
             _check_conflicts(Logged.from_events(events), proposals, binding.run_id)
+        if row is not None:
+            await _check_same_mode(store, binding, streaming=emit is not None)
         if row is not None and row["status"] == "completed":
             stored = result_from_stored(row["result"], binding.run_id)
             if emit is not None:
@@ -391,6 +394,27 @@ class AgentStream:
             if not task.done():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+
+
+async def _check_same_mode(store: Store, binding: DurableBinding, *, streaming: bool) -> None:
+    """A run started streamed (``model.stream``) continues streamed, and one started with
+    ``run`` continues unstreamed: the other step would find no records and ask the model
+    again."""
+    other = MODEL_REQUEST if streaming else MODEL_STREAM
+    key = OperationKey(binding.run_id, binding.step_id(other), 0)
+    if await store.get_operation(key) is None:
+        return
+    if streaming:
+        hint = "run, resume or resume_checkpoint"
+        started = "run()"
+    else:
+        hint = "run_stream or resume_checkpoint_stream"
+        started = "run_stream()"
+    raise InvalidInput(
+        f"this run was started with {started}; continue it with {hint}, so that its "
+        "stored model responses replay",
+        run_id=binding.run_id,
+    )
 
 
 def _check_conflicts(logged: Logged, proposals: Mapping[str, Proposal], run_id: str) -> None:
