@@ -1,11 +1,13 @@
 """The durable path: each model request and tool call is an Invocation the runtime executes.
 
-The agent process never calls the model or a tool itself here. It logs each response and
-tool result on the run (like an ``AgentContext`` loop), skipping what a previous attempt
-already logged, so a replay adds nothing twice. Those log entries commit without waiting for
-the disk: each follows the durable operation record it is made from, so a power loss can
-only take the tail of them, and the replay that follows logs it again. Pauses and approval
-decisions are not rebuilt from records, so they are written durably.
+The agent process never calls the model or a tool itself here. Each response and tool
+result is logged on the run (like an ``AgentContext`` loop), skipping what a previous
+attempt already logged, so a replay adds nothing twice. A LocalRuntime on the run's store
+appends the entry in the record's own transaction (``execute_and_log``); otherwise the loop
+logs it just after, in a commit that does not wait for the disk: it follows the durable
+record it is made from, so a power loss can only take the tail of such entries, and the
+replay that follows logs them again. Pauses and approval decisions are not rebuilt from
+records, so they are written durably.
 """
 
 from __future__ import annotations

@@ -254,8 +254,8 @@ class LocalRuntime:
         if log is not None and lease is not None:
             try:
                 entries = log(record)
-            except Exception:  # noqa: BLE001 - the record is stored regardless; the caller
-                entries = ()  # logs it itself and meets the error there
+            except Exception:  # the record is stored regardless; the caller logs the
+                entries = ()  # entries itself and meets the error there
         try:
             stored = await self.store.finish_operation(
                 operation, outcome, owner=owner, lease=lease, log=entries
