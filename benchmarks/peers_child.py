@@ -1,10 +1,14 @@
 """One peer measured in its own virtualenv: N sequential durable steps, per-step cost in µs.
 
-    .venv-peers/bin/python benchmarks/peers_child.py dbos|langgraph|pydantic_ai_dbos DB_PATH N
+    .venv-peers/bin/python benchmarks/peers_child.py SYSTEM DB_PATH N
+    SYSTEM: dbos | langgraph | langgraph_graph | pydantic_ai_dbos
 
 DBOS runs on a SQLite file switched to WAL before DBOS opens it (DBOS leaves the rollback
 journal otherwise); LangGraph uses SqliteSaver with ``durability="sync"``, so each step's
-checkpoint is persisted before the next step starts. ``pydantic_ai_dbos`` measures the
+checkpoint is persisted before the next step starts. ``langgraph_graph`` is the graph that
+benchmarks/run.py also runs on zincir's ``ZincirSaver`` (``step_graph``, ``graph_steps_us``
+are imported from here, so both sides run the same code): a ring of ``GRAPH_NODES`` small
+nodes, one per super-step, for N super-steps on SqliteSaver. ``pydantic_ai_dbos`` measures the
 durable agent turn (one model request + three tool calls, ``FunctionModel``, trivial tools)
 of pydantic-ai with its ``DBOSDurability`` capability (``pydantic-ai-slim[dbos]``): N runs of
 ``TURNS`` turns each, the tools DBOS steps; ``us_per_step`` is then the cost of a turn.
@@ -22,6 +26,7 @@ from typing import Any, TypedDict
 PAYLOAD = "x" * 100
 TURNS = 5
 TURN_TOOLS = ("lookup", "price", "stock")
+GRAPH_NODES = 4
 
 
 def step_result(i: int) -> dict[str, Any]:
@@ -103,6 +108,58 @@ def langgraph_us(path: str, n: int) -> float:
     return elapsed / n * 1e6
 
 
+class RingState(TypedDict):
+    """The ring graph's state: the super-step counter, where to stop, the last result."""
+
+    i: int
+    stop: int
+    last: dict[str, Any]
+
+
+def step_graph(checkpointer: Any) -> Any:
+    """``GRAPH_NODES`` nodes n0 → n1 → … → n0, each a super-step returning ``step_result``,
+    until ``i`` reaches ``stop``; compiled on ``checkpointer``."""
+    from langgraph.graph import END, START, StateGraph
+
+    builder = StateGraph(RingState)
+    names = [f"n{k}" for k in range(GRAPH_NODES)]
+    for k, name in enumerate(names):
+        following = names[(k + 1) % GRAPH_NODES]
+
+        def node(state: RingState) -> dict[str, Any]:
+            return {"i": state["i"] + 1, "last": step_result(state["i"])}
+
+        def route(state: RingState, following: str = following) -> str:
+            return following if state["i"] < state["stop"] else END
+
+        builder.add_node(name, node)
+        builder.add_conditional_edges(name, route, [following, END])
+    builder.add_edge(START, names[0])
+    return builder.compile(checkpointer=checkpointer)
+
+
+def graph_steps_us(graph: Any, n: int) -> float:
+    """µs per super-step of a thread of ``n`` super-steps (``durability="sync"``: each
+    persisted before the next starts), after a warm-up thread of 20."""
+
+    def run(thread: str, count: int) -> None:
+        config = {"configurable": {"thread_id": thread}, "recursion_limit": count + 10}
+        result = graph.invoke({"i": 0, "stop": count, "last": {}}, config, durability="sync")
+        assert result["i"] == count
+
+    run("warm-up", 20)
+    started = time.perf_counter()
+    run("measured", n)
+    return (time.perf_counter() - started) / n * 1e6
+
+
+def langgraph_graph_us(path: str, n: int) -> float:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    with SqliteSaver.from_conn_string(path) as saver:
+        return graph_steps_us(step_graph(saver), n)
+
+
 def pydantic_ai_dbos_us(path: str, n: int) -> float:
     """Per turn: ``n`` agent runs of ``TURNS`` turns, each run a DBOS workflow."""
     conn = sqlite3.connect(path)
@@ -182,9 +239,12 @@ def pydantic_ai_dbos_us(path: str, n: int) -> float:
 
 def main() -> None:
     system, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    measure = {"dbos": dbos_us, "langgraph": langgraph_us, "pydantic_ai_dbos": pydantic_ai_dbos_us}[
-        system
-    ]
+    measure = {
+        "dbos": dbos_us,
+        "langgraph": langgraph_us,
+        "langgraph_graph": langgraph_graph_us,
+        "pydantic_ai_dbos": pydantic_ai_dbos_us,
+    }[system]
     print(json.dumps({"system": system, "n": n, "us_per_step": measure(path, n)}))
 
 

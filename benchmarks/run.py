@@ -11,6 +11,12 @@ tools) is measured on ``LocalRuntime`` (FULL) and without ``durable=``; its over
 compared with ``raw_full_us``. With ``--peers`` or ``--agent-peer`` the same turn runs on
 pydantic-ai with its DBOS durability in the peers venv (skipped, with a note, when
 ``pydantic-ai-slim[dbos]`` is not installed there).
+
+With ``--peers`` one LangGraph graph (``peers_child.step_graph``: a ring of small nodes, one
+super-step each, ``durability="sync"``) runs on ``ZincirSaver`` here and on LangGraph's
+``SqliteSaver`` in the peers venv, alternately; on ``InMemorySaver`` too, the ceiling any
+saver can reach (LangGraph's own cost per checkpointed super-step). Skipped, with a note,
+when LangGraph is not importable in this venv.
 """
 
 from __future__ import annotations
@@ -519,6 +525,58 @@ def agent_peer_us(python: str, bench: Bench, runs: int) -> float | None:
         return None
 
 
+def langgraph_graph_us(path: str, n: int, saver: str = "full") -> float:
+    """µs per super-step of ``peers_child.step_graph`` on ``ZincirSaver`` (``saver`` "full"
+    or "normal": its ``synchronous``) or on LangGraph's ``InMemorySaver`` ("memory"), by the
+    same code as the peer."""
+    from peers_child import graph_steps_us, step_graph
+
+    if saver == "memory":
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        return graph_steps_us(step_graph(InMemorySaver()), n)
+    from zincir.integrations.langgraph import ZincirSaver
+
+    sync = "normal" if saver == "normal" else "full"
+    with ZincirSaver.from_conn_string(path, synchronous=sync) as checkpointer:
+        return graph_steps_us(step_graph(checkpointer), n)
+
+
+def langgraph_graph_steps_per_s(
+    python: str, bench: Bench, n: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Super-steps per second of one graph on ZincirSaver (FULL, the default, and NORMAL),
+    SqliteSaver (peers venv, FULL: sqlite3's default) and InMemorySaver, run alternately; the
+    ratios are medians of adjacent runs. Empty (and a note) when LangGraph or
+    ``zincir.integrations.langgraph`` is not importable here."""
+    try:
+        import langgraph.checkpoint.memory  # noqa: F401
+
+        import zincir.integrations.langgraph  # noqa: F401
+    except ImportError as error:
+        bench.notes["langgraph_graph"] = (
+            f"skipped, LangGraph is not importable here, pip install -e '.[dev]' ({error})"
+        )
+        return {}, {}
+    names = ("zincir", "zincir_normal", "sqlitesaver", "inmemory")
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    over: dict[str, list[float]] = {name: [] for name in names if name != "sqlitesaver"}
+    for _ in range(bench.repeat if not bench.quick else 1):
+        us = {
+            "zincir": langgraph_graph_us(bench.db("lg-zincir"), n),
+            "sqlitesaver": peer_us(python, "langgraph_graph", bench.db("lg-sqlitesaver"), n),
+            "zincir_normal": langgraph_graph_us(bench.db("lg-zincir-normal"), n, "normal"),
+            "inmemory": langgraph_graph_us("", n, saver="memory"),
+        }
+        for name in names:
+            samples[name].append(1e6 / us[name])
+        for name in over:
+            over[name].append(us["sqlitesaver"] / us[name])
+    figures = {f"langgraph_graph_{k}_steps_per_s": median_of(v) for k, v in samples.items()}
+    ratios = {f"{k}_langgraph_over_sqlitesaver": median_of(v) for k, v in over.items()}
+    return figures, ratios
+
+
 # -- the run ------------------------------------------------------------------------------
 
 
@@ -627,6 +685,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             figures[f"{peer}_step_us"] = cost
             ratios[f"{peer}_over_step_full"] = peer_ratios["full"]
             ratios[f"{peer}_over_step_normal"] = peer_ratios["normal"]
+        graph_figures, graph_ratios = timed(
+            "langgraph graph",
+            lambda: langgraph_graph_steps_per_s(python, bench, bench.n(1000, 300)),
+        )
+        figures.update(graph_figures)
+        ratios.update(graph_ratios)
     if args.peers or args.agent_peer:
         agent_peer = timed(
             "pydantic-ai + DBOS turn",
@@ -669,6 +733,7 @@ TARGETS = {
     "temporal_execute_over_raw": ("<=", 1.2),
     "agent_turn_overhead_over_raw_full": ("<=", 5.0),
     "pydantic_ai_dbos_over_agent_turn": (">=", 3.0),
+    "zincir_langgraph_over_sqlitesaver": (">=", 3.0),
 }
 FIGURE_TARGETS = {
     "resume_100k_ms": ("<", 500.0),
@@ -686,13 +751,13 @@ def verdict(value: float, target: tuple[str, float] | None) -> str:
 
 
 def print_table(result: dict[str, Any]) -> None:
-    print(f"{'figure':<34} {'value':>12}  target")
+    print(f"{'figure':<42} {'value':>12}  target")
     for name, value in result["figures"].items():
-        print(f"{name:<34} {value:>12.1f}  {verdict(value, FIGURE_TARGETS.get(name))}")
+        print(f"{name:<42} {value:>12.1f}  {verdict(value, FIGURE_TARGETS.get(name))}")
     print()
-    print(f"{'ratio':<34} {'value':>12}  target")
+    print(f"{'ratio':<42} {'value':>12}  target")
     for name, value in result["ratios"].items():
-        print(f"{name:<34} {value:>12.2f}  {verdict(value, TARGETS.get(name))}")
+        print(f"{name:<42} {value:>12.2f}  {verdict(value, TARGETS.get(name))}")
     for name, note in result.get("notes", {}).items():
         print(f"note: {name}: {note}")
     machine = result["machine"]
