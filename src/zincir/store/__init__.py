@@ -13,6 +13,13 @@ from typing import Literal
 from .._errors import InvalidInput
 from .._time import Clock
 from ._grouping import grouped_writes, writes_grouped
+from ._langgraph_records import (
+    GraphCheckpointQuery,
+    GraphCheckpointRow,
+    GraphWrite,
+    NewGraphCheckpoint,
+    ThreadLease,
+)
 from ._operation_records import (
     NewOperation,
     OperationClaim,
@@ -56,10 +63,14 @@ __all__ = [
     "ChildOutcome",
     "ChildResult",
     "Event",
+    "GraphCheckpointQuery",
+    "GraphCheckpointRow",
+    "GraphWrite",
     "Lease",
     "LogEntry",
     "NewApproval",
     "NewEvent",
+    "NewGraphCheckpoint",
     "NewOperation",
     "OperationClaim",
     "OperationKey",
@@ -73,6 +84,7 @@ __all__ = [
     "SQLiteStore",
     "StepClaim",
     "Store",
+    "ThreadLease",
     "TimerRecord",
     "ToolResultEntry",
     "WaitAttempt",

@@ -15,6 +15,13 @@ from typing import Any, Protocol, runtime_checkable
 
 from .._errors import InvalidInput
 from .._time import Clock
+from ._langgraph_records import (
+    GraphCheckpointQuery,
+    GraphCheckpointRow,
+    GraphWrite,
+    NewGraphCheckpoint,
+    ThreadLease,
+)
 from ._operation_records import (
     NewOperation,
     OperationClaim,
@@ -255,6 +262,54 @@ class Store(Protocol):
     async def decide_approval(
         self, approval_id: str, decision_json: str, *, args_sha256: str | None = None
     ) -> ApprovalRow: ...
+
+    # -- LangGraph checkpoints ----------------------------------------------------------------
+    # A LangGraph thread's checkpoints and the pending writes of the tasks run from each, per
+    # (thread id, namespace, checkpoint id), for ``zincir.integrations.langgraph``. A checkpoint
+    # is one transaction and so is a task's writes. Every write that changes a thread is
+    # fenced by the thread's lease inside its transaction: under ``lease`` its token must still
+    # be current (FencedOut otherwise); without one, no other owner may hold a live lease
+    # (LeaseHeld). A refused write stores nothing.
+
+    async def put_graph_checkpoint(
+        self, checkpoint: NewGraphCheckpoint, *, lease: ThreadLease | None = None
+    ) -> None: ...
+    async def put_graph_writes(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        writes: Sequence[GraphWrite],
+        *,
+        lease: ThreadLease | None = None,
+    ) -> None: ...
+    async def get_graph_checkpoint(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None = None
+    ) -> GraphCheckpointRow | None: ...
+    async def list_graph_checkpoints(
+        self, query: GraphCheckpointQuery
+    ) -> list[GraphCheckpointRow]: ...
+    async def delete_graph_thread(
+        self, thread_id: str, *, lease: ThreadLease | None = None
+    ) -> int: ...
+    async def copy_graph_thread(
+        self, source_thread_id: str, target_thread_id: str, *, lease: ThreadLease | None = None
+    ) -> int: ...
+    async def delete_graph_runs(
+        self, run_ids: Sequence[str], *, leases: Sequence[ThreadLease] = ()
+    ) -> int: ...
+    async def prune_graph_threads(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        keep_latest: bool,
+        leases: Sequence[ThreadLease] = (),
+    ) -> int: ...
+    async def acquire_thread_lease(
+        self, thread_id: str, *, owner: str, ttl: timedelta, force: bool = False
+    ) -> ThreadLease: ...
+    async def renew_thread_lease(self, lease: ThreadLease) -> bool: ...
+    async def release_thread_lease(self, lease: ThreadLease) -> bool: ...
 
 
 def as_store(value: object, what: str = "store") -> Store:

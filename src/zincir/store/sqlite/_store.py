@@ -6,6 +6,7 @@ from ._agent import AgentOps
 from ._approvals import ApprovalOps
 from ._base import SQLiteBase
 from ._claims import ClaimOps
+from ._langgraph import LangGraphOps
 from ._operations import OperationOps
 from ._restart import RestartOps
 from ._runs import RunOps
@@ -15,7 +16,15 @@ __all__ = ["SQLiteStore"]
 
 
 class SQLiteStore(
-    RunOps, AgentOps, ClaimOps, WorkflowOps, OperationOps, RestartOps, ApprovalOps, SQLiteBase
+    RunOps,
+    AgentOps,
+    ClaimOps,
+    WorkflowOps,
+    OperationOps,
+    RestartOps,
+    ApprovalOps,
+    LangGraphOps,
+    SQLiteBase,
 ):
     """An opened, migrated SQLite database implementing every operation of ``Store``."""
 

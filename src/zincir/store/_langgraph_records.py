@@ -1,0 +1,98 @@
+"""Records of LangGraph checkpoints, their tasks' pending writes and thread leases.
+
+The store keeps what ``zincir.integrations.langgraph`` serialized: values arrive and leave
+as (type tag, bytes) and metadata as JSON text; the store never decodes a value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .._time import to_db
+
+__all__ = [
+    "GraphCheckpointQuery",
+    "GraphCheckpointRow",
+    "GraphWrite",
+    "NewGraphCheckpoint",
+    "ThreadLease",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class GraphWrite:
+    """One pending write of a task: its position (``idx`` < 0 for LangGraph's special
+    channels, which a later write replaces) and its serialized value."""
+
+    task_id: str
+    idx: int
+    channel: str
+    type: str
+    value: bytes
+    task_path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NewGraphCheckpoint:
+    """A checkpoint to store; a stored one with the same key is replaced."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_checkpoint_id: str | None
+    type: str
+    checkpoint: bytes
+    metadata_json: str
+    run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GraphCheckpointRow:
+    """A stored checkpoint with its pending writes, in LangGraph's replay order
+    (task path, task id, idx)."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_checkpoint_id: str | None
+    type: str
+    checkpoint: bytes
+    metadata_json: str
+    run_id: str | None
+    created_at: datetime
+    writes: tuple[GraphWrite, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GraphCheckpointQuery:
+    """Which checkpoints to list, newest first (by checkpoint id, then thread, namespace).
+
+    None means any. ``metadata`` pairs must all match the stored metadata (a None value also
+    matches a missing key, as in LangGraph's savers); ``after`` is the (checkpoint id,
+    thread id, namespace) of the last row of the previous page.
+    """
+
+    thread_id: str | None = None
+    checkpoint_ns: str | None = None
+    checkpoint_id: str | None = None
+    before_id: str | None = None
+    metadata: tuple[tuple[str, Any], ...] = ()
+    limit: int | None = None
+    after: tuple[str, str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadLease:
+    """A lease on a LangGraph thread: while it holds, only writes carrying it (owner and
+    current token) may change the thread; a newer token fences this one out."""
+
+    thread_id: str
+    owner: str
+    token: int
+    ttl: timedelta
+
+    def expiry(self, now: datetime) -> str:
+        """The stored expiry of the lease renewed at ``now``."""
+        return to_db(now + self.ttl)

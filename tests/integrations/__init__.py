@@ -1,0 +1,1 @@
+"""Tests of the adapters in zincir.integrations, each skipped without its extra."""
