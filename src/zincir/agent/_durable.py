@@ -203,8 +203,11 @@ class DurableExecutor:
         )
 
         where = f"tool call {call.tool_call_id!r} ({call.tool_name})"
+        route = tool.mcp_route if tool.origin is ToolOrigin.MCP else None
 
         def read(output: str) -> ToolOutput:
+            if route is not None:
+                return route.output(call, output)
             return _read(ToolOutput, output, where, "tool", run_id)
 
         def log(record: Record) -> list[LogEntry]:
@@ -219,13 +222,22 @@ class DurableExecutor:
             ]
 
         if tool.origin is ToolOrigin.MCP:
-            document: Document = McpRequest(
-                method="tools/call",
-                params={"name": call.tool_name, "arguments": arguments},
-                client=ClientIdentity(name=self.agent.name),
+            document: Document = (
+                route.request(call, arguments)
+                if route is not None
+                else McpRequest(
+                    method="tools/call",
+                    params={"name": call.tool_name, "arguments": arguments},
+                    client=ClientIdentity(name=self.agent.name),
+                )
             )
             outcome, logged = await self._outcome(
-                MCP_REQUEST, sequence, OperationKind.MCP_REQUEST, document, log=log
+                MCP_REQUEST,
+                sequence,
+                OperationKind.MCP_REQUEST,
+                document,
+                log=log,
+                handler_id=None if route is None else route.handler_id,
             )
         else:
             document = ToolRequest(
@@ -397,11 +409,13 @@ class DurableExecutor:
         document: Document,
         *,
         log: Callable[[Record], Sequence[LogEntry]] | None = None,
+        handler_id: str | None = None,
     ) -> tuple[Record, bool]:
         """Execute one operation; its record, and whether the runtime stored ``log(record)``
-        with it (a LocalRuntime on the store holding this run, when the record is new)."""
+        with it (a LocalRuntime on the store holding this run, when the record is new).
+        ``handler_id`` overrides the binding's handler for ``kind`` (a routed MCP tool)."""
         run_id = self.binding.run_id
-        handler_id = self.binding.handlers.for_kind(kind)
+        handler_id = handler_id or self.binding.handlers.for_kind(kind)
         if handler_id is None:
             raise MissingDurableHandler(
                 f"no {kind.value} handler is configured in Handlers", run_id=run_id

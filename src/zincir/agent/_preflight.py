@@ -6,7 +6,7 @@ request, because a dynamic toolset may offer new tools.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._errors import MissingDurableHandler, MissingDurableToolsetOrigins
@@ -51,6 +51,7 @@ def check_route(
             f"the retry policy allows {agent.retry.max_attempts} attempts"
         )
     offered = dict(resolved)
+    routed: dict[tuple[OperationKind, str], str] = {}
     for toolset in agent.all_toolsets:
         origins = toolset.durable_origins
         if origins is None:
@@ -62,11 +63,17 @@ def check_route(
         tools = toolset.tools if not toolset.is_dynamic else offered.get(toolset, ())
         _check_declared(toolset, origins, tools, run_id)
         for origin in origins:
-            if origin in _FAMILY:
+            if origin not in _FAMILY:
+                continue
+            own = toolset.durable_handlers.get(origin)
+            if own is None:
                 needs.setdefault(_FAMILY[origin], f"tools of origin {origin.value}")
+            else:
+                why = f"toolset {toolset.id or '(unnamed)'} routes its {origin.value} tools there"
+                routed.setdefault((_FAMILY[origin], own), why)
         if any(tool.requires_approval for tool in tools):
             needs[OperationKind.APPROVAL_RESUME] = "a tool requires approval"
-    check_handlers(binding, needs)
+    check_handlers(binding, needs, routed)
 
 
 def _check_declared(
@@ -91,9 +98,21 @@ def _registered(runtime: object) -> HandlerRegistry | frozenset[Any] | None:
     return None
 
 
-def check_handlers(binding: DurableBinding, needs: dict[OperationKind, str]) -> None:
+def check_handlers(
+    binding: DurableBinding,
+    needs: dict[OperationKind, str],
+    routed: Mapping[tuple[OperationKind, str], str] | None = None,
+) -> None:
+    """Raise unless each kind ``needs`` names is configured in ``Handlers`` and, like each
+    (kind, handler id) of ``routed``, registered with the runtime (when it says)."""
     registered = _registered(binding.runtime)
     problems: list[str] = []
+    for (family, own), why in (routed or {}).items():
+        if registered is not None and (family, own) not in registered:
+            problems.append(
+                f"{family.value} handler {own!r} is not registered with the runtime "
+                f"({why}); register it in the workers (zincir.mcp.serve_mcp for an MCP server)"
+            )
     for kind, why in needs.items():
         handler_id = binding.handlers.for_kind(kind)
         if handler_id is None:

@@ -11,17 +11,19 @@ import inspect
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from enum import StrEnum
-from typing import Any, overload
+from types import MappingProxyType
+from typing import Any, Protocol, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from .._errors import InvalidInput
 from .._validate import name_problem
-from ..contract.payloads import RunContext, ToolDefinition
+from ..contract.payloads import McpRequest, RunContext, ToolCallPart, ToolDefinition, ToolOutput
 
 __all__ = [
     "DynamicTools",
+    "McpRoute",
     "Tool",
     "ToolArgumentsRejected",
     "ToolOrigin",
@@ -53,8 +55,21 @@ class ToolArgumentsRejected(Exception):
         super().__init__(message)
 
 
+class McpRoute(Protocol):
+    """Where an ``mcp``-origin tool's calls go on the durable path, and how their records read
+    back (an MCP server's tools, ``zincir.mcp.MCPToolset``); without one, or with no
+    ``handler_id``, ``mcp.request`` goes to ``Handlers.mcp_request``."""
+
+    handler_id: str | None
+
+    def request(self, call: ToolCallPart, arguments: dict[str, Any]) -> McpRequest: ...
+    def output(self, call: ToolCallPart, output_json: str) -> ToolOutput: ...
+
+
 class Tool:
     """A function the model may call, with its name, description and JSON Schema."""
+
+    mcp_route: McpRoute | None = None
 
     def __init__(
         self,
@@ -167,8 +182,11 @@ class Toolset:
     """A group of tools: static, or ``Toolset.dynamic`` (chosen per model request).
 
     ``durable_origins`` says which origins a toolset's tools may have; a static toolset
-    knows them, a dynamic one must declare them to run durably.
+    knows them, a dynamic one must declare them to run durably. ``durable_handlers`` names,
+    by origin, a handler id its tools route to instead of the binding's ``Handlers``.
     """
+
+    durable_handlers: Mapping[ToolOrigin, str] = MappingProxyType({})
 
     def __init__(self, tools: Iterable[Tool | ToolFunction] = (), *, id: str | None = None) -> None:
         self.id = id
