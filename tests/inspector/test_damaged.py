@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import apsw
 import pytest
 from click.testing import CliRunner
 
@@ -47,10 +48,23 @@ def healthy(tmp_path: Path) -> tuple[Path, str]:
 
 
 def damage_page_headers(path: Path) -> None:
-    """Overwrite the header and cell area of the pages in the middle third of the file."""
+    """Overwrite the header and cell area of the event log's leaf pages in the middle third of
+    the file (the schema's pages stay readable wherever new migrations put them)."""
     pages = path.stat().st_size // PAGE_SIZE
+    conn = apsw.Connection(str(path))
+    try:
+        owned = {
+            int(number) - 1  # dbstat numbers pages from 1
+            for (number,) in conn.execute(
+                "SELECT pageno FROM dbstat WHERE name = 'events' AND pagetype = 'leaf'"
+            )
+        }
+    finally:
+        conn.close()
+    chosen = sorted(page for page in owned if pages // 3 <= page < 2 * pages // 3)
+    assert len(chosen) >= 5, "the seeded run no longer fills the middle of the file"
     with path.open("r+b") as file:
-        for page in range(pages // 3, 2 * pages // 3):
+        for page in chosen:
             file.seek(page * PAGE_SIZE + 8)
             file.write(b"\xff" * 64)
             file.seek(page * PAGE_SIZE + PAGE_SIZE // 2)
