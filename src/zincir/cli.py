@@ -1,4 +1,4 @@
-"""The ``zincir`` command line: demo, runs, approvals, migrate, worker, ui."""
+"""The ``zincir`` command line: demo, runs, threads, approvals, migrate, worker, ui."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import importlib
 import json
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -154,6 +154,188 @@ def runs_show(database: str, run_id: str) -> None:
             ),
         )
     click.echo(text)
+
+
+@main.group()
+def threads() -> None:
+    """List LangGraph threads (checkpoints of zincir's saver) and show one."""
+
+
+THREAD_ROWS = 500  # checkpoints and pending writes `threads show` prints, like the inspector
+
+
+def _printable(value: Any) -> str:
+    """Stored text for a terminal: control characters escaped, never sent raw."""
+    text = str(value)
+    return text if text.isprintable() else json.dumps(text, ensure_ascii=False)[1:-1]
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """Columns padded to their widest cell (the last one left as it is)."""
+    table = [header, *(tuple(_printable(cell) for cell in row) for row in rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]])
+        for row in table
+    ).rstrip()
+
+
+def _lease_text(row: Mapping[str, Any]) -> str:
+    """A thread's lease: its owner, expiry and fencing token, or none."""
+    if row["lease_owner"] is None:
+        return "none" if row["lease_token"] is None else f"none (token {row['lease_token']})"
+    return f"{row['lease_owner']} until {row['lease_expires_at']} (token {row['lease_token']})"
+
+
+def _cut(text: str, width: int = 60) -> str:
+    """Text on one line, cut at ``width`` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _one_line(value: Any) -> str:
+    """A decoded value as compact JSON on one line, cut."""
+    return _cut(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str))
+
+
+def _value_text(row: Mapping[str, Any]) -> str:
+    """A stored value as one line: its JSON when the reader decoded it, else its type and
+    size (msgpack, bytes and the like are never decoded)."""
+    if row["preview_kind"] == "json":
+        return _one_line(row["preview"])
+    if row["preview_kind"] == "text":
+        return _cut(f"<json, {row['size']:,} B, first bytes as text> {row['preview']}")
+    return f"<{row['type']}, {row['size']:,} B, not decoded>"
+
+
+def _ns(value: str) -> str:
+    """A checkpoint namespace by name; the root graph's is empty."""
+    return value or "(root)"
+
+
+@threads.command("list")
+@database_option
+@click.option(
+    "--limit",
+    type=click.IntRange(1, MAX_LIST_LIMIT),
+    default=100,
+    show_default=True,
+    help="Show at most this many threads.",
+)
+def threads_list(database: str, limit: int) -> None:
+    """The LangGraph threads, most recently checkpointed first."""
+    with _existing(database).snapshot() as reader:
+        found = reader.threads(limit)
+    if not found:
+        click.echo("no threads")
+        return
+    header = ("thread id", "checkpoints", "pending", "latest checkpoint", "at", "lease")
+    click.echo(
+        _table(
+            header,
+            [
+                (
+                    row["thread_id"],
+                    str(row["checkpoints"]),
+                    str(row["pending_writes"]),
+                    row["latest_checkpoint_id"],
+                    row["latest_created_at"],
+                    _lease_text(row),
+                )
+                for row in found
+            ],
+        )
+    )
+
+
+@threads.command("show")
+@database_option
+@click.argument("thread_id", metavar="THREAD")
+def threads_show(database: str, thread_id: str) -> None:
+    """A thread's checkpoints (newest first) and the pending writes of each namespace's
+    newest checkpoint; msgpack and other non-JSON values are never decoded."""
+    check_id(thread_id, "THREAD")
+    with _existing(database).snapshot() as reader:
+        thread = reader.thread(thread_id)
+        if thread is None:
+            raise click.ClickException(f"no LangGraph thread {thread_id!r} in {reader.path}")
+        checkpoints = reader.thread_checkpoints(thread_id, THREAD_ROWS)
+        heads = [
+            (
+                head,
+                reader.thread_writes(
+                    thread_id, head["checkpoint_ns"], head["checkpoint_id"], THREAD_ROWS
+                ),
+            )
+            for head in reader.thread_heads(thread_id)
+        ]
+    namespaces = ", ".join(_ns(ns) for ns in thread["namespaces"])
+    lines = [
+        f"thread       {_printable(thread_id)}",
+        f"checkpoints  {thread['checkpoints']} in {thread['namespace_count']} namespace(s): "
+        + _printable(namespaces),
+        f"latest       {_printable(thread['latest_checkpoint_id'])} in "
+        f"{_printable(_ns(thread['latest_checkpoint_ns']))} at {thread['latest_created_at']}, "
+        f"{thread['pending_writes']} pending write(s)",
+        f"lease        {_printable(_lease_text(thread))}",
+        "",
+        "checkpoints, newest first"
+        + (
+            f" (the newest {THREAD_ROWS} of {thread['checkpoints']})"
+            if len(checkpoints) >= THREAD_ROWS
+            else ""
+        ),
+        _table(
+            (
+                "namespace",
+                "checkpoint id",
+                "parent",
+                "type",
+                "bytes",
+                "writes",
+                "created",
+                "metadata",
+            ),
+            [
+                (
+                    _ns(row["checkpoint_ns"]),
+                    row["checkpoint_id"],
+                    row["parent_checkpoint_id"] or "-",
+                    row["type"],
+                    str(row["size"]),
+                    str(row["writes"]),
+                    row["created_at"],
+                    _one_line(row["metadata"]),
+                )
+                for row in checkpoints
+            ],
+        ),
+    ]
+    for head, writes in heads:
+        lines += [
+            "",
+            f"newest checkpoint of {_printable(_ns(head['checkpoint_ns']))}: "
+            f"{_printable(head['checkpoint_id'])}",
+            f"value  {_printable(_value_text(head))}",
+            "its pending writes:",
+            _table(
+                ("task id", "idx", "channel", "type", "bytes", "value"),
+                [
+                    (
+                        row["task_id"],
+                        str(row["idx"]),
+                        row["channel"],
+                        row["type"],
+                        str(row["size"]),
+                        _value_text(row),
+                    )
+                    for row in writes
+                ],
+            )
+            if writes
+            else "none",
+        ]
+    click.echo("\n".join(lines))
 
 
 @main.group()

@@ -1,4 +1,5 @@
-"""The inspector's Starlette app: run list, run page and their JSON twins, read-only."""
+"""The inspector's Starlette app: runs and LangGraph threads, each a list and a page with
+their JSON twins, read-only."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from ..store.sqlite import EventRow, OperationRow, TimerRow, decode_json
 from ._conversation import conversation
 from ._db import EVENT_PAGE_SIZE, LIST_LIMIT, ROW_LIMIT, InspectorDatabase, Reader
 from ._security import SECURITY_HEADERS, SecurityMiddleware, UIAddress, parse_address
+from ._threads import thread_detail, thread_url, with_anchors
 
 __all__ = ["create_app"]
 
@@ -42,6 +44,7 @@ MAX_PRETTY = 100_000
 LONG_TEXT = 600  # conversation texts longer than this (or of LONG_LINES lines) fold
 LONG_LINES = 12
 MAX_TEXT = 20_000  # a conversation text is cut here (the event log shows up to MAX_PRETTY)
+PREVIEW_HEAD = 2_000  # characters shown of a LangGraph value that is not decoded whole
 MAX_CURSOR_DIGITS = 18  # ?page= and ?after_seq= beyond this are refused (400), not parsed
 Row = Mapping[str, Any]
 
@@ -60,6 +63,13 @@ def pretty_capped(value: Any, limit: int = MAX_PRETTY) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}\n… cut at {limit:,} of {len(text):,} characters (the API has it all)"
+
+
+def head_text(value: Any, limit: int = PREVIEW_HEAD) -> str:
+    """The head of a value too long (or not strict JSON) to decode, cut at ``limit``
+    characters; the read-only view already cut it to its first bytes."""
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def text_capped(value: Any, limit: int = MAX_TEXT) -> str:
@@ -171,6 +181,17 @@ def run_summary(run: RunRecord, now: datetime) -> dict[str, Any]:
         url=run_url(run.get("id")),
     )
     return summary
+
+
+def thread_summary(thread: Row, now: datetime) -> dict[str, Any]:
+    """The list/API view of a LangGraph thread: its row, lease state and page URL."""
+    lease = lease_of(thread, now)
+    return {
+        **thread,
+        "lease": lease,
+        "lease_state": lease["state"],
+        "url": thread_url(thread["thread_id"]),
+    }
 
 
 def event_view(event: EventRow, answered: set[str]) -> dict[str, Any]:
@@ -439,6 +460,52 @@ class Pages:
 
         return self._with_run(request, render)
 
+    # -- LangGraph threads --------------------------------------------------------------
+
+    def list_threads(self, request: Request) -> Response:
+        def build(reader: Reader, now: datetime) -> Response:
+            threads = [thread_summary(row, now) for row in reader.threads(LIST_LIMIT)]
+            return self.html(
+                "threads.html", threads=threads, limit=LIST_LIMIT, now=now, section="threads"
+            )
+
+        return self.guarded(request, build)
+
+    def api_threads(self, request: Request) -> Response:
+        def build(reader: Reader, now: datetime) -> Response:
+            threads = [thread_summary(row, now) for row in reader.threads(LIST_LIMIT)]
+            return json_response({"threads": threads, "limit": LIST_LIMIT})
+
+        return self.guarded(request, build)
+
+    def _with_thread(
+        self, request: Request, render: Callable[[dict[str, Any], datetime], Response]
+    ) -> Response:
+        """Look the thread up (404 if it has no checkpoint), build its detail, ``render``."""
+        thread_id = str(request.path_params["thread_id"])
+
+        def build(reader: Reader, now: datetime) -> Response:
+            thread = reader.thread(thread_id)
+            if thread is None:
+                return self.error(
+                    request,
+                    404,
+                    "Thread not found",
+                    f"No LangGraph thread has the id {thread_id!r} in this database.",
+                )
+            return render(thread_detail(reader, thread_summary(thread, now)), now)
+
+        return self.guarded(request, build)
+
+    def show_thread(self, request: Request) -> Response:
+        def render(detail: dict[str, Any], now: datetime) -> Response:
+            return self.html("thread.html", d=with_anchors(detail), now=now, section="threads")
+
+        return self._with_thread(request, render)
+
+    def api_thread(self, request: Request) -> Response:
+        return self._with_thread(request, lambda detail, now: json_response(detail))
+
 
 def json_response(data: Any, status: int = 200) -> Response:
     """JSON that tolerates any stored value (``default=str``)."""
@@ -464,6 +531,8 @@ def _environment() -> Environment:
         utc=utc_text,
         iso=iso_text,
         run_url=run_url,
+        thread_url=thread_url,
+        head_text=head_text,
         status_class=status_class,
         event_class=event_class,
         preview=preview,
@@ -516,6 +585,10 @@ def create_app(
             Route("/runs/{run_id:path}", pages.show_run, methods=["GET"]),
             Route("/api/runs", pages.api_runs, methods=["GET"]),
             Route("/api/runs/{run_id:path}", pages.api_run, methods=["GET"]),
+            Route("/threads", pages.list_threads, methods=["GET"]),
+            Route("/threads/{thread_id:path}", pages.show_thread, methods=["GET"]),
+            Route("/api/threads", pages.api_threads, methods=["GET"]),
+            Route("/api/threads/{thread_id:path}", pages.api_thread, methods=["GET"]),
             Mount("/static", StaticFiles(packages=[("zincir.inspector", "static")]), name="static"),
         ],
         exception_handlers={HTTPException: http_error, Exception: crashed},
