@@ -1,0 +1,1 @@
+"""Tests of zincir.integrations.pydantic_ai (skipped without pydantic-ai-slim)."""
