@@ -701,6 +701,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             ratios["pydantic_ai_dbos_over_agent_turn"] = (
                 agent_peer / figures["agent_turn_durable_us"]
             )
+        from pydantic_ai_bench import zincir_durability_turn_us
+
+        zincir_turn = timed(
+            "pydantic-ai + ZincirDurability turn",
+            lambda: run_async(
+                zincir_durability_turn_us(bench.db("pydantic-ai-zincir"), bench.n(100, 30))
+            ),
+        )
+        figures["pydantic_ai_zincir_durability_turn_us"] = zincir_turn
+        if agent_peer is not None:
+            ratios["pydantic_ai_dbos_over_zincir_durability"] = agent_peer / zincir_turn
     if args.temporal:
         from temporal_bench import measure as temporal_measure
 
@@ -733,6 +744,7 @@ TARGETS = {
     "temporal_execute_over_raw": ("<=", 1.2),
     "agent_turn_overhead_over_raw_full": ("<=", 5.0),
     "pydantic_ai_dbos_over_agent_turn": (">=", 3.0),
+    "pydantic_ai_dbos_over_zincir_durability": (">=", 3.0),
     "zincir_langgraph_over_sqlitesaver": (">=", 3.0),
 }
 FIGURE_TARGETS = {

@@ -1,0 +1,67 @@
+"""The pydantic-ai agent turn of ``peers_child.pydantic_ai_dbos_us`` on ZincirDurability.
+
+The same ``FunctionModel`` (one request asking for three tool calls per turn, ``TURNS`` turns,
+then "done") and the same trivial tools, each run a zincir run on a LocalRuntime (FULL);
+median µs per turn over ``runs`` runs after three warm-up runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from peers_child import TURN_TOOLS, TURNS, step_result
+
+import zincir
+
+
+async def zincir_durability_turn_us(path: str, runs: int) -> float:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from zincir.integrations.pydantic_ai import ZincirDurability
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        number = sum(1 for message in messages if isinstance(message, ModelResponse))
+        if number >= TURNS:
+            return ModelResponse(parts=[TextPart("done")])
+        return ModelResponse(
+            parts=[
+                ToolCallPart(name, {"i": k}, tool_call_id=f"c{number}-{k}")
+                for k, name in enumerate(TURN_TOOLS)
+            ]
+        )
+
+    store = zincir.open_store(path, synchronous="full")
+    try:
+        agent: Agent[None, str] = Agent(
+            FunctionModel(model), name="bench", capabilities=[ZincirDurability(store)]
+        )
+
+        @agent.tool_plain
+        async def lookup(i: int) -> dict[str, Any]:
+            """Look an item up."""
+            return step_result(i)
+
+        @agent.tool_plain
+        async def price(i: int) -> dict[str, Any]:
+            """An item's price."""
+            return step_result(i)
+
+        @agent.tool_plain
+        async def stock(i: int) -> dict[str, Any]:
+            """An item's stock."""
+            return step_result(i)
+
+        for i in range(3):
+            assert (await agent.run("Check the items.", run_id=f"warm-{i}")).output == "done"
+        samples = []
+        for i in range(runs):
+            started = time.perf_counter()
+            await agent.run("Check the items.", run_id=f"turn-{i}")
+            samples.append((time.perf_counter() - started) / TURNS * 1e6)
+        return statistics.median(samples)
+    finally:
+        await store.close()
