@@ -7,8 +7,11 @@ and event delivery is a zincir operation, so the same call after a crash resumes
                   capabilities=[ZincirDurability(store="agent.db")])
     result = await agent.run("Refund order A1", run_id="support-0192")
 
-Waits for external input (``RequestInput``) are answered with ``resolve_event``; a runtime
-other than LocalRuntime calls the units through handlers registered with ``serve``.
+Waits for external input (``RequestInput``) are answered with ``resolve_event``. The decisions
+of a continuation (``deferred_tool_results=``) are persisted by ``approval_resume`` operations:
+a restart applies the first one, and an approval run with other arguments raises
+ApprovalMismatch. A runtime other than LocalRuntime calls the units through handlers
+registered with ``serve``.
 """
 
 from __future__ import annotations

@@ -4,13 +4,16 @@ MCP request and event delivery of an agent run as zincir operations under the ru
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Awaitable, Mapping
 from datetime import timedelta
 from typing import Any, ClassVar
 
+from pydantic_ai import UserPromptNode
 from pydantic_ai.agent import EventStreamHandler
 from pydantic_ai.capabilities import WrapRunHandler
+from pydantic_ai.capabilities.abstract import AgentNode
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
     BaseDurabilityCapability,
@@ -31,6 +34,7 @@ from ...durable import DurableRuntime, HandlerRegistry, LocalRuntime, RetryPolic
 from ...runs import AgentContext
 from ...runs._context import DEFAULT_LEASE_TTL
 from ...store import Store, as_store, open_store
+from ._approvals import apply_decisions
 from ._backend import ZincirBackend
 from ._run import CURRENT_RUN, open_run
 from ._waiter import ZincirWaiter
@@ -180,6 +184,22 @@ class ZincirDurability(BaseDurabilityCapability[AgentDepsT]):
         if scope.ctx is not None:
             await _finish(scope.ctx, result.output)
         return result
+
+    async def before_node_run(
+        self, ctx: RunContext[AgentDepsT], *, node: AgentNode[AgentDepsT]
+    ) -> AgentNode[AgentDepsT]:
+        """A continuation's decisions go through ``approval_resume`` first: the persisted
+        ones are applied, each bound to the arguments it lets run."""
+        scope = CURRENT_RUN.get()
+        if (
+            isinstance(node, UserPromptNode)
+            and node.deferred_tool_results is not None
+            and scope is not None
+            and scope.agent == self.name
+        ):
+            decided = await apply_decisions(self, scope, ctx.messages, node.deferred_tool_results)
+            node = dataclasses.replace(node, deferred_tool_results=decided)
+        return await super().before_node_run(ctx, node=node)
 
 
 async def _finish(ctx: AgentContext, output: object) -> None:
