@@ -4,10 +4,9 @@ It never creates, migrates or writes the file: each :meth:`ReadOnlyDatabase.snap
 opens ``file:PATH?mode=ro`` (``SQLITE_OPEN_READONLY``, ``query_only``), checks that the
 file is a zincir database this code can read, reads in one transaction and closes. The
 named queries return typed rows whose JSON columns are decoded (text that is not strict
-JSON is kept as it is), and a table a database does not have yet reads as empty. Of a
-LangGraph value only a ``json`` one is read (its first bytes, for a preview): msgpack, bytes
-and anything else are never read, let alone deserialized. Driver
-errors leave as zincir errors, damaged pages as :class:`~zincir.DatabaseCorrupt`.
+JSON is kept as it is), and a table a database does not have yet reads as empty. The
+LangGraph thread queries live in ``_readonly_threads``. Driver errors leave as zincir
+errors, damaged pages as :class:`~zincir.DatabaseCorrupt`.
 """
 
 from __future__ import annotations
@@ -22,11 +21,19 @@ from urllib.parse import quote
 import apsw
 
 from ..._errors import DatabaseCorrupt, InvalidInput, NotAZincirDatabase
-from ..._json import StrictJsonError, loads_strict
 from ..._validate import MAX_SEQUENCE, utf8
 from .._records import RUN_COLUMNS, RunRecord
 from ._base import check_zincir_file, migrations
 from ._errors import DRIVER_ERRORS, translate
+from ._readonly_threads import (
+    PREVIEW_BYTES,
+    ThreadCheckpointRow,
+    ThreadHeadRow,
+    ThreadReads,
+    ThreadRow,
+    ThreadWriteRow,
+)
+from ._readonly_values import decode_json, row_limit
 
 __all__ = [
     "PREVIEW_BYTES",
@@ -61,16 +68,6 @@ _RUN_DEFAULTS: Final[dict[str, Any]] = {
     "last_seq": 0,
     "attempts": 0,
 }
-
-
-def decode_json(text: Any) -> Any:
-    """Stored JSON text as a value; text that is not one strict JSON document stays text."""
-    if not isinstance(text, str):
-        return text
-    try:
-        return loads_strict(text)
-    except StrictJsonError:
-        return text
 
 
 class EventRow(TypedDict):
@@ -195,63 +192,6 @@ class MessageRow(TypedDict):
     received_at: str | None
 
 
-class ThreadRow(TypedDict):
-    """A LangGraph thread: how many checkpoints in which namespaces (the first 50 by name),
-    its newest checkpoint with that checkpoint's pending writes, and its lease (owner and
-    expiry None when nobody holds it)."""
-
-    thread_id: str
-    checkpoints: int
-    namespace_count: int
-    namespaces: list[str]
-    latest_checkpoint_ns: str
-    latest_checkpoint_id: str
-    latest_created_at: str
-    pending_writes: int
-    lease_owner: str | None
-    lease_token: int | None
-    lease_expires_at: str | None
-
-
-class ThreadCheckpointRow(TypedDict):
-    """A LangGraph checkpoint without its value: the value's type tag and size in bytes, the
-    metadata decoded, and how many pending writes its tasks stored."""
-
-    checkpoint_ns: str
-    checkpoint_id: str
-    parent_checkpoint_id: str | None
-    run_id: str | None
-    type: str
-    size: int
-    metadata: Any
-    created_at: str
-    writes: int
-
-
-class ThreadHeadRow(ThreadCheckpointRow):
-    """A namespace's newest checkpoint with a preview of its value (see ThreadWriteRow)."""
-
-    preview: Any
-    preview_kind: str
-
-
-class ThreadWriteRow(TypedDict):
-    """A pending write of a task. Only a ``json`` value is read: ``preview_kind`` is
-    ``json`` when ``preview`` is the decoded value, ``text`` when it is the head of a value
-    too long (or not strict JSON) to decode, ``none`` for every other type (msgpack, bytes,
-    null), which is never read, let alone deserialized."""
-
-    task_id: str
-    idx: int
-    channel: str
-    type: str
-    size: int
-    task_path: str
-    created_at: str
-    preview: Any
-    preview_kind: str
-
-
 def _columns(row_type: type[Any]) -> tuple[str, ...]:
     return tuple(row_type.__annotations__)
 
@@ -266,39 +206,6 @@ _STEP_COLUMNS: Final = ", ".join(_columns(StepRow))
 _TIMER_COLUMNS: Final = ", ".join(_columns(TimerRow))
 _MESSAGE_COLUMNS: Final = ", ".join(_columns(MessageRow))
 _JSON_COLUMNS: Final = frozenset({"payload", "state", "evidence", "record", "input_json", "result"})
-_MAX_NAMESPACES: Final = 50  # namespaces named per thread summary (all are counted)
-PREVIEW_BYTES: Final = 65_536  # the head of a json value read for its preview
-
-
-def _size(column: str) -> str:
-    """SQL for a value's size in bytes: a BLOB's length is read from its header, never its
-    pages; TEXT (which the saver does not write) is measured as UTF-8."""
-    return (
-        f"CASE typeof({column}) WHEN 'blob' THEN length({column}) "
-        f"ELSE length(CAST({column} AS BLOB)) END"
-    )
-
-
-def _head(column: str) -> str:
-    """SQL for the first ``?`` bytes of a ``json`` value; NULL for every other type, so a
-    msgpack, bytes or pickle value never leaves the database."""
-    return f"CASE WHEN type = 'json' THEN substr({column}, 1, ?) END"
-
-
-def _preview(row: dict[str, Any], limit: int) -> None:
-    """Replace ``row["head"]`` by ``preview`` and ``preview_kind`` (see ThreadWriteRow)."""
-    head = row.pop("head")
-    if row["type"] != "json" or head is None:
-        row["preview"], row["preview_kind"] = None, "none"
-        return
-    data = head.encode("utf-8", "surrogatepass") if isinstance(head, str) else bytes(head)
-    if int(row["size"]) <= limit:
-        try:
-            row["preview"], row["preview_kind"] = loads_strict(data.decode("utf-8")), "json"
-            return
-        except (UnicodeDecodeError, StrictJsonError):
-            pass
-    row["preview"], row["preview_kind"] = data[:limit].decode("utf-8", "replace"), "text"
 
 
 @contextmanager
@@ -409,7 +316,7 @@ class ReadOnlyDatabase:
             self._usage_cache[key] = (upto, dict(totals))
 
 
-class SnapshotReader:
+class SnapshotReader(ThreadReads):
     """The named read queries, inside one read transaction of a :class:`ReadOnlyDatabase`."""
 
     def __init__(
@@ -467,7 +374,7 @@ class SnapshotReader:
             _run_record(row)
             for row in self._dicts(
                 f"SELECT * FROM agent_runs {where} ORDER BY updated_at DESC, id LIMIT ?",
-                (*params, _limit(limit)),
+                (*params, row_limit(limit)),
                 decode=False,
             )
         ]
@@ -483,7 +390,7 @@ class SnapshotReader:
             _run_record(row)
             for row in self._dicts(
                 "SELECT * FROM agent_runs WHERE parent_id = ? ORDER BY created_at, id LIMIT ?",
-                (run_id, _limit(limit)),
+                (run_id, row_limit(limit)),
                 decode=False,
             )
         ]
@@ -497,7 +404,7 @@ class SnapshotReader:
             self._dicts(
                 f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = ? AND seq > ? "
                 "ORDER BY seq LIMIT ?",
-                (run_id, min(max(after_seq, 0), MAX_SEQUENCE), _limit(limit)),
+                (run_id, min(max(after_seq, 0), MAX_SEQUENCE), row_limit(limit)),
             ),
         )
 
@@ -573,7 +480,7 @@ class SnapshotReader:
                     f"SELECT {columns} FROM open_intents AS open JOIN events AS intent "
                     "ON intent.run_id = open.run_id AND intent.seq = open.seq "
                     "WHERE open.run_id = ? ORDER BY open.seq LIMIT ?",
-                    (run_id, _limit(limit)),
+                    (run_id, row_limit(limit)),
                 ),
             )
         sql = (
@@ -582,7 +489,7 @@ class SnapshotReader:
             "WHERE outcome.run_id = intent.run_id AND outcome.type = 'tool_result' "
             "AND outcome.tool_call_id = intent.tool_call_id) ORDER BY intent.seq LIMIT ?"
         )
-        params = (run_id, _limit(limit))
+        params = (run_id, row_limit(limit))
         # the partial index of intents: O(intents), not O(events), on a long run
         hinted = self._unless_unsupported(
             self._rows(sql.format(hint="INDEXED BY events_one_intent"), params)
@@ -635,7 +542,7 @@ class SnapshotReader:
                 "checkpoints",
                 f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? "
                 "ORDER BY round LIMIT ?",
-                (run_id, _limit(limit)),
+                (run_id, row_limit(limit)),
             ),
         )
 
@@ -649,7 +556,7 @@ class SnapshotReader:
                 "SELECT checkpoint_id, revision, length(CAST(payload AS BLOB)) AS size, "
                 "substr(payload, 1, 200) AS preview, updated_at FROM restart_checkpoints "
                 "WHERE run_id = ? ORDER BY checkpoint_id LIMIT ?",
-                (run_id, _limit(limit)),
+                (run_id, row_limit(limit)),
                 decode=False,
             ),
         )
@@ -662,7 +569,7 @@ class SnapshotReader:
                 "operations",
                 f"SELECT {_OPERATION_COLUMNS} FROM operations WHERE run_id = ? "
                 "ORDER BY created_at, step_id, sequence LIMIT ?",
-                (run_id, _limit(limit)),
+                (run_id, row_limit(limit)),
             ),
         )
 
@@ -706,7 +613,7 @@ class SnapshotReader:
                 "steps",
                 f"SELECT {_STEP_COLUMNS} FROM steps WHERE run_id = ? "
                 "ORDER BY started_at, name LIMIT ?",
-                (run_id, _limit(limit)),
+                (run_id, row_limit(limit)),
             ),
         )
 
@@ -718,7 +625,7 @@ class SnapshotReader:
                 "timers",
                 f"SELECT {_TIMER_COLUMNS} FROM timers WHERE run_id = ? "
                 "ORDER BY wake_at, name LIMIT ?",
-                (run_id, _limit(limit)),
+                (run_id, row_limit(limit)),
             ),
         )
 
@@ -730,174 +637,6 @@ class SnapshotReader:
                 "messages",
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE to_run_id = ? OR from_run_id = ? "
                 "ORDER BY id LIMIT ?",
-                (run_id, run_id, _limit(limit)),
+                (run_id, run_id, row_limit(limit)),
             ),
         )
-
-    # -- LangGraph threads (zincir.integrations.langgraph) --------------------------------
-
-    def threads(self, limit: int = 100) -> list[ThreadRow]:
-        """The threads with checkpoints, most recently checkpointed first (by the newest
-        checkpoint id: LangGraph's ids are uuid6, which sort by time)."""
-        if "langgraph_checkpoints" not in self._tables:
-            return []
-        newest = self._dicts(
-            "SELECT thread_id, max(checkpoint_id) AS latest FROM langgraph_checkpoints "
-            "GROUP BY thread_id ORDER BY latest DESC, thread_id LIMIT ?",
-            (_limit(limit),),
-            decode=False,
-        )
-        found = (self.thread(str(row["thread_id"])) for row in newest)
-        return [row for row in found if row is not None]
-
-    def thread(self, thread_id: str) -> ThreadRow | None:
-        """One thread's summary (see :meth:`threads`), or None when it has no checkpoint."""
-        if "langgraph_checkpoints" not in self._tables:
-            return None
-        count, namespace_count, latest_id = self._first(
-            "SELECT count(*), count(DISTINCT checkpoint_ns), max(checkpoint_id) "
-            "FROM langgraph_checkpoints WHERE thread_id = ?",
-            (thread_id,),
-        )
-        if not count:
-            return None
-        namespaces = self._query(
-            lambda conn: [
-                str(ns)
-                for (ns,) in conn.execute(
-                    "SELECT DISTINCT checkpoint_ns FROM langgraph_checkpoints "
-                    "WHERE thread_id = ? ORDER BY checkpoint_ns LIMIT ?",
-                    (thread_id, _MAX_NAMESPACES),
-                )
-            ]
-        )
-        latest_ns, latest_at = self._first(  # by its whole key: one row read past its value
-            "SELECT checkpoint_ns, created_at FROM langgraph_checkpoints WHERE thread_id = ? "
-            "AND checkpoint_id = ? AND checkpoint_ns = (SELECT min(checkpoint_ns) "
-            "FROM langgraph_checkpoints WHERE thread_id = ? AND checkpoint_id = ?)",
-            (thread_id, latest_id, thread_id, latest_id),
-        )
-        lease = self._optional(
-            "langgraph_thread_leases",
-            "SELECT owner, token, expires_at FROM langgraph_thread_leases WHERE thread_id = ?",
-            (thread_id,),
-        )
-        return {
-            "thread_id": thread_id,
-            "checkpoints": int(count),
-            "namespace_count": int(namespace_count),
-            "namespaces": namespaces,
-            "latest_checkpoint_ns": str(latest_ns),
-            "latest_checkpoint_id": str(latest_id),
-            "latest_created_at": str(latest_at),
-            "pending_writes": self._write_count(thread_id, str(latest_ns), str(latest_id)),
-            "lease_owner": lease[0]["owner"] if lease else None,
-            "lease_token": lease[0]["token"] if lease else None,
-            "lease_expires_at": lease[0]["expires_at"] if lease else None,
-        }
-
-    def _first(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...]:
-        """The first row of a query that always returns one (an aggregate)."""
-        rows: list[tuple[Any, ...]] = self._query(
-            lambda conn: conn.execute(sql, tuple(params)).fetchall()
-        )
-        return rows[0]
-
-    def _write_count(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> int:
-        if "langgraph_writes" not in self._tables:
-            return 0
-        (count,) = self._first(
-            "SELECT count(*) FROM langgraph_writes WHERE thread_id = ? "
-            "AND checkpoint_ns = ? AND checkpoint_id = ?",
-            (thread_id, checkpoint_ns, checkpoint_id),
-        )
-        return int(count)
-
-    def _checkpoint_select(self, extra: str = "") -> str:
-        """The columns of a ThreadCheckpointRow (``checkpoint`` itself is never read)."""
-        writes = (
-            "(SELECT count(*) FROM langgraph_writes AS w WHERE w.thread_id = c.thread_id "
-            "AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id)"
-            if "langgraph_writes" in self._tables
-            else "0"
-        )
-        return (
-            "SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.run_id, c.type, "
-            f"{_size('c.checkpoint')} AS size, c.metadata, c.created_at, {writes} AS writes{extra}"
-        )
-
-    def thread_checkpoints(self, thread_id: str, limit: int = 500) -> list[ThreadCheckpointRow]:
-        """The thread's checkpoints in every namespace, newest first, without their values.
-
-        The page of keys comes from the key index first: metadata and created_at are stored
-        after the value, so only the rows on the page are read past it.
-        """
-        if "langgraph_checkpoints" not in self._tables:
-            return []
-        found = self._dicts(
-            f"{self._checkpoint_select()} FROM (SELECT checkpoint_ns AS ns, checkpoint_id AS id "
-            "FROM langgraph_checkpoints WHERE thread_id = ? "
-            "ORDER BY checkpoint_id DESC, checkpoint_ns LIMIT ?) AS page "
-            "JOIN langgraph_checkpoints AS c ON c.thread_id = ? AND c.checkpoint_ns = page.ns "
-            "AND c.checkpoint_id = page.id ORDER BY c.checkpoint_id DESC, c.checkpoint_ns",
-            (thread_id, _limit(limit), thread_id),
-            decode=False,
-        )
-        for row in found:
-            row["metadata"] = decode_json(row["metadata"])
-        return cast(list[ThreadCheckpointRow], found)
-
-    def thread_heads(
-        self, thread_id: str, limit: int = 50, *, preview_bytes: int = PREVIEW_BYTES
-    ) -> list[ThreadHeadRow]:
-        """The newest checkpoint of each of the thread's namespaces, with a preview of its
-        value when it is ``json``: the root graph's first, then the most recently
-        checkpointed, at most ``limit``."""
-        if "langgraph_checkpoints" not in self._tables:
-            return []
-        cap = _limit(preview_bytes)
-        found = self._dicts(
-            f"{self._checkpoint_select(', ' + _head('c.checkpoint') + ' AS head')} "
-            "FROM (SELECT checkpoint_ns AS ns, max(checkpoint_id) AS id "
-            "FROM langgraph_checkpoints WHERE thread_id = ? GROUP BY checkpoint_ns "
-            "ORDER BY ns != '', id DESC, ns LIMIT ?) AS latest JOIN langgraph_checkpoints AS c "
-            "ON c.thread_id = ? AND c.checkpoint_ns = latest.ns AND c.checkpoint_id = latest.id "
-            "ORDER BY c.checkpoint_ns != '', c.checkpoint_id DESC, c.checkpoint_ns",
-            (cap, thread_id, _limit(limit), thread_id),
-            decode=False,
-        )
-        for row in found:
-            row["metadata"] = decode_json(row["metadata"])
-            _preview(row, cap)
-        return cast(list[ThreadHeadRow], found)
-
-    def thread_writes(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        limit: int = 500,
-        *,
-        preview_bytes: int = PREVIEW_BYTES,
-    ) -> list[ThreadWriteRow]:
-        """The pending writes of one checkpoint's tasks in LangGraph's replay order (task
-        path, task id, idx), each ``json`` value previewed from its first bytes."""
-        if "langgraph_writes" not in self._tables:
-            return []
-        cap = _limit(preview_bytes)
-        found = self._dicts(
-            f"SELECT task_id, idx, channel, type, {_size('value')} AS size, task_path, "
-            f"created_at, {_head('value')} AS head FROM langgraph_writes "
-            "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
-            "ORDER BY task_path, task_id, idx LIMIT ?",
-            (cap, thread_id, checkpoint_ns, checkpoint_id, _limit(limit)),
-            decode=False,
-        )
-        for row in found:
-            _preview(row, cap)
-        return cast(list[ThreadWriteRow], found)
-
-
-def _limit(limit: int) -> int:
-    """A row limit the driver can bind (at least 0, at most 2**63-1)."""
-    return min(max(int(limit), 0), MAX_SEQUENCE)
