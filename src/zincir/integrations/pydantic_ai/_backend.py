@@ -39,6 +39,7 @@ from ...durable import LocalRuntime
 from ...store import OperationKey
 from ._identity import canonical, classify, handler_id, project, step_id
 from ._run import CURRENT_RUN, RunScope
+from ._stream import CURRENT_UNIT
 
 if TYPE_CHECKING:
     from ._capability import ZincirDurability
@@ -180,6 +181,13 @@ class ZincirBackend(JournalCallableOperationBackend[str]):
 
     async def run_unit(self, scope: RunScope, invocation: Invocation, unit: UnitBody) -> Record:
         """The record of ``invocation``: stored, or made by running ``unit`` once."""
+        token = CURRENT_UNIT.set((invocation.step_id, invocation.sequence))
+        try:
+            return await self._run_unit(scope, invocation, unit)
+        finally:
+            CURRENT_UNIT.reset(token)
+
+    async def _run_unit(self, scope: RunScope, invocation: Invocation, unit: UnitBody) -> Record:
         runtime = self._durability.runtime
         if scope.ctx is None:
             row = await self._durability.store.get_operation(

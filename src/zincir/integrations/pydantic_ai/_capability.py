@@ -31,12 +31,14 @@ from pydantic_core import to_jsonable_python
 from ..._errors import InvalidInput, OperationFailed
 from ..._validate import check_lease_ttl
 from ...durable import DurableRuntime, HandlerRegistry, LocalRuntime, RetryPolicy
+from ...restart import RestartStore
 from ...runs import AgentContext
 from ...runs._context import DEFAULT_LEASE_TTL
 from ...store import Store, as_store, open_store
 from ._approvals import apply_decisions
 from ._backend import ZincirBackend
 from ._run import CURRENT_RUN, open_run
+from ._stream import checkpointed
 from ._waiter import ZincirWaiter
 
 __all__ = ["DEFAULT_UNIT_RETRY", "ZincirDurability"]
@@ -94,6 +96,9 @@ class ZincirDurability(BaseDurabilityCapability[AgentDepsT]):
     ``runtime`` is any DurableRuntime (a LocalRuntime by default, on ``store``); ``retry``
     governs retryable failures that outlast the runtime's own attempts (each retry a durable
     ``retry.delay``, then the unit under its next sequence); ``lease_ttl`` is the run's lease.
+    With ``restart_store`` (a FileRestartStore or SQLRestartStore) the ``event_stream_handler``
+    is fed through a CheckpointedStreamSink per unit (segment ``<stream_segment>.<step>.<seq>``),
+    so a restarted worker does not deliver again the events its predecessor committed.
     """
 
     engine_spec: ClassVar[DurabilityEngineSpec] = DurabilityEngineSpec(
@@ -122,7 +127,13 @@ class ZincirDurability(BaseDurabilityCapability[AgentDepsT]):
         event_stream_handler: EventStreamHandler[AgentDepsT] | None = None,
         retry: RetryPolicy = DEFAULT_UNIT_RETRY,
         lease_ttl: timedelta | float = DEFAULT_LEASE_TTL,
+        restart_store: RestartStore | None = None,
+        stream_segment: str = "events",
     ) -> None:
+        if restart_store is not None:
+            if event_stream_handler is None:
+                raise InvalidInput("restart_store= checkpoints the event_stream_handler; pass one")
+            event_stream_handler = checkpointed(event_stream_handler, restart_store, stream_segment)
         super().__init__(models=models, event_stream_handler=event_stream_handler, name=name)
         if not isinstance(retry, RetryPolicy):
             raise InvalidInput(f"retry must be a RetryPolicy, not {type(retry).__name__}")
