@@ -18,13 +18,13 @@ from typing import Any, Final, TypeVar
 import mcp_types
 from mcp.client import advertise
 
-from .._errors import InvalidDocument, InvalidInput, OperationFailed, Suspend
-from .._json import loads_strict
+from .._errors import InvalidDocument, InvalidInput, OperationFailed
 from .._validate import check_count, check_id, check_positive_duration
 from .._version import __version__
-from ..agent import DurableBinding, DurableOperationFailed, EventSink, deliver_event
+from ..agent import DurableBinding, EventSink, deliver_event
+from ..agent._durable import success
 from ..agent._preflight import check_handlers
-from ..contract import Failure, Invocation, OperationKind, Record, Success
+from ..contract import Invocation, OperationKind
 from ..contract.payloads import ClientIdentity, EventDelivery, McpRequest
 from ._connect import Connect
 from ._identity import MAX_EVENTS, DurableRequest, DurableRequestSequence, event_identity
@@ -207,7 +207,7 @@ class DurableMCPClient:
         )
         invocation.validate()
         record = await binding.runtime.execute(invocation)
-        output = _output(record)
+        output = success(record)
         try:
             return McpReply.from_json(output)
         except InvalidDocument as error:
@@ -487,15 +487,3 @@ def _capabilities(capabilities: Mapping[str, Any] | None, run_id: str | None) ->
         except (TypeError, ValueError) as error:
             raise InvalidInput(f"extension {identifier!r}: {error}", run_id=run_id) from None
     return chosen
-
-
-def _output(record: Record) -> str:
-    """A success's output document; a failure or suspension raised."""
-    outcome = record.outcome
-    if isinstance(outcome, Success):
-        return outcome.output_json
-    if isinstance(outcome, Failure):
-        raise DurableOperationFailed(record)
-    raise Suspend(
-        str(outcome.reason), loads_strict(outcome.state_json), state_version=outcome.state_version
-    )
