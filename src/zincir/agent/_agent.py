@@ -274,8 +274,12 @@ class Agent:
             logged = Logged.from_events(await store.list_events(binding.run_id))
             _check_conflicts(logged, proposals or {}, binding.run_id)
             decisions = {cid: Proposal(doc) for cid, doc in logged.proposals.items()}
-            recorded = recorded_decisions(
-                await store.list_approvals(binding.run_id, pending=False), store.now()
+            recorded = (
+                recorded_decisions(
+                    await store.list_approvals(binding.run_id, pending=False), store.now()
+                )
+                if row is not None  # a run created just now has no approvals yet
+                else {}
             )
             for call_id, proposal in recorded.items():
                 chosen = (proposals or {}).get(call_id)

@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from .._errors import InvalidDocument, InvalidInput
-from .._json import loads_strict
 from .._validate import check_id
 from ..contract.payloads import ApprovalDecision
 from ..restart._protocol import RestartStore
@@ -45,7 +44,7 @@ def recorded_decisions(rows: Iterable[ApprovalRow], now: datetime) -> dict[str, 
     decided: dict[str, Proposal] = {}
     for row in rows:
         if row.decision_json is not None:
-            document = ApprovalDecision.from_dict(loads_strict(row.decision_json))
+            document = ApprovalDecision.from_json(row.decision_json)
         elif row.expires_at is not None and row.expires_at <= now:
             document = ApprovalDecision(
                 decision="deny",

@@ -11,6 +11,7 @@ errors, damaged pages as :class:`~zincir.DatabaseCorrupt`.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -580,17 +581,18 @@ class SnapshotReader(ThreadReads):
         in the order asked; keys with no operation are left out. Inputs are not read."""
         if "operations" not in self._tables:
             return []
-        found: list[OperationOutcomeRow] = []
-        for step_id, sequence in dict.fromkeys(keys):
-            found += cast(
-                list[OperationOutcomeRow],
-                self._dicts(
-                    f"SELECT {_OUTCOME_COLUMNS} FROM operations WHERE run_id = ? "
-                    "AND step_id = ? AND sequence = ?",
-                    (run_id, step_id, min(max(int(sequence), 0), MAX_SEQUENCE)),
-                ),
-            )
-        return found
+        wanted = list(dict.fromkeys((str(step), row_limit(seq)) for step, seq in keys))
+        found: dict[tuple[str, int], OperationOutcomeRow] = {}
+        for start in range(0, len(wanted), _MAX_KEYS):  # one query per batch of keys
+            batch = wanted[start : start + _MAX_KEYS]
+            for row in self._dicts(
+                f"SELECT {_OUTCOME_COLUMNS} FROM operations WHERE run_id = ? "
+                "AND (step_id, sequence) IN "
+                "(SELECT value ->> 0, value ->> 1 FROM json_each(?))",
+                (run_id, json.dumps(batch)),
+            ):
+                found[(str(row["step_id"]), int(row["sequence"]))] = cast(OperationOutcomeRow, row)
+        return [found[key] for key in wanted if key in found]
 
     def first_model_request(self, run_id: str, step_id: str | None = None) -> OperationRow | None:
         """The run's first model request (``model_request`` or ``model_stream`` #0), input
