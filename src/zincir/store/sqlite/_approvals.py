@@ -39,6 +39,7 @@ from .._restart_records import (
 from ._base import SQLiteBase
 from ._log import append
 from ._messages import _insert as insert_message
+from ._messages import take_messages
 
 __all__ = ["ApprovalOps"]
 
@@ -291,12 +292,8 @@ class ApprovalOps(SQLiteBase):
                 "WHERE run_id = ? AND call_id = ? AND decision IS NULL",
                 (decision, stamp, lease.run_id, call_id),
             )
-            conn.execute(
-                "UPDATE messages SET received_by = ?, received_at = ? WHERE to_run_id = ? "
-                "AND topic = ? AND received_at IS NULL "
-                "AND json_extract(payload, '$.call_id') = ?",
-                (f"{APPROVAL_TOPIC}:{call_id}", stamp, lease.run_id, APPROVAL_TOPIC, call_id),
-            )
+            taker = f"{APPROVAL_TOPIC}:{call_id}"
+            take_messages(conn, now, lease.run_id, APPROVAL_TOPIC, taker, call_id=call_id)
 
         await self._write(write)
 

@@ -56,6 +56,19 @@ def _insert(
     return int(row[0])
 
 
+def take_messages(
+    conn: apsw.Connection, now: datetime, to_run_id: str, topic: str, taker: str, **about: str
+) -> None:
+    """Mark the unreceived messages of ``topic`` to a run as received by ``taker``; with
+    ``about``, only those whose payload has these top-level fields (``call_id="c1"``)."""
+    where = "".join(f" AND json_extract(payload, '$.{field}') = ?" for field in about)
+    conn.execute(
+        "UPDATE messages SET received_by = ?, received_at = ? WHERE to_run_id = ? "
+        f"AND topic = ? AND received_at IS NULL{where}",
+        (taker, to_db(now), to_run_id, topic, *about.values()),
+    )
+
+
 def _same_message(found: tuple[Any, ...], to_run_id: str, topic: str, key: str) -> int:
     mid, to, stored_topic = found
     if (to, stored_topic) != (to_run_id, topic):
