@@ -10,6 +10,7 @@
     │   └── PayloadTooLarge
     ├── StoreError                   the database could not do what was asked
     │   ├── StoreUnavailable         transient: locked past the busy timeout, I/O, disk full
+    │   │   └── ConnectionLost       the database server's connection broke (PostgreSQL)
     │   ├── DatabaseCorrupt          damaged pages: restore from a backup
     │   ├── DatabaseReadOnly         the file or its folder cannot be written
     │   ├── SchemaTooNew
@@ -66,6 +67,7 @@ __all__ = [
     "ApprovalRequired",
     "CallDeferred",
     "CheckpointError",
+    "ConnectionLost",
     "DatabaseCorrupt",
     "DatabaseReadOnly",
     "DigestMismatch",
@@ -165,6 +167,12 @@ class StoreError(ZincirError):
 class StoreUnavailable(StoreError):
     """A transient failure (a lock held past the busy timeout, an I/O error, a full disk);
     nothing of the failed write was stored and it may be tried again."""
+
+
+class ConnectionLost(StoreUnavailable):
+    """The connection to the database server broke or the server went away. A write whose
+    COMMIT was in flight may or may not be stored: zincir's writes are fenced and keyed, so
+    re-reading (or repeating the step through the same API) is safe."""
 
 
 class DatabaseCorrupt(StoreError):

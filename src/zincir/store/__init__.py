@@ -1,14 +1,14 @@
 """The store layer: the ``Store`` protocol, its typed records and ``open_store``.
 
 ``open_store`` picks the backend from the path or URL; every SQL statement zincir runs
-lives in a backend folder below this package (``sqlite/``).
+lives in a backend folder below this package (``sqlite/``, ``postgres/``).
 """
 
 from __future__ import annotations
 
 import os
 from datetime import timedelta
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .._errors import InvalidInput
 from .._time import Clock
@@ -54,6 +54,9 @@ from ._workflow_records import (
 )
 from .sqlite import SQLiteStore, migrations, sqlite_path_from_url
 
+if TYPE_CHECKING:
+    from .postgres import PostgresStore
+
 __all__ = [
     "LIVE_STATUSES",
     "RUN_COLUMNS",
@@ -94,6 +97,7 @@ __all__ = [
     "grouped_writes",
     "migrations",
     "new_owner_id",
+    "open_postgres",
     "open_store",
     "sqlite_path_from_url",
     "writes_grouped",
@@ -111,11 +115,13 @@ def open_store(
     synchronous: Literal["full", "normal"] = "full",
     busy_timeout: timedelta | float = timedelta(seconds=30),
     clock: Clock | None = None,
-) -> SQLiteStore:
-    """Open and migrate a store at a path or ``sqlite:///path`` (default $ZINCIR_DATABASE_PATH).
+) -> SQLiteStore | PostgresStore:
+    """Open and migrate a store: a SQLite path or ``sqlite:///path`` (default
+    $ZINCIR_DATABASE_PATH), or a ``postgresql://`` URL (extra ``postgres``; its schema is
+    ``zincir`` unless the URL adds ``?schema=NAME``).
 
-    A file that is not SQLite or holds another application's tables is refused untouched
-    (NotAZincirDatabase); a read-only one raises DatabaseReadOnly.
+    A file or schema holding another application's tables is refused untouched
+    (NotAZincirDatabase); a read-only SQLite file raises DatabaseReadOnly.
     """
     if url_or_path is not None and not isinstance(url_or_path, str | os.PathLike):
         raise InvalidInput(f"open_store takes a path or URL, not {type(url_or_path).__name__}")
@@ -123,12 +129,21 @@ def open_store(
     if isinstance(target, bytes):
         raise InvalidInput("open_store takes a text path, not bytes")
     if target.startswith(("postgresql://", "postgres://")):
-        raise InvalidInput(
-            "the PostgreSQL store is not available in this version; use a SQLite path"
-        )
+        return open_postgres(target, clock=clock)
     return SQLiteStore(
         sqlite_path_from_url(target),
         synchronous=synchronous,
         busy_timeout=busy_timeout,
         clock=clock,
     )
+
+
+def open_postgres(url: str, *, clock: Clock | None = None, pool_size: int = 8) -> PostgresStore:
+    """Open and migrate the PostgreSQL store at ``url`` (needs the ``postgres`` extra)."""
+    try:
+        from .postgres import PostgresStore
+    except ImportError as error:
+        raise InvalidInput(
+            f"the PostgreSQL store needs psycopg 3 ({error}); install zincir[postgres]"
+        ) from None
+    return PostgresStore(url, clock=clock, pool_size=pool_size)

@@ -1,0 +1,341 @@
+"""The PostgreSQL backend's foundation: the schema, migrations, pools and transactions.
+
+A store lives in one schema of a database (``zincir`` unless the URL names another with
+``?schema=NAME``, or its ``options`` set a ``search_path``); opening creates the schema and
+applies the missing migrations under an advisory lock, so several processes may open it at
+once. A schema holding another application's tables is refused untouched.
+
+Time is the database's: statements judge leases, claims and timers with ``zincir_now()``,
+the server's transaction time, never a worker's clock. A store opened with ``clock=`` (tests)
+pins ``zincir_now()`` to that clock in each of its transactions instead.
+
+The transaction contract: a transaction function receives a psycopg connection inside an
+open transaction, runs on a worker thread, must touch only that connection, and may run
+more than once (the transaction is run again after a deadlock or serialization failure).
+Driver errors become zincir errors at :meth:`PostgresBase._write` / :meth:`_read`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+import psycopg_pool
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from ..._errors import InvalidInput, NotAZincirDatabase, SchemaTooNew, StoreError
+from ..._time import Clock
+from .._records import Lease
+from ._errors import DRIVER_ERRORS, RETRYABLE, translate, translating
+
+__all__ = ["Conn", "PostgresBase", "migrations", "one", "split_schema"]
+
+T = TypeVar("T")
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+DEFAULT_SCHEMA = "zincir"
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_RETRIES = 8  # a transaction aborted by a deadlock or serialization failure runs again
+_MIGRATIONS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+    "version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)"
+)
+
+
+def one(conn: Conn, query: str, params: tuple[object, ...] | dict[str, object] = ()) -> Any:
+    """The one row a statement must return (an aggregate, an ``UPDATE … RETURNING``)."""
+    row = conn.execute(query, params).fetchone()
+    if row is None:
+        raise StoreError(f"expected a row from: {query.split(' WHERE ')[0]}")
+    return row
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """The packaged PostgreSQL migrations as (version, name, sql), in order."""
+    return list(_packaged_migrations())
+
+
+@functools.cache
+def _packaged_migrations() -> tuple[tuple[int, str, str], ...]:
+    found = []
+    folder = resources.files("zincir.store.postgres").joinpath("migrations")
+    for entry in folder.iterdir():
+        if entry.name.endswith(".sql"):
+            number, _, rest = entry.name.partition("_")
+            found.append((int(number), rest.removesuffix(".sql"), entry.read_text("utf-8")))
+    return tuple(sorted(found))
+
+
+def split_schema(url: str) -> tuple[str, str, str]:
+    """(connection URL without zincir's ``schema`` parameter, the schema, a printable name
+    without the password). InvalidInput for a malformed URL or schema name."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    named = [value for key, value in query if key == "schema"]
+    rest = [(key, value) for key, value in query if key != "schema"]
+    conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as error:
+        raise InvalidInput(f"not a PostgreSQL URL ({error})") from None
+    if named:
+        schema = named[-1]
+    else:
+        found = re.search(r"search_path\s*=\s*([^\s,]+)", str(params.get("options") or ""))
+        schema = found.group(1).strip("\"'") if found else DEFAULT_SCHEMA
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise InvalidInput(
+            f"schema {schema!r} is not a plain PostgreSQL identifier (letters, digits, _)"
+        )
+    host = params.get("host") or "localhost"
+    port = f":{params['port']}" if params.get("port") else ""
+    user = f"{params['user']}@" if params.get("user") else ""
+    where = f"postgresql://{user}{host}{port}/{params.get('dbname', '')}?schema={schema}"
+    return conninfo, schema, where
+
+
+class PostgresBase:
+    """An opened, migrated PostgreSQL schema: a pool of write connections, one of read-only
+    connections, and the worker threads that use them."""
+
+    backend = "postgres"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Clock | None = None,
+        pool_size: int = 8,
+        connect_timeout: timedelta | float = timedelta(seconds=30),
+    ) -> None:
+        if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
+            raise InvalidInput(f"a PostgreSQL store needs a postgresql:// URL, not {url!r}")
+        if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1:
+            raise InvalidInput(f"pool_size must be a positive int, not {pool_size!r}")
+        if clock is not None and not callable(clock):
+            raise InvalidInput(
+                f"clock must be a callable returning an aware datetime, not {clock!r}"
+            )
+        seconds = (
+            connect_timeout.total_seconds()
+            if isinstance(connect_timeout, timedelta)
+            else float(connect_timeout)
+        )
+        self._conninfo, self.schema, self.path = split_schema(url)
+        self._pinned: Clock | None = clock
+        self._offset = timedelta(0)
+        self.clock: Clock = clock or self._server_clock
+        self._leases: dict[str, Lease] = {}
+        self._closed = False
+        self._lock = threading.Lock()
+        options = f"-c search_path={self.schema} -c TimeZone=UTC"
+        self._connect_kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "options": options,
+            "connect_timeout": max(1, int(seconds)),
+            "application_name": "zincir",
+        }
+        self._migrate()
+        self._writers = self._pool("zincir-writers", pool_size, seconds, read_only=False)
+        self._readers = self._pool("zincir-readers", pool_size, seconds, read_only=True)
+        self._executor = ThreadPoolExecutor(
+            max_workers=2 * pool_size, thread_name_prefix="zincir-postgres"
+        )
+
+    # -- opening ------------------------------------------------------------------------
+
+    def _connect(self) -> Conn:
+        with translating(self.path):
+            conn: Conn = psycopg.connect(self._conninfo, **self._connect_kwargs)
+        return conn
+
+    def _pool(
+        self, name: str, size: int, timeout: float, *, read_only: bool
+    ) -> psycopg_pool.ConnectionPool[Conn]:
+        def configure(conn: Conn) -> None:
+            if read_only:
+                conn.read_only = True
+                conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+
+        def reset(conn: Conn) -> None:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.rollback()
+
+        pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
+            self._conninfo,
+            kwargs=self._connect_kwargs,
+            min_size=1,
+            max_size=size,
+            timeout=timeout,
+            name=name,
+            configure=configure,
+            reset=reset,
+            open=False,
+        )
+        with translating(self.path):
+            pool.open(wait=True, timeout=timeout)
+        return pool
+
+    def _migrate(self) -> None:
+        """Create the schema if needed and apply each missing migration, under an advisory
+        lock on the schema so that processes opening it together apply each once."""
+        known = migrations()
+        latest = known[-1][0]
+        with self._connect() as conn, translating(self.path):
+            before = time.time()
+            (server_now,) = conn.execute("SELECT clock_timestamp()").fetchone() or (None,)
+            after = time.time()
+            if isinstance(server_now, datetime):
+                local = datetime.fromtimestamp((before + after) / 2, UTC)
+                self._offset = server_now - local
+            with conn.transaction():
+                conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext('zincir.migrate.' || %s))",
+                    (self.schema,),
+                )
+                conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
+                )
+                applied = self._check_schema(conn, latest)
+                conn.execute(_MIGRATIONS_TABLE)
+                for version, name, text in known:
+                    if version in applied:
+                        continue
+                    conn.execute(text.encode("utf-8"))
+                    conn.execute(
+                        "INSERT INTO schema_migrations (version, name, applied_at) "
+                        "VALUES (%s, %s, clock_timestamp())",
+                        (version, name),
+                    )
+
+    def _check_schema(self, conn: Conn, latest: int) -> set[int]:
+        """The applied migrations of the schema; NotAZincirDatabase for another
+        application's tables, SchemaTooNew for a newer zincir's schema."""
+        tables = {
+            str(name)
+            for (name,) in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                (self.schema,),
+            )
+        }
+        if not tables:
+            return set()
+        if "schema_migrations" not in tables or "agent_runs" not in tables and len(tables) > 1:
+            raise NotAZincirDatabase(
+                f"schema {self.schema!r} of {self.path} holds another application's tables "
+                f"({', '.join(sorted(tables)[:5])}); give zincir its own schema (?schema=NAME)"
+            )
+        applied = {
+            int(version): str(name)
+            for version, name in conn.execute("SELECT version, name FROM schema_migrations")
+        }
+        newest = max(applied, default=0)
+        if newest > latest:
+            raise SchemaTooNew(
+                f"{self.path} has schema version {newest}, newer than this zincir's "
+                f"{latest}; upgrade zincir"
+            )
+        return set(applied)
+
+    # -- time -----------------------------------------------------------------------------
+
+    def _server_clock(self) -> datetime:
+        """This machine's clock corrected by the server's offset measured when opening."""
+        return datetime.now(UTC) + self._offset
+
+    def now(self) -> datetime:
+        """The store's clock (an aware UTC datetime): the server's, or the pinned one."""
+        return self.clock()
+
+    # -- transactions -------------------------------------------------------------------
+
+    async def _write(self, fn: Callable[[Conn], T], *, durable: bool = True) -> T:
+        """Run ``fn(connection)`` in one write transaction on a worker thread.
+
+        ``durable=False`` (marks such as step claims) commits with ``synchronous_commit``
+        off: the write survives a crash of this process but maybe not of the server.
+        """
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._write_now, fn, durable)
+
+    def _write_now(self, fn: Callable[[Conn], T], durable: bool = True) -> T:
+        """Blocking :meth:`_write`, for code without an event loop."""
+        attempt = 0
+        while True:
+            try:
+                with self._writers.connection() as conn, conn.transaction():
+                    self._start(conn, durable=durable)
+                    return fn(conn)
+            except RETRYABLE as error:
+                attempt += 1
+                if attempt >= _RETRIES:
+                    raise translate(error, self.path) from None
+                time.sleep(0.001 * attempt)
+            except DRIVER_ERRORS as error:
+                raise translate(error, self.path) from None
+
+    async def _read(self, fn: Callable[[Conn], T], *, offload: bool = True) -> T:
+        """Run ``fn(connection)`` in one read-only, repeatable-read snapshot on a worker
+        thread (``offload`` is accepted for the SQLite backend's signature)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._read_now, fn)
+
+    def _read_now(self, fn: Callable[[Conn], T]) -> T:
+        """Blocking :meth:`_read`."""
+        try:
+            with self._readers.connection() as conn, conn.transaction():
+                self._start(conn, durable=True)
+                return fn(conn)
+        except DRIVER_ERRORS as error:
+            raise translate(error, self.path) from None
+
+    def _start(self, conn: Conn, *, durable: bool) -> None:
+        """Settings of the transaction just begun: a pinned clock, an unsynced commit."""
+        if self._closed:
+            raise StoreError(f"the store at {self.path} is closed")
+        if self._pinned is not None:
+            conn.execute("SELECT set_config('zincir.now', %s, true)", (self._pinned().isoformat(),))
+        if not durable:
+            conn.execute("SELECT set_config('synchronous_commit', 'off', true)")
+
+    # -- leases held by this process ------------------------------------------------------
+
+    def hold_lease(self, lease: Lease) -> None:
+        """A context of this process holds ``lease`` (its heartbeat started)."""
+        self._leases[lease.run_id] = lease
+
+    def drop_lease(self, lease: Lease) -> None:
+        """The context holding ``lease`` stopped."""
+        if self._leases.get(lease.run_id) is lease:
+            del self._leases[lease.run_id]
+
+    def lease_for(self, run_id: str) -> Lease | None:
+        """The lease a context of this process holds on ``run_id``, if any."""
+        return self._leases.get(run_id)
+
+    # -- closing ------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Finish the writes in flight and close every connection."""
+        await asyncio.get_running_loop().run_in_executor(None, self.close_sync)
+
+    def close_sync(self) -> None:
+        """Blocking :meth:`close` for code without an event loop."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._executor.shutdown(wait=True)
+        self._writers.close()
+        self._readers.close()

@@ -1,0 +1,184 @@
+"""The one writer of the event log and the one place a run's fence is checked (PostgreSQL).
+
+Every event of every run is appended by :func:`append` (or :func:`append_checked` for runs
+whose row the same transaction has just fenced) inside the caller's write transaction: the
+fenced ``UPDATE`` of the run's row checks the lease's owner and token, extends the lease by
+the database clock, takes the row lock that orders the run's writers until COMMIT, and
+allocates the next gapless sequence numbers. A fenced owner's transaction raises before
+anything is stored. :func:`insert_run` is the one way a run's row is created.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from ..._errors import FencedOut, RunExists, RunNotFound, RunTerminal
+from ..._json import encode_checked
+from ..._time import to_db
+from .._records import RUN_COLUMNS, TERMINAL_STATUSES, Lease, NewEvent, RunRecord
+from ._base import Conn
+
+__all__ = [
+    "RUN_SELECT",
+    "append",
+    "append_checked",
+    "check_fence",
+    "diagnose",
+    "insert_run",
+    "run_exists_error",
+    "run_record",
+    "text_time",
+    "transition",
+]
+
+RUN_SELECT = f"SELECT {', '.join(RUN_COLUMNS)} FROM agent_runs"
+"""The columns of a :class:`RunRecord`, in order (convert a row with :func:`run_record`)."""
+
+_INSERT = (
+    "INSERT INTO events (run_id, seq, type, payload, created_at, tool_call_id) "
+    "VALUES (%s, %s, %s, %s, zincir_now(), %s)"
+)
+_TIMES = frozenset(
+    ("lease_expires_at", "next_attempt_at", "wait_until", "created_at", "updated_at")
+)
+
+
+def text_time(value: datetime | None) -> str | None:
+    """A timestamptz as the fixed-width UTC text every store's records carry."""
+    return None if value is None else to_db(value)
+
+
+def run_record(row: Sequence[object]) -> RunRecord:
+    """An ``agent_runs`` row (selected by :data:`RUN_SELECT`) as a RunRecord."""
+    record = {
+        column: text_time(value) if column in _TIMES else value  # type: ignore[arg-type]
+        for column, value in zip(RUN_COLUMNS, row, strict=True)
+    }
+    return record  # type: ignore[return-value]
+
+
+def transition(old: str, new: str, **details: object) -> NewEvent:
+    """The ``state_transition`` event that accompanies a status change."""
+    return NewEvent("state_transition", encode_checked({"from": old, "to": new, **details}))
+
+
+def diagnose(conn: Conn, run_id: str, token: int) -> Exception:
+    """Why a fenced write matched no row: missing run, terminal run, or a newer owner."""
+    row = conn.execute(
+        "SELECT status, lease_token FROM agent_runs WHERE id = %s", (run_id,)
+    ).fetchone()
+    if row is None:
+        return RunNotFound(f"no run {run_id!r} in this store", run_id=run_id)
+    status, current = row
+    if status in TERMINAL_STATUSES:
+        return RunTerminal(f"the run is {status}; nothing more can be written", run_id=run_id)
+    if current != token:
+        return FencedOut(
+            f"lease token {token} was superseded by {current} (another owner recovered the "
+            "run); stop this context, the write was rejected",
+            run_id=run_id,
+        )
+    return FencedOut(
+        "this context no longer holds the lease (released or lost); recover the run to write",
+        run_id=run_id,
+    )
+
+
+def check_fence(conn: Conn, lease: Lease) -> None:
+    """Raise unless ``lease`` still owns its live run, holding the run's row lock until
+    COMMIT (so no new owner can take it meanwhile); for writes that leave the row alone."""
+    held = conn.execute(
+        "SELECT 1 FROM agent_runs WHERE id = %s AND lease_owner = %s AND lease_token = %s "
+        "AND status IN ('pending', 'running') FOR SHARE",
+        (lease.run_id, lease.owner, lease.token),
+    ).fetchone()
+    if held is None:
+        raise diagnose(conn, lease.run_id, lease.token)
+
+
+def append(conn: Conn, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
+    """Check the fence, extend the lease and append ``events``; return the run's last seq.
+
+    With no events it is the fence check of a write that extends the lease.
+    """
+    row = conn.execute(
+        "UPDATE agent_runs SET last_seq = last_seq + %s, "
+        "lease_expires_at = zincir_now() + %s::interval, updated_at = zincir_now() "
+        "WHERE id = %s AND lease_owner = %s AND lease_token = %s "
+        "AND status IN ('pending', 'running') RETURNING last_seq",
+        (len(events), lease.ttl, lease.run_id, lease.owner, lease.token),
+    ).fetchone()
+    if row is None:
+        raise diagnose(conn, lease.run_id, lease.token)
+    last_seq: int = row[0]
+    if events:
+        append_checked(conn, [(lease.run_id, last_seq - len(events), events)])
+    return last_seq
+
+
+def append_checked(conn: Conn, items: Sequence[tuple[str, int, Sequence[NewEvent]]]) -> None:
+    """Append events to runs whose fence this transaction already took or checked.
+
+    Each item is (run id, the run's last seq before, events): the caller's conditional
+    UPDATE of the run's row was the fence and already moved ``last_seq`` by ``len(events)``.
+    """
+    rows = [
+        (run_id, before + i + 1, kind, payload, call_id)
+        for run_id, before, events in items
+        for i, (kind, payload, call_id) in enumerate(events)
+    ]
+    if len(rows) == 1:
+        conn.execute(_INSERT, rows[0])
+    elif rows:
+        with conn.cursor() as cursor:
+            cursor.executemany(_INSERT, rows)
+
+
+def insert_run(
+    conn: Conn,
+    run_id: str,
+    *,
+    name: str,
+    provider: str = "",
+    config_json: str = "{}",
+    parent_id: str | None = None,
+    spawn_name: str | None = None,
+    lease: Lease | None = None,
+) -> bool:
+    """Create run ``run_id``: ``running`` under ``lease`` (with its first state_transition),
+    or ``pending`` and unowned without one. False if the id is taken; RunNotFound for a
+    missing parent."""
+    if (
+        parent_id is not None
+        and conn.execute("SELECT 1 FROM agent_runs WHERE id = %s", (parent_id,)).fetchone() is None
+    ):
+        raise RunNotFound(f"the parent run {parent_id!r} does not exist", run_id=run_id)
+    created = conn.execute(
+        "INSERT INTO agent_runs (id, parent_id, spawn_name, name, status, provider, config, "
+        "lease_owner, lease_token, lease_expires_at, created_at, updated_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, zincir_now() + %s::interval, zincir_now(), "
+        "zincir_now()) ON CONFLICT (id) DO NOTHING RETURNING 1",
+        (
+            run_id,
+            parent_id,
+            spawn_name,
+            name,
+            "running" if lease else "pending",
+            provider,
+            config_json,
+            lease.owner if lease else None,
+            lease.token if lease else 0,
+            lease.ttl if lease else None,
+        ),
+    ).fetchone()
+    if created is None:
+        return False
+    if lease is not None:
+        append(conn, lease, [transition("pending", "running")])
+    return True
+
+
+def run_exists_error(run_id: str, hint: str) -> RunExists:
+    """The RunExists raised when ``insert_run`` found the id taken."""
+    return RunExists(f"a run with this id already exists; {hint}", run_id=run_id)

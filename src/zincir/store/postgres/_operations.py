@@ -1,0 +1,11 @@
+"""PostgreSQL: operation records."""
+
+from __future__ import annotations
+
+from ._base import PostgresBase
+
+__all__ = ["OperationOps"]
+
+
+class OperationOps(PostgresBase):
+    """Operation records."""

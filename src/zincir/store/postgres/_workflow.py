@@ -1,0 +1,14 @@
+"""Workflow operations: steps, timers and waits, messages and child runs, one mixin each."""
+
+from __future__ import annotations
+
+from ._children import ChildOps
+from ._messages import MessageOps
+from ._steps import StepOps
+from ._timers import TimerOps
+
+__all__ = ["WorkflowOps"]
+
+
+class WorkflowOps(StepOps, TimerOps, MessageOps, ChildOps):
+    """Durable steps, sleep, messages and child runs of workflow contexts."""
