@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import secrets
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 import zincir
+from tests.postgres_server import PostgresError, PostgresServer, schema_name
 from zincir import SQLiteStore
 from zincir.testing import FakeClock
 
@@ -44,3 +46,31 @@ async def fake_store(db_path: Path, clock: FakeClock) -> AsyncIterator[SQLiteSto
     opened = zincir.open_store(db_path, clock=clock)
     yield opened
     await opened.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server (or $ZINCIR_TEST_POSTGRES_URL's), started when a test first
+    asks and stopped at the session's end. Without the binaries the tests fail, never skip."""
+    server = PostgresServer()
+    try:
+        server.start()
+    except PostgresError as error:
+        failure = str(error)  # failed outside the except block: one message, not two
+    else:
+        failure = ""
+    if failure:
+        pytest.fail(failure, pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A URL whose connections work in a fresh schema of their own, dropped after the test."""
+    schema = schema_name(request.node.name, secrets.token_hex(4))
+    url = postgres_server.new_schema_url(schema)
+    yield url
+    postgres_server.drop_schema(schema)
