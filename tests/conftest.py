@@ -1,7 +1,8 @@
-"""Shared fixtures: a fresh SQLite store in a temporary folder."""
+"""Shared fixtures: a fresh store (SQLite file, or PostgreSQL schema) per test."""
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -11,7 +12,7 @@ import pytest
 
 import zincir
 from tests.postgres_server import PostgresError, PostgresServer, schema_name
-from zincir import SQLiteStore
+from zincir.store import Store
 from zincir.testing import FakeClock
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,9 +29,37 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "zincir.db"
 
 
+BACKENDS = tuple(
+    name for name in os.environ.get("ZINCIR_TEST_BACKENDS", "sqlite").split(",") if name
+)
+"""The store backends the ``store`` and ``fake_store`` fixtures run each test on."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test on ``store`` or ``fake_store`` runs once per backend, unless it also reads the
+    SQLite file itself (``db_path``): then it is a test of the SQLite backend only."""
+    wanted = {"store", "fake_store"} & set(metafunc.fixturenames)
+    if wanted and "db_path" not in metafunc.fixturenames:
+        metafunc.parametrize("backend", BACKENDS, indirect=True)
+
+
 @pytest.fixture
-async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
-    opened = zincir.open_store(db_path)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend of this test's store: ``sqlite`` unless parametrised."""
+    return str(getattr(request, "param", "sqlite"))
+
+
+@pytest.fixture
+def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """Where this test's store lives: a SQLite file, or a fresh PostgreSQL schema."""
+    if backend == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(tmp_path / "zincir.db")
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[Store]:
+    opened = zincir.open_store(store_url)
     yield opened
     await opened.close()
 
@@ -41,9 +70,9 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-async def fake_store(db_path: Path, clock: FakeClock) -> AsyncIterator[SQLiteStore]:
+async def fake_store(store_url: str, clock: FakeClock) -> AsyncIterator[Store]:
     """A store whose clock only moves when the test (or a fake sleep) moves it."""
-    opened = zincir.open_store(db_path, clock=clock)
+    opened = zincir.open_store(store_url, clock=clock)
     yield opened
     await opened.close()
 
