@@ -139,12 +139,13 @@ class PostgresBase:
         self._leases: dict[str, Lease] = {}
         self._closed = False
         self._lock = threading.Lock()
+        params = conninfo_to_dict(self._conninfo)
         options = f"-c search_path={self.schema} -c TimeZone=UTC"
         self._connect_kwargs: dict[str, Any] = {
             "autocommit": True,
-            "options": options,
+            "options": f"{params.get('options') or ''} {options}".strip(),
             "connect_timeout": max(1, int(seconds)),
-            "application_name": "zincir",
+            "application_name": params.get("application_name") or "zincir",
         }
         self._migrate()
         self._writers = self._pool("zincir-writers", pool_size, seconds, read_only=False)
