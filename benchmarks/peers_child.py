@@ -1,17 +1,18 @@
 """One peer measured in its own virtualenv: N sequential durable steps, per-step cost in µs.
 
     .venv-peers/bin/python benchmarks/peers_child.py SYSTEM DB_PATH N
-    SYSTEM: dbos | langgraph | langgraph_graph | pydantic_ai_dbos
+    SYSTEM: dbos | dbos_pg | langgraph | langgraph_graph | pydantic_ai_dbos
 
 DBOS runs on a SQLite file switched to WAL before DBOS opens it (DBOS leaves the rollback
-journal otherwise); LangGraph uses SqliteSaver with ``durability="sync"``, so each step's
-checkpoint is persisted before the next step starts. ``langgraph_graph`` is the graph that
-benchmarks/run.py also runs on zincir's ``ZincirSaver`` (``step_graph``, ``graph_steps_us``
-are imported from here, so both sides run the same code): a ring of ``GRAPH_NODES`` small
-nodes, one per super-step, for N super-steps on SqliteSaver. ``pydantic_ai_dbos`` measures the
-durable agent turn (one model request + three tool calls, ``FunctionModel``, trivial tools)
-of pydantic-ai with its ``DBOSDurability`` capability (``pydantic-ai-slim[dbos]``): N runs of
-``TURNS`` turns each, the tools DBOS steps; ``us_per_step`` is then the cost of a turn.
+journal otherwise), or with ``dbos_pg`` on the PostgreSQL database whose URL is DB_PATH.
+LangGraph uses SqliteSaver with ``durability="sync"``, so each step's checkpoint is persisted
+before the next step starts. ``langgraph_graph`` is the graph that benchmarks/run.py also runs
+on zincir's ``ZincirSaver`` (``step_graph``, ``graph_steps_us`` are imported from here, so
+both sides run the same code): a ring of ``GRAPH_NODES`` small nodes, one per super-step, for
+N super-steps on SqliteSaver. ``pydantic_ai_dbos`` measures the durable agent turn (one model
+request + three tool calls, ``FunctionModel``, trivial tools) of pydantic-ai with its
+``DBOSDurability`` capability (``pydantic-ai-slim[dbos]``): N runs of ``TURNS`` turns each,
+the tools DBOS steps; ``us_per_step`` is then the cost of a turn.
 Prints one JSON line.
 """
 
@@ -41,15 +42,20 @@ class GraphState(TypedDict):
 
 
 def dbos_us(path: str, n: int) -> float:
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.close()
+    """DBOS steps on a SQLite file (``path``) or on PostgreSQL (``path`` a postgresql:// URL)."""
+    if path.startswith("postgresql://"):
+        database_url = "postgresql+psycopg://" + path.removeprefix("postgresql://")
+    else:
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.close()
+        database_url = "sqlite:///" + path
     from dbos import DBOS, SetWorkflowID
 
     DBOS(
         config={
             "name": "zincir-bench",
-            "system_database_url": "sqlite:///" + path,
+            "system_database_url": database_url,
             "log_level": "WARNING",
         }
     )
@@ -241,6 +247,7 @@ def main() -> None:
     system, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     measure = {
         "dbos": dbos_us,
+        "dbos_pg": dbos_us,
         "langgraph": langgraph_us,
         "langgraph_graph": langgraph_graph_us,
         "pydantic_ai_dbos": pydantic_ai_dbos_us,

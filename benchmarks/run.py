@@ -1,6 +1,7 @@
 """zincir's benchmark suite: every figure beside its baseline, measured in the same run.
 
     python benchmarks/run.py [--quick] [--json PATH] [--peers] [--agent-peer] [--temporal]
+                             [--no-postgres]
 
 The raw APSW loop (one INSERT + COMMIT per step into a WAL database) is the physical limit
 each durable step is compared with. Peers (DBOS, LangGraph) run in their own virtualenv
@@ -11,6 +12,10 @@ tools) is measured on ``LocalRuntime`` (FULL) and without ``durable=``; its over
 compared with ``raw_full_us``. With ``--peers`` or ``--agent-peer`` the same turn runs on
 pydantic-ai with its DBOS durability in the peers venv (skipped, with a note, when
 ``pydantic-ai-slim[dbos]`` is not installed there).
+
+PostgreSQL (benchmarks/postgres_bench.py, a throwaway server; ``--no-postgres`` skips it): a
+step with ``synchronous_commit`` on and off against a raw INSERT + COMMIT on the same server,
+four processes beside four on SQLite, and with ``--peers`` DBOS on the same server.
 
 With ``--peers`` one LangGraph graph (``peers_child.step_graph``: a ring of small nodes, one
 super-step each, ``durability="sync"``) runs on ``ZincirSaver`` here and on LangGraph's
@@ -712,6 +717,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         figures["pydantic_ai_zincir_durability_turn_us"] = zincir_turn
         if agent_peer is not None:
             ratios["pydantic_ai_dbos_over_zincir_durability"] = agent_peer / zincir_turn
+    if not args.no_postgres:
+        from postgres_bench import measure as postgres_measure
+
+        pg_figures, pg_ratios = timed(
+            "postgres",
+            lambda: postgres_measure(
+                bench, step_us, run_async, peer_us, args.peers_python if args.peers else None
+            ),
+        )
+        figures.update(pg_figures)
+        ratios.update(pg_ratios)
     if args.temporal:
         from temporal_bench import measure as temporal_measure
 
@@ -746,6 +762,7 @@ TARGETS = {
     "pydantic_ai_dbos_over_agent_turn": (">=", 3.0),
     "pydantic_ai_dbos_over_zincir_durability": (">=", 3.0),
     "zincir_langgraph_over_sqlitesaver": (">=", 3.0),
+    "dbos_pg_over_pg_step": (">=", 3.0),
 }
 FIGURE_TARGETS = {
     "resume_100k_ms": ("<", 500.0),
@@ -790,6 +807,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--peers-python", default=str(HERE.parent / ".venv-peers/bin/python"))
     parser.add_argument("--temporal", action="store_true", help="TemporalRuntime vs raw")
+    parser.add_argument(
+        "--no-postgres", action="store_true", help="skip the PostgreSQL figures (no server)"
+    )
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE))
     result = measure(args)

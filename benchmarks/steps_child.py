@@ -1,0 +1,30 @@
+"""One process of a multi-process throughput figure: N durable steps of its own run.
+
+python benchmarks/steps_child.py STORE RUN_ID N
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import zincir  # noqa: E402
+from zincir.workflow import WorkflowContext  # noqa: E402
+
+
+async def main(target: str, run_id: str, steps: int) -> None:
+    store = zincir.open_store(target)
+    try:
+        async with await WorkflowContext.open(store, run_id) as wf:
+            for i in range(steps):
+                await wf.step(f"step-{i}", lambda i=i: {"i": i, "payload": "x" * 100})
+            await wf.complete()
+    finally:
+        await store.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
