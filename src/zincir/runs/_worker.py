@@ -151,12 +151,17 @@ class ResumeWorker:
                         leases = []
                     for lease in leases:
                         running.add(asyncio.ensure_future(self._dispatch(handler, lease)))
-                # Wake on shutdown, on a finished handler (a free slot) or after one interval.
-                await asyncio.wait(
-                    {stop, *running},
-                    timeout=self._poll_interval,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
+                # Wake on shutdown, on a finished handler (a free slot), on a store's notice
+                # that a run may have become claimable, or after one interval.
+                wake = asyncio.ensure_future(self.store.wait_for_wake(None, self._poll_interval))
+                try:
+                    await asyncio.wait(
+                        {stop, wake, *running},
+                        timeout=self._poll_interval,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    wake.cancel()
                 running = {task for task in running if not task.done()}
             if running:
                 await asyncio.wait(running)

@@ -85,7 +85,12 @@ class Core:
                 raise InvalidInput(
                     f"a {kind} wait needs a deadline or a condition", run_id=self.run_id
                 )
-            await self.sleeper(delay)
+            if ready is not None and self.sleeper is default_sleeper:
+                # A message or a child may arrive before the next poll: a store that can tell
+                # (PostgreSQL's LISTEN/NOTIFY) ends the wait early.
+                await self.store.wait_for_wake(self.run_id, delay)
+            else:
+                await self.sleeper(delay)
             due = until is not None and self.now() >= until
             if due or (ready is not None and await ready()):
                 self.check()

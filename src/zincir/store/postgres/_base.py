@@ -13,6 +13,9 @@ The transaction contract: a transaction function receives a psycopg connection i
 open transaction, runs on a worker thread, must touch only that connection, and may run
 more than once (the transaction is run again after a deadlock or serialization failure).
 Driver errors become zincir errors at :meth:`PostgresBase._write` / :meth:`_read`.
+
+Waiters (a workflow's recv and join, a ResumeWorker between polls) are woken by
+LISTEN/NOTIFY (:mod:`._wake`) and keep polling as the fallback.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from ..._errors import InvalidInput, NotAZincirDatabase, SchemaTooNew, StoreErro
 from ..._time import Clock
 from .._records import Lease
 from ._errors import DRIVER_ERRORS, RETRYABLE, translate, translating
+from ._wake import Listener
 
 __all__ = ["Conn", "PostgresBase", "migrations", "one", "split_schema"]
 
@@ -153,6 +157,7 @@ class PostgresBase:
         self._executor = ThreadPoolExecutor(
             max_workers=2 * pool_size, thread_name_prefix="zincir-postgres"
         )
+        self._listener = Listener(self._conninfo, self._connect_kwargs, self.schema)
 
     # -- opening ------------------------------------------------------------------------
 
@@ -310,6 +315,14 @@ class PostgresBase:
         if not durable:
             conn.execute("SELECT set_config('synchronous_commit', 'off', true)")
 
+    # -- wake-ups -------------------------------------------------------------------------
+
+    async def wait_for_wake(self, run_id: str | None, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a committed change that may concern ``run_id``
+        (a message to it, a child of it finished; None: any run became claimable), told by
+        LISTEN/NOTIFY; True if one came. Callers poll again either way."""
+        return await self._listener.wait(run_id, timeout)
+
     # -- leases held by this process ------------------------------------------------------
 
     def hold_lease(self, lease: Lease) -> None:
@@ -337,6 +350,7 @@ class PostgresBase:
             if self._closed:
                 return
             self._closed = True
+        self._listener.close()
         self._executor.shutdown(wait=True)
         self._writers.close()
         self._readers.close()

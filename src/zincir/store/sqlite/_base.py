@@ -316,6 +316,14 @@ class SQLiteBase:
         """How this store's writes were committed (inline, or in shared batches)."""
         return self._writer.stats
 
+    # -- wake-ups -------------------------------------------------------------------------
+
+    async def wait_for_wake(self, run_id: str | None, timeout: float) -> bool:
+        """Wait ``timeout`` seconds: an embedded database has no server to tell waiters of
+        other processes' commits, so they poll (False: no notification)."""
+        await asyncio.sleep(timeout)
+        return False
+
     # -- leases held by this process ------------------------------------------------------
 
     def hold_lease(self, lease: Lease) -> None:
