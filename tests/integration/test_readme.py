@@ -21,11 +21,13 @@ INDEXES = [
 
 
 @pytest.mark.parametrize("index", INDEXES)
-def test_readme_block_runs(index: int, tmp_path: Path) -> None:
+def test_readme_block_runs(index: int, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     script = tmp_path / "snippet.py"
     script.write_text(BLOCKS[index])
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     env.pop("ZINCIR_DATABASE_PATH", None)
+    if "ZINCIR_POSTGRES_URL" in BLOCKS[index]:  # a block for PostgreSQL gets a fresh schema
+        env["ZINCIR_POSTGRES_URL"] = request.getfixturevalue("postgres_url")
     result = subprocess.run(
         [sys.executable, str(script)],
         cwd=tmp_path,
