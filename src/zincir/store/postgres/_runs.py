@@ -1,7 +1,7 @@
 """PostgreSQL: runs and leases (creating, taking over, renewing, releasing and finishing a
 run) and reading its log.
 
-A takeover locks the run's row (``FOR UPDATE``) before judging its lease by the database
+A takeover locks the run's row (``FOR NO KEY UPDATE``) before judging its lease by the database
 clock, so of several processes taking over one expired run exactly one wins; the others
 then see its live lease.
 """
@@ -49,7 +49,7 @@ def acquire(conn: Conn, run_id: str, owner: str, ttl: timedelta, *, force: bool)
     """
     row = conn.execute(
         "SELECT status, lease_owner, lease_expires_at, lease_expires_at > zincir_now() "
-        "FROM agent_runs WHERE id = %s FOR UPDATE",
+        "FROM agent_runs WHERE id = %s FOR NO KEY UPDATE",
         (run_id,),
     ).fetchone()
     if row is None:
