@@ -1,11 +1,153 @@
-"""PostgreSQL: durable steps."""
+"""Durable steps (PostgreSQL): a claim row per (run, name), its result stored once.
+
+A step's row is its claim (``running``, with the lease owner and token) until its result is
+stored (``completed``). Only a context that still holds the run's lease may claim, finish,
+drop or recover a claim: the fence is checked in the claim's own transaction, holding the
+run's row lock until COMMIT, so a new owner's takeover waits for it or fences it out; a
+fenced owner's claim stays until the new owner's ``recover()``.
+"""
 
 from __future__ import annotations
 
-from ._base import PostgresBase
+from collections.abc import Collection
+
+from ..._errors import StepInProgress
+from ..._json import encode_checked, loads_strict
+from .._records import Lease, NewEvent
+from .._workflow_records import StepClaim
+from ._base import Conn, PostgresBase
+from ._log import append, check_fence
 
 __all__ = ["StepOps"]
 
+_CLAIMED = StepClaim("claimed")
+
+
+_INSERT = (
+    "INSERT INTO steps (run_id, name, status, claim_owner, claim_token, started_at) "
+    "SELECT id, %s, 'running', lease_owner, lease_token, zincir_now() FROM agent_runs "
+    "WHERE id = %s AND lease_owner = %s AND lease_token = %s "
+    "AND status IN ('pending', 'running') FOR SHARE "
+    "ON CONFLICT (run_id, name) DO NOTHING RETURNING 1"
+)
+"""A claim fenced in one statement: the run's row, still this lease's, is locked (shared)
+until COMMIT, so a takeover waits for the claim or the claim sees the new token."""
+
+
+def _claim(conn: Conn, lease: Lease, name: str) -> StepClaim | None:
+    """One try at claiming: None when the step's row changed under it (a concurrent
+    ``recover()``, ``abandon_step`` or result) between two statements; try again."""
+    if conn.execute(_INSERT, (name, lease.run_id, lease.owner, lease.token)).fetchone():
+        return _CLAIMED
+    row = conn.execute(
+        "SELECT status, result, claim_owner, claim_token FROM steps "
+        "WHERE run_id = %s AND name = %s",
+        (lease.run_id, name),
+    ).fetchone()
+    if row is None:  # not inserted and absent: fenced, or the conflicting claim vanished
+        check_fence(conn, lease)
+        return None
+    status, result, owner, token = row
+    if status == "completed":
+        return StepClaim("completed", loads_strict(result))
+    if (owner, token) != (lease.owner, lease.token):
+        return StepClaim("held", owner=owner, token=token)
+    check_fence(conn, lease)
+    again = conn.execute(
+        "UPDATE steps SET started_at = zincir_now() WHERE run_id = %s AND name = %s "
+        "AND status = 'running' AND claim_owner = %s AND claim_token = %s RETURNING 1",
+        (lease.run_id, name, lease.owner, lease.token),
+    ).fetchone()
+    return _CLAIMED if again is not None else None
+
 
 class StepOps(PostgresBase):
-    """Durable steps."""
+    """Claim, finish, abandon and recover durable steps."""
+
+    async def claim_step(self, lease: Lease, name: str) -> StepClaim:
+        """Claim step ``name`` for ``lease``, or return its stored result, or its holder.
+
+        A running claim of this very lease (owner and token) is claimed again: the caller
+        vouches that no body of this context runs it (a result write that failed left it).
+        The claim is committed without waiting for the server's disk (steps are at least
+        once: after a server crash the body's effect is as uncertain as the claim).
+        """
+
+        def write(conn: Conn) -> StepClaim:
+            while True:  # each round either inserts or finds a row that changed under it
+                found = _claim(conn, lease, name)
+                if found is not None:
+                    return found
+
+        return await self._write(write, durable=False)
+
+    async def finish_step(self, lease: Lease, name: str, result_json: str) -> int:
+        """Store the result of this lease's claim on ``name`` with its ``step_completed``.
+
+        StepInProgress if the claim was released (``recover()``) meanwhile; returns the seq.
+        """
+        event = NewEvent("step_completed", encode_checked({"name": name}))
+
+        def write(conn: Conn) -> int:
+            seq = append(conn, lease, [event])
+            stored = conn.execute(
+                "UPDATE steps SET status = 'completed', result = %s, completed_at = zincir_now() "
+                "WHERE run_id = %s AND name = %s AND status = 'running' "
+                "AND claim_owner = %s AND claim_token = %s RETURNING 1",
+                (result_json, lease.run_id, name, lease.owner, lease.token),
+            ).fetchone()
+            if stored is None:
+                raise StepInProgress(
+                    f"the claim on step {name!r} was released (recover()) while its body ran; "
+                    "its result was not stored",
+                    run_id=lease.run_id,
+                )
+            return seq
+
+        return await self._write(write)
+
+    async def abandon_step(self, lease: Lease, name: str) -> bool:
+        """Drop this lease's running claim on ``name`` so the step can be retried.
+
+        Fenced: a context that lost the lease raises (FencedOut, RunTerminal) and its claim
+        stays for the new owner's ``recover()``. False if there was no such claim.
+        """
+
+        def write(conn: Conn) -> bool:
+            check_fence(conn, lease)
+            return (
+                conn.execute(
+                    "DELETE FROM steps WHERE run_id = %s AND name = %s AND status = 'running' "
+                    "AND claim_owner = %s AND claim_token = %s RETURNING 1",
+                    (lease.run_id, name, lease.owner, lease.token),
+                ).fetchone()
+                is not None
+            )
+
+        return await self._write(write)
+
+    async def recover_steps(self, lease: Lease, *, in_flight: Collection[str] = ()) -> list[str]:
+        """Release every unfinished claim of the run except this lease's ``in_flight`` ones.
+
+        Earlier owners' claims and this lease's own stale ones (a result write that failed)
+        are deleted, with one ``steps_recovered`` event; returns the names, sorted.
+        """
+        keep = sorted(in_flight)
+
+        def write(conn: Conn) -> list[str]:
+            append(conn, lease)  # the fence, and the run's row lock: claims wait for COMMIT
+            names = sorted(
+                str(name)
+                for (name,) in conn.execute(
+                    "DELETE FROM steps WHERE run_id = %s AND status = 'running' "
+                    "AND NOT (claim_owner IS NOT DISTINCT FROM %s "
+                    "AND claim_token IS NOT DISTINCT FROM %s AND name = ANY(%s)) RETURNING name",
+                    (lease.run_id, lease.owner, lease.token, keep),
+                )
+            )
+            if names:
+                event = NewEvent("steps_recovered", encode_checked({"names": names}))
+                append(conn, lease, [event])
+            return names
+
+        return await self._write(write)
