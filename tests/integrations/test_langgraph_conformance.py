@@ -1,5 +1,6 @@
 """LangGraph's own checkpointer conformance suite (langgraph-checkpoint-conformance) against
-AsyncZincirSaver on a real SQLite file: every base and every extended capability passes.
+AsyncZincirSaver on a real SQLite file (and on a PostgreSQL schema when $ZINCIR_TEST_BACKENDS
+names postgres): every base and every extended capability passes.
 
 The suite's report is printed, so it shows in the test log (``pytest -rA`` or ``-s``).
 """
@@ -20,13 +21,22 @@ from langgraph.checkpoint.conformance.capabilities import (  # noqa: E402
 )
 from langgraph.checkpoint.conformance.report import ProgressCallbacks  # noqa: E402
 
+from tests.conftest import BACKENDS  # noqa: E402
 from zincir.integrations.langgraph import AsyncZincirSaver, ZincirSaver  # noqa: E402
 
 
-async def test_async_saver_passes_every_base_and_extended_capability(tmp_path: Path) -> None:
+@pytest.fixture(params=BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the saver's store lives: a SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(tmp_path / "conformance.db")
+
+
+async def test_async_saver_passes_every_base_and_extended_capability(db: str) -> None:
     @checkpointer_test(name="AsyncZincirSaver")
     async def factory() -> AsyncIterator[AsyncZincirSaver]:
-        async with AsyncZincirSaver.from_conn_string(str(tmp_path / "conformance.db")) as saver:
+        async with AsyncZincirSaver.from_conn_string(db) as saver:
             yield saver
 
     report = await validate(factory, progress=ProgressCallbacks.verbose())
@@ -44,14 +54,12 @@ async def test_async_saver_passes_every_base_and_extended_capability(tmp_path: P
     assert report.conformance_level() == "FULL"
 
 
-async def test_sync_saver_passes_the_same_suite_through_its_async_methods(
-    tmp_path: Path,
-) -> None:
+async def test_sync_saver_passes_the_same_suite_through_its_async_methods(db: str) -> None:
     """ZincirSaver shares the async methods; the suite finds the same full conformance."""
 
     @checkpointer_test(name="ZincirSaver")
     async def factory() -> AsyncIterator[ZincirSaver]:
-        with ZincirSaver.from_conn_string(str(tmp_path / "sync.db")) as saver:
+        with ZincirSaver.from_conn_string(db) as saver:
             yield saver
 
     report = await validate(factory)

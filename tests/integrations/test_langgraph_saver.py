@@ -1,6 +1,7 @@
 """ZincirSaver and AsyncZincirSaver beyond the conformance suite: graphs run from plain
 threads, JSON first and never pickle, fenced threads, list filters and pages, the extended
-operations, the ordering of writes and checkpoints, and bad input, on real SQLite files."""
+operations, the ordering of writes and checkpoints, and bad input, on real SQLite files (and
+on PostgreSQL schemas when $ZINCIR_TEST_BACKENDS names postgres)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 
 import zincir  # noqa: E402
+from tests.conftest import BACKENDS  # noqa: E402
 from zincir.integrations.langgraph import (  # noqa: E402
     AsyncZincirSaver,
     ZincirSaver,
@@ -37,8 +39,11 @@ from zincir.store import NewGraphCheckpoint  # noqa: E402
 # -- helpers ----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> str:
+@pytest.fixture(params=BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the saver's store lives: a SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
     return str(tmp_path / "graph.db")
 
 
