@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import zincir
-from tests.conftest import REPO
+from tests.conftest import BACKENDS, REPO
 from zincir import (
     InvalidInput,
     NotJsonSerializable,
@@ -29,6 +29,7 @@ from zincir.restart import (
     RestartStore,
     SQLRestartStore,
 )
+from zincir.store import Store
 
 WORKER = REPO / "tests" / "restart" / "restart_worker.py"
 RUN = "run-1"
@@ -40,7 +41,7 @@ class Subject:
     """A restart store under test, where it keeps its checkpoints, and how to open another."""
 
     kind: str
-    location: Path
+    location: Path | str  # a folder, a SQLite file, or a PostgreSQL URL
     store: Any  # FileRestartStore | SQLRestartStore: both also offer list()
     make: Callable[..., Awaitable[Any]]
 
@@ -50,18 +51,24 @@ class Subject:
         return listed
 
 
-@pytest.fixture(params=["file", "sql"])
+SQL_KINDS = ["sql"] + (["postgres"] if "postgres" in BACKENDS else [])
+"""The SQL store on each backend under test (``postgres`` with ZINCIR_TEST_BACKENDS)."""
+
+
+@pytest.fixture(params=["file", *SQL_KINDS])
 async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Subject]:
-    opened: list[zincir.SQLiteStore] = []
+    opened: list[Store] = []
+    location: Path | str = tmp_path / ("checkpoints" if request.param == "file" else "zincir.db")
+    if request.param == "postgres":
+        location = str(request.getfixturevalue("postgres_url"))
 
     async def make(**options: Any) -> Any:
         if request.param == "file":
-            return FileRestartStore(tmp_path / "checkpoints", **options)
+            return FileRestartStore(location, **options)
         if not opened:
-            opened.append(zincir.open_store(tmp_path / "zincir.db"))
+            opened.append(zincir.open_store(location))
         return SQLRestartStore(opened[0], **options)
 
-    location = tmp_path / ("checkpoints" if request.param == "file" else "zincir.db")
     yield Subject(request.param, location, await make(), make)
     for store in opened:
         await store.close()
@@ -325,8 +332,9 @@ async def test_concurrent_saves_in_one_process_have_one_winner(subject: Subject)
     assert loaded is not None and loaded.payload == {"worker": outcomes.index(True)}
 
 
-def _race(kind: str, location: Path, workers: int, revisions: int) -> list[list[str]]:
+def _race(kind: str, location: Path | str, workers: int, revisions: int) -> list[list[str]]:
     """Start ``workers`` processes, let them save together, and return each one's lines."""
+    kind = "sql" if kind == "postgres" else kind  # the worker opens any store URL as "sql"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     processes = [
         subprocess.Popen(
