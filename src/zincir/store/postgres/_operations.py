@@ -1,11 +1,409 @@
-"""PostgreSQL: operation records."""
+"""Operation records: the ``operations`` table (LocalRuntime's claims and records, Temporal's
+kept records) and their ``operation_completed`` events (PostgreSQL).
+
+Only a lease holder writes a run's log. A write given the ``Lease`` this process holds on
+the operation's run is fenced by it: a claim checks the fence, and a finish appends
+``operation_completed`` through :func:`._log.append` in the same transaction, so a fenced
+owner (or a finished run) gets FencedOut (RunTerminal) and nothing is stored. Without a
+lease the record is stored in ``operations`` alone and no run's log is written.
+
+A claim made under a lease records it (``claim_lease_owner``, ``claim_lease_token``). Every
+read of the row judges it against the run's row: once that lease no longer holds the run
+(a newer token, released or expired, the run finished) the claim is ``claim_fenced``, dead at
+once, and the run's next owner takes it over without waiting for ``claim_expires_at``. A
+claim made without a lease lives until it expires.
+
+Concurrency: every write locks the identity's row first (``FOR UPDATE``, or the insert that
+creates it, ``ON CONFLICT DO NOTHING`` then read again), and only then the run's row (the
+fence), so writers of one identity queue on its row and never deadlock on the run's.
+"""
 
 from __future__ import annotations
 
-from ._base import PostgresBase
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from ..._errors import FencedOut, InvalidInput, RunNotFound, RunTerminal
+from ..._json import encode_checked
+from .._operation_records import (
+    NewOperation,
+    OperationClaim,
+    OperationKey,
+    OperationOutcome,
+    OperationRow,
+)
+from .._records import Lease, LogEntry, NewEvent
+from ._agent import write_entries
+from ._base import Conn, PostgresBase, one
+from ._log import check_fence
 
 __all__ = ["OperationOps"]
 
+_WHERE: Final = "run_id = %s AND step_id = %s AND sequence = %s"
+_SELECT: Final = (
+    "SELECT kind, handler_id, input_digest, status, record, claim_owner, claim_expires_at, "
+    "attempts, claim_lease_owner, claim_lease_token, zincir_now(), "
+    # claim_fenced: a claim made under a lease that no longer holds its run
+    "(%s AND status = 'claimed' AND claim_lease_token IS NOT NULL AND NOT EXISTS ("
+    "SELECT 1 FROM agent_runs AS run WHERE run.id = operations.run_id "
+    "AND run.status IN ('pending', 'running') AND run.lease_token = claim_lease_token "
+    "AND run.lease_owner = claim_lease_owner AND run.lease_expires_at > zincir_now())) "
+    "FROM operations WHERE " + _WHERE
+)
+_INSERT: Final = (
+    "INSERT INTO operations (run_id, step_id, sequence, kind, handler_id, input_digest, "
+    "input_json, status, outcome, record, claim_owner, claim_expires_at, attempts, "
+    "created_at, updated_at, completed_at, claim_lease_owner, claim_lease_token) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, zincir_now() + %s::interval, 1, "
+    "zincir_now(), zincir_now(), {completed}, %s, %s) "
+    "ON CONFLICT (run_id, step_id, sequence) DO NOTHING RETURNING claim_expires_at"
+)
+
+
+def _key(key: OperationKey) -> tuple[str, str, int]:
+    return (key.run_id, key.step_id, key.sequence)
+
+
+def _lease_columns(lease: Lease | None) -> tuple[str | None, int | None]:
+    """The claim_lease_owner and claim_lease_token of a write made under ``lease``."""
+    return (None, None) if lease is None else (lease.owner, lease.token)
+
+
+def _select(
+    conn: Conn, key: OperationKey, *, judge: bool = True, lock: bool = False
+) -> tuple[OperationRow, datetime] | None:
+    """The identity's row, its claim judged against its run's lease at the database's now
+    (unless ``judge`` is off: ``claim_fenced`` is then False), and that now; ``lock`` takes
+    the row's lock until COMMIT."""
+    found = conn.execute(_SELECT + (" FOR UPDATE" if lock else ""), (judge, *_key(key))).fetchone()
+    if found is None:
+        return None
+    kind, handler_id, digest, status, record, owner, expires, attempts = found[:8]
+    lease_owner, lease_token, now, fenced = found[8:]
+    row = OperationRow(
+        kind=kind,
+        handler_id=handler_id,
+        input_digest=digest,
+        status=status,
+        record=record,
+        claim_owner=owner,
+        claim_expires_at=expires,
+        attempts=int(attempts),
+        claim_lease_owner=lease_owner,
+        claim_lease_token=None if lease_token is None else int(lease_token),
+        claim_fenced=bool(fenced),
+    )
+    return row, now
+
+
+def _create(
+    conn: Conn,
+    operation: NewOperation,
+    *,
+    status: str,
+    outcome: OperationOutcome | None,
+    owner: str | None,
+    ttl: timedelta | None,
+    lease: Lease | None,
+) -> tuple[datetime | None] | None:
+    """Insert the identity's first row and return its (``claim_expires_at``,); None if a
+    concurrent writer created it first (the caller reads it again)."""
+    completed = "zincir_now()" if status == "completed" else "NULL"
+    created = conn.execute(
+        _INSERT.format(completed=completed),
+        (
+            *_key(operation.key),
+            operation.kind,
+            operation.handler_id,
+            operation.input_digest,
+            operation.input_json,
+            status,
+            None if outcome is None else outcome.outcome,
+            None if outcome is None else outcome.record_json,
+            owner,
+            ttl,
+            *_lease_columns(lease),
+        ),
+    ).fetchone()
+    return None if created is None else (created[0],)
+
+
+def _completed_event(operation: NewOperation, outcome: OperationOutcome, attempts: int) -> NewEvent:
+    """The ``operation_completed`` event of a stored record."""
+    payload: dict[str, Any] = {
+        "step_id": operation.key.step_id,
+        "sequence": operation.key.sequence,
+        "kind": operation.kind,
+        "handler_id": operation.handler_id,
+        "outcome": outcome.outcome,
+        "input_digest": operation.input_digest,
+        "attempts": attempts,
+        **outcome.details,
+    }
+    return NewEvent("operation_completed", encode_checked(payload))
+
+
+def _complete(
+    conn: Conn,
+    operation: NewOperation,
+    outcome: OperationOutcome,
+    *,
+    owner: str | None,
+    lease: Lease | None,
+    event_attempts: int | None,
+    log: Sequence[LogEntry] = (),
+) -> OperationRow | None:
+    """Store ``outcome`` as the identity's record (None), or return the row that prevents
+    it: one already completed, or one bound to other input. Under ``lease`` the fence is
+    checked and the ``operation_completed`` event, then the ``log`` entries, are appended
+    in the same transaction, so a fenced finish raises with nothing stored."""
+    key = operation.key
+    while True:
+        found = _select(conn, key, judge=False, lock=True)
+        row = None if found is None else found[0]
+        if row is not None and (row.status == "completed" or not operation.binds(row)):
+            if lease is not None:
+                check_fence(conn, lease)
+            return row
+        if row is None:
+            created = _create(
+                conn,
+                operation,
+                status="completed",
+                outcome=outcome,
+                owner=owner,
+                ttl=None,
+                lease=lease,
+            )
+            if created is None:
+                continue  # a concurrent writer created the row: judge it instead
+            attempts = 1
+        else:
+            attempts = row.attempts
+            conn.execute(
+                "UPDATE operations SET status = 'completed', outcome = %s, record = %s, "
+                "claim_owner = %s, claim_expires_at = NULL, updated_at = zincir_now(), "
+                "completed_at = zincir_now(), claim_lease_owner = %s, claim_lease_token = %s "
+                f"WHERE {_WHERE}",
+                (outcome.outcome, outcome.record_json, owner, *_lease_columns(lease), *_key(key)),
+            )
+        if lease is not None:
+            event = _completed_event(operation, outcome, event_attempts or attempts)
+            write_entries(conn, lease, log, leading=[event])
+        return None
+
+
+def _claim(
+    conn: Conn,
+    operation: NewOperation,
+    owner: str,
+    ttl: timedelta,
+    prefix: str,
+    lease: Lease | None,
+) -> OperationClaim:
+    """Claim the identity's row (locked or created first, then the run's fence)."""
+    key = operation.key
+    lease_owner, lease_token = _lease_columns(lease)
+    while True:
+        found = _select(conn, key, lock=True)
+        if found is None:
+            created = _create(
+                conn, operation, status="claimed", outcome=None, owner=owner, ttl=ttl, lease=lease
+            )
+            if created is None:
+                continue  # a concurrent claimer created the row: judge it instead
+            (expires,), attempts = created, 1
+        else:
+            row, now = found
+            if (
+                row.status == "completed"
+                or not operation.binds(row)
+                or row.held_elsewhere(prefix, now)
+            ):
+                return OperationClaim(False, row)
+            expires, attempts = one(
+                conn,
+                "UPDATE operations SET claim_owner = %s, "
+                "claim_expires_at = zincir_now() + %s::interval, attempts = attempts + 1, "
+                "updated_at = zincir_now(), claim_lease_owner = %s, claim_lease_token = %s "
+                f"WHERE {_WHERE} RETURNING claim_expires_at, attempts",
+                (owner, ttl, lease_owner, lease_token, *_key(key)),
+            )
+        if lease is not None:
+            check_fence(conn, lease)  # raising rolls the claim back
+        return OperationClaim(
+            True,
+            OperationRow(
+                kind=operation.kind,
+                handler_id=operation.handler_id,
+                input_digest=operation.input_digest,
+                status="claimed",
+                record=None,
+                claim_owner=owner,
+                claim_expires_at=expires,
+                attempts=int(attempts),
+                claim_lease_owner=lease_owner,
+                claim_lease_token=lease_token,
+            ),
+        )
+
 
 class OperationOps(PostgresBase):
-    """Operation records."""
+    """Claims and records of durable operations, fenced by the run's lease when one is held."""
+
+    async def get_operation(self, key: OperationKey) -> OperationRow | None:
+        """The identity's row, or None."""
+
+        def read(conn: Conn) -> OperationRow | None:
+            found = _select(conn, key)
+            return None if found is None else found[0]
+
+        return await self._read(read)
+
+    async def claim_operation(
+        self,
+        operation: NewOperation,
+        *,
+        owner: str,
+        ttl: timedelta,
+        owner_prefix: str | None = None,
+        lease: Lease | None = None,
+    ) -> OperationClaim:
+        """Claim the identity for ``owner`` until now + ``ttl``, counting one attempt.
+
+        Not claimed when the row is completed, bound to other input, or claimed live by an
+        owner not starting with ``owner_prefix`` (a claim of this prefix is a stale one of
+        the caller's own and is taken over). Under ``lease`` the claim is fenced and records
+        that lease: once a newer token holds the run (or the lease was released or expired,
+        or the run finished) the claim is dead at once and the next claimer takes it over
+        without waiting for its expiry. A claim made without a lease lives until it expires.
+        """
+        prefix = owner if owner_prefix is None else owner_prefix
+        return await self._write(
+            lambda conn: _claim(conn, operation, owner, ttl, prefix, lease), durable=False
+        )
+
+    async def renew_operation_claim(
+        self,
+        key: OperationKey,
+        *,
+        owner: str,
+        ttl: timedelta,
+        lease: Lease | None = None,
+    ) -> bool:
+        """Extend ``owner``'s claim to now + ``ttl``; False once it is lost (taken over,
+        completed, or, under ``lease``, the run's fence no longer holds)."""
+
+        def write(conn: Conn) -> bool:
+            if lease is not None:
+                conn.execute(f"SELECT 1 FROM operations WHERE {_WHERE} FOR UPDATE", _key(key))
+                if not _fence_holds(conn, lease):
+                    return False
+            return (
+                conn.execute(
+                    "UPDATE operations SET claim_expires_at = zincir_now() + %s::interval, "
+                    f"updated_at = zincir_now() WHERE {_WHERE} AND status = 'claimed' "
+                    "AND claim_owner = %s RETURNING 1",
+                    (ttl, *_key(key), owner),
+                ).fetchone()
+                is not None
+            )
+
+        return await self._write(write, durable=False)
+
+    async def count_operation_attempt(
+        self,
+        key: OperationKey,
+        *,
+        owner: str,
+        ttl: timedelta,
+        lease: Lease | None = None,
+    ) -> OperationRow | None:
+        """Count the next attempt under ``owner``'s claim (extended to now + ``ttl``);
+        the completed row instead if another owner finished meanwhile. Fenced under
+        ``lease``."""
+
+        def write(conn: Conn) -> OperationRow | None:
+            found = _select(conn, key, lock=True)
+            if lease is not None:
+                check_fence(conn, lease)
+            if found is not None and found[0].status == "completed":
+                return found[0]
+            conn.execute(
+                "UPDATE operations SET attempts = attempts + 1, "
+                "claim_expires_at = zincir_now() + %s::interval, updated_at = zincir_now() "
+                f"WHERE {_WHERE} AND status = 'claimed' AND claim_owner = %s",
+                (ttl, *_key(key), owner),
+            )
+            return None
+
+        return await self._write(write, durable=False)
+
+    async def release_operation_claim(self, key: OperationKey, *, owner: str) -> bool:
+        """Drop ``owner``'s claim, leaving no row (its handler's answer was refused)."""
+
+        def write(conn: Conn) -> bool:
+            return (
+                conn.execute(
+                    f"DELETE FROM operations WHERE {_WHERE} AND status = 'claimed' "
+                    "AND claim_owner = %s RETURNING 1",
+                    (*_key(key), owner),
+                ).fetchone()
+                is not None
+            )
+
+        return await self._write(write, durable=False)
+
+    async def finish_operation(
+        self,
+        operation: NewOperation,
+        outcome: OperationOutcome,
+        *,
+        owner: str,
+        lease: Lease | None = None,
+        log: Sequence[LogEntry] = (),
+    ) -> OperationRow | None:
+        """Store the terminal record, whoever holds the claim now; None once stored.
+
+        Returns instead the row that prevents it: completed first by another owner (its
+        record wins), or bound to other input. Under ``lease`` the fence is checked first
+        (FencedOut or RunTerminal, nothing stored) and ``operation_completed``, with the
+        row's attempts, is appended to the run's log in the same transaction, followed by
+        the ``log`` entries made from the record (an agent loop's response or tool result);
+        an entry that does not fit the log (DuplicateToolCall, UnknownToolCall) stores
+        nothing.
+        """
+        if log and lease is None:
+            raise InvalidInput(
+                "log entries need the run's lease: only its holder writes the log",
+                run_id=operation.key.run_id,
+            )
+        return await self._write(
+            lambda conn: _complete(
+                conn, operation, outcome, owner=owner, lease=lease, event_attempts=None, log=log
+            )
+        )
+
+    async def save_operation_record(
+        self,
+        operation: NewOperation,
+        outcome: OperationOutcome,
+        *,
+        lease: Lease | None = None,
+    ) -> OperationRow | None:
+        """Keep a record produced elsewhere (Temporal): completed, with no claim and one
+        attempt in its event; like :meth:`finish_operation` otherwise."""
+        return await self._write(
+            lambda conn: _complete(
+                conn, operation, outcome, owner=None, lease=lease, event_attempts=1
+            )
+        )
+
+
+def _fence_holds(conn: Conn, lease: Lease) -> bool:
+    try:
+        check_fence(conn, lease)
+    except (FencedOut, RunNotFound, RunTerminal):
+        return False
+    return True
