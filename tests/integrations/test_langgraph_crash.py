@@ -1,5 +1,6 @@
 """LangGraph on ZincirSaver across SIGKILL, an interrupt answered by a third process, and
-eight processes checkpointing into one SQLite file at once."""
+eight processes checkpointing into one SQLite file at once (each also on a PostgreSQL schema
+when $ZINCIR_TEST_BACKENDS names postgres)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 
 pytest.importorskip("langgraph", reason="LangGraph is in the dev extra")
 
-from tests.conftest import REPO  # noqa: E402
+from tests.conftest import BACKENDS, REPO  # noqa: E402
 from tests.integrations.langgraph_worker import (  # noqa: E402
     ITEMS,
     RING,
@@ -94,10 +95,18 @@ def kill(process: subprocess.Popen[str]) -> None:
         stream.close()
 
 
+@pytest.fixture(params=BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """This test's database: a SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(tmp_path / "graph.db")
+
+
 @pytest.fixture
-def saver(tmp_path: Path) -> Iterator[ZincirSaver]:
+def saver(db: str) -> Iterator[ZincirSaver]:
     """A ZincirSaver of this test's database, open in the test process."""
-    with ZincirSaver.from_conn_string(str(tmp_path / "graph.db")) as opened:
+    with ZincirSaver.from_conn_string(db) as opened:
         yield opened
 
 
@@ -127,12 +136,13 @@ def assert_ledger_once(folder: Path, expected: list[str]) -> None:
 )
 def test_killed_inside_a_node_resumes_once_then_answers_the_interrupt(
     tmp_path: Path,
+    db: str,
     saver: ZincirSaver,
     block_in: str,
     before_kill: list[str],
     pending: tuple[str, ...],
 ) -> None:
-    db, folder = str(tmp_path / "graph.db"), str(tmp_path)
+    folder = str(tmp_path)
     graph = order_graph(Tool(tmp_path, None)).compile(checkpointer=saver)
     worker = start("order", db, folder, THREAD, "--block-in", block_in)
     try:
@@ -185,8 +195,8 @@ PROCESSES = 8
 STEPS = 60
 
 
-def test_eight_processes_checkpoint_threads_into_one_file(tmp_path: Path) -> None:
-    db, go = str(tmp_path / "shared.db"), tmp_path / "go"
+def test_eight_processes_checkpoint_threads_into_one_database(tmp_path: Path, db: str) -> None:
+    go = tmp_path / "go"
     with ZincirSaver.from_conn_string(db) as saver:
         assert saver.get_tuple(config("t0")) is None  # the schema exists before the race
     workers = [
