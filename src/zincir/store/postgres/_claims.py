@@ -1,11 +1,204 @@
-"""PostgreSQL: claims of abandoned runs (ResumeWorker)."""
+"""PostgreSQL: claims of abandoned or waiting runs (the ResumeWorker) and how an attempt
+ended.
+
+A run is claimable when it is not terminal, its lease is absent or expired, its backoff
+(``next_attempt_at``) has passed and its workflow wait, if any, is satisfied, all judged
+by ``zincir_now()``. Claimable rows are locked ``FOR NO KEY UPDATE SKIP LOCKED``: workers
+on several machines claiming at once take disjoint runs, and a row another transaction
+holds (a claim in flight, a live owner's write) is passed over rather than waited for; the
+key-share locks of foreign-key checks (events, child runs) do not hide a row. Each claim
+bumps the fencing token in the same transaction.
+"""
 
 from __future__ import annotations
 
-from ._base import PostgresBase
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
 
-__all__ = ["ClaimOps"]
+from ..._json import dumps, encode_checked
+from .._records import TERMINAL_STATUSES, Lease, NewEvent
+from ._base import Conn, PostgresBase, one
+from ._log import append_checked, text_time, transition
+
+__all__ = ["CLAIMABLE_SQL", "ClaimOps"]
+
+Backoff = Callable[[int], timedelta]
+
+CLAIMABLE_SQL = """
+r.status IN ('pending', 'running')
+AND (r.lease_owner IS NULL OR r.lease_expires_at IS NULL OR r.lease_expires_at <= zincir_now())
+AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= zincir_now())
+AND (r.wait_kind IS NULL
+     OR (r.wait_until IS NOT NULL AND r.wait_until <= zincir_now())
+     OR (r.wait_kind = 'message' AND EXISTS (
+         SELECT 1 FROM messages AS m
+         WHERE m.to_run_id = r.id AND m.topic = r.wait_ref AND m.received_at IS NULL))
+     OR (r.wait_kind = 'child' AND EXISTS (
+         SELECT 1 FROM agent_runs AS c
+         WHERE c.id = r.wait_ref AND c.status IN ('completed', 'failed', 'cancelled'))))
+"""
+"""Whether run ``r`` may be claimed now (no placeholders)."""
+
+_CLAIM = (
+    "UPDATE agent_runs AS r SET lease_owner = %s, lease_token = r.lease_token + 1, "
+    "lease_expires_at = zincir_now() + %s::interval, attempts = r.attempts + 1, "
+    "status = 'running', wait_kind = NULL, wait_ref = NULL, wait_until = NULL, "
+    "updated_at = zincir_now(), next_attempt_at = zincir_now() + v.delay, "
+    "last_seq = r.last_seq + CASE r.status WHEN 'pending' THEN 2 ELSE 1 END "
+    "FROM unnest(%s::text[], %s::interval[]) AS v(id, delay) WHERE r.id = v.id "
+    "RETURNING r.id, r.lease_token, r.attempts, r.last_seq"
+)
+
+
+def _fail(
+    conn: Conn, run_id: str, status: str, attempts: int, error: str
+) -> tuple[str, int, list[NewEvent]]:
+    """Mark a run failed after its last attempt (token bumped: a late owner is fenced)."""
+    (last_seq,) = one(
+        conn,
+        "UPDATE agent_runs SET status = 'failed', last_error = %s, lease_owner = NULL, "
+        "lease_expires_at = NULL, lease_token = lease_token + 1, wait_kind = NULL, "
+        "wait_ref = NULL, wait_until = NULL, updated_at = zincir_now(), "
+        "last_seq = last_seq + 1 WHERE id = %s RETURNING last_seq",
+        (error, run_id),
+    )
+    event = transition(status, "failed", error=error, attempts=attempts)
+    return run_id, int(last_seq) - 1, [event]
+
+
+def _claim(
+    conn: Conn,
+    owner: str,
+    ttl: timedelta,
+    limit: int,
+    max_attempts: int | None,
+    backoff: Backoff,
+) -> list[Lease]:
+    """Lock up to ``limit`` claimable runs (skipping rows others hold), fail the spent ones
+    and claim the rest; the leases of the claimed runs, in claim order."""
+    rows = [
+        (str(run_id), str(status), int(attempts), last_error)
+        for run_id, status, attempts, last_error in conn.execute(
+            f"SELECT r.id, r.status, r.attempts, r.last_error FROM agent_runs AS r "
+            f"WHERE {CLAIMABLE_SQL} ORDER BY r.updated_at, r.id LIMIT %s "
+            "FOR NO KEY UPDATE OF r SKIP LOCKED",
+            (limit,),
+        )
+    ]
+    if not rows:
+        return []
+    spent = [row for row in rows if max_attempts is not None and row[2] >= max_attempts]
+    appended = [
+        _fail(
+            conn,
+            run_id,
+            status,
+            attempts,
+            last_error
+            or f"attempt {attempts} ended without completing the run (crashed or returned)",
+        )
+        for run_id, status, attempts, last_error in spent
+    ]
+    wanted = [row for row in rows if max_attempts is None or row[2] < max_attempts]
+    claimed: dict[str, tuple[int, int, int]] = {}
+    if wanted:
+        ids = [row[0] for row in wanted]
+        delays = [backoff(attempts + 1) for _, _, attempts, _ in wanted]
+        claimed = {
+            str(run_id): (int(token), int(attempt), int(last_seq))
+            for run_id, token, attempt, last_seq in conn.execute(_CLAIM, (owner, ttl, ids, delays))
+        }
+    leases: list[Lease] = []
+    for run_id, status, _, _ in wanted:
+        token, attempt, last_seq = claimed[run_id]
+        events = [transition("pending", "running")] if status == "pending" else []
+        events.append(
+            NewEvent(
+                "run_claimed",
+                encode_checked({"worker": owner, "attempt": attempt, "lease_token": token}),
+            )
+        )
+        appended.append((run_id, last_seq - len(events), events))
+        leases.append(Lease(run_id, owner, token, ttl))
+    append_checked(conn, appended)
+    return leases
+
+
+def _settle(
+    conn: Conn, lease: Lease, error: str | None, max_attempts: int | None, backoff: Backoff
+) -> None:
+    """Record how the attempt under ``lease`` ended, unless its token was superseded or
+    the run finished; the run's row is locked first, so a racing claim waits or skips it."""
+    row = conn.execute(
+        "SELECT status, attempts, wait_kind FROM agent_runs WHERE id = %s "
+        "AND lease_token = %s AND (lease_owner IS NULL OR lease_owner = %s) FOR NO KEY UPDATE",
+        (lease.run_id, lease.token, lease.owner),
+    ).fetchone()
+    if row is None or row[0] in TERMINAL_STATUSES:
+        return  # completed or failed by the handler, or taken over since
+    status, attempts, waiting = row
+    if error is None:
+        if waiting is not None:
+            conn.execute(
+                "UPDATE agent_runs SET attempts = 0, next_attempt_at = NULL, "
+                "updated_at = zincir_now() WHERE id = %s",
+                (lease.run_id,),
+            )
+        else:
+            conn.execute(
+                "UPDATE agent_runs SET next_attempt_at = zincir_now() + %s::interval, "
+                "updated_at = zincir_now() WHERE id = %s",
+                (backoff(attempts), lease.run_id),
+            )
+        return
+    if max_attempts is not None and attempts >= max_attempts:
+        append_checked(conn, [_fail(conn, lease.run_id, status, attempts, error)])
+        return
+    retry, last_seq = one(
+        conn,
+        "UPDATE agent_runs SET last_error = %s, next_attempt_at = zincir_now() + %s::interval, "
+        "updated_at = zincir_now(), last_seq = last_seq + 1 WHERE id = %s "
+        "RETURNING next_attempt_at, last_seq",
+        (error, backoff(attempts), lease.run_id),
+    )
+    payload: dict[str, Any] = {"attempt": attempts, "error": error, "retry_at": text_time(retry)}
+    event = NewEvent("attempt_failed", dumps(payload))
+    append_checked(conn, [(lease.run_id, int(last_seq) - 1, [event])])
 
 
 class ClaimOps(PostgresBase):
-    """Claims of abandoned runs (ResumeWorker)."""
+    """Claiming runs for a ResumeWorker and recording how each attempt ended."""
+
+    async def claim_runs(
+        self, owner: str, ttl: timedelta, limit: int, *, max_attempts: int | None, backoff: Backoff
+    ) -> list[Lease]:
+        """Claim up to ``limit`` claimable runs in one transaction; return their leases.
+
+        Each claim bumps the token, counts an attempt and sets the next attempt's time;
+        a run whose ``max_attempts`` are spent is marked failed instead.
+        """
+        return await self._write(
+            lambda conn: _claim(conn, owner, ttl, limit, max_attempts, backoff)
+        )
+
+    async def run_is_finished(self, run_id: str) -> bool:
+        """True when the run is terminal (or gone)."""
+
+        def read(conn: Conn) -> bool:
+            row = conn.execute("SELECT status FROM agent_runs WHERE id = %s", (run_id,)).fetchone()
+            return row is None or row[0] in TERMINAL_STATUSES
+
+        return await self._read(read)
+
+    async def settle_attempt(
+        self, lease: Lease, error: str | None, *, max_attempts: int | None, backoff: Backoff
+    ) -> None:
+        """Record how the attempt under ``lease`` ended, unless the run moved on since.
+
+        A clean return backs off until the next attempt (or, when the run now waits on a
+        timer, message or child, resets the attempt count: waiting is progress). An error
+        records ``last_error`` and ``attempt_failed``; after ``max_attempts`` the run fails.
+        The handler may have released the lease: the token alone fences this write.
+        """
+        await self._write(lambda conn: _settle(conn, lease, error, max_attempts, backoff))
