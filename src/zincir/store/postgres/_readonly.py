@@ -1,0 +1,474 @@
+"""A read-only view of a zincir PostgreSQL schema (the inspector, ``zincir runs``).
+
+It never creates, migrates or writes the schema: each :meth:`ReadOnlyPostgres.snapshot`
+opens one short connection whose sessions default to read-only transactions
+(``default_transaction_read_only``), runs one ``REPEATABLE READ READ ONLY`` transaction,
+checks that the schema is a zincir schema this code can read, and closes. The named queries
+return the same typed rows as the SQLite view: timestamps as UTC text, JSON columns decoded
+(text that is not strict JSON is kept as it is). The LangGraph thread queries live in
+``_readonly_threads``. Driver errors leave as zincir errors.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Final, cast
+
+import psycopg
+from psycopg import errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
+
+from ..._errors import ConnectionLost, NotAZincirDatabase, SchemaTooNew, StoreError
+from ..._validate import MAX_SEQUENCE
+from .._readonly import (
+    CheckpointRow,
+    EventRow,
+    MessageRow,
+    OperationOutcomeRow,
+    OperationRow,
+    PendingToolRow,
+    RestartCheckpointRow,
+    StepRow,
+    TimerRow,
+    Usage,
+    decode_json,
+    row_limit,
+)
+from .._records import RunRecord
+from ._base import Conn, migrations, split_schema
+from ._errors import DRIVER_ERRORS, translate
+from ._log import RUN_SELECT, run_record, text_time
+from ._readonly_threads import ThreadReads
+
+__all__ = ["PostgresSnapshot", "ReadOnlyPostgres"]
+
+Row = dict[str, Any]
+
+_REQUIRED_TABLES: Final = frozenset({"schema_migrations", "agent_runs", "events"})
+_USAGE_CACHE_SIZE: Final = 1000
+_C: Final = ' COLLATE "C"'  # text orders byte by byte, as SQLite's do
+_EVENT_COLUMNS: Final = ", ".join(EventRow.__annotations__)
+_CHECKPOINT_COLUMNS: Final = ", ".join(CheckpointRow.__annotations__)
+_OPERATION_COLUMNS: Final = ", ".join(OperationRow.__annotations__)
+_OUTCOME_COLUMNS: Final = ", ".join(OperationOutcomeRow.__annotations__)
+_STEP_COLUMNS: Final = ", ".join(StepRow.__annotations__)
+_TIMER_COLUMNS: Final = ", ".join(TimerRow.__annotations__)
+_MESSAGE_COLUMNS: Final = ", ".join(MessageRow.__annotations__)
+_MODEL_KINDS: Final = "('model_request', 'model_stream')"
+_JSON_COLUMNS: Final = frozenset({"payload", "state", "evidence", "record", "input_json", "result"})
+_INTEGER = r"^-?[0-9]+$"  # a JSON number SQLite's json_each calls an integer
+_USAGE_SQL: Final = (
+    "SELECT u.key, sum((u.value #>> '{}')::numeric), "
+    f"bool_and((u.value #>> '{{}}') ~ '{_INTEGER}') "
+    "FROM events AS e CROSS JOIN LATERAL (SELECT e.payload::json -> 'usage' AS usage) AS p "
+    "CROSS JOIN LATERAL json_each(CASE WHEN json_typeof(p.usage) = 'object' THEN p.usage "
+    "ELSE '{}'::json END) AS u WHERE e.run_id = %s AND e.seq > %s AND e.seq <= %s "
+    "AND e.type = 'llm_call' AND json_typeof(u.value) = 'number' GROUP BY u.key"
+)
+
+
+@contextmanager
+def reading(where: str) -> Iterator[None]:
+    """The driver-error boundary of a read: a broken connection lost nothing (nothing is
+    written here); every other driver error as the store's writes translate it."""
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+        if isinstance(error, errors.QueryCanceled | errors.LockNotAvailable):
+            raise translate(error, where) from None
+        raise ConnectionLost(
+            f"the connection to {where} broke ({str(error).strip() or type(error).__name__}); "
+            "nothing was written (this view only reads): try again once the server is back"
+        ) from None
+    except errors.InsufficientPrivilege as error:
+        raise StoreError(f"this role may not read {where} ({error})") from None
+    except DRIVER_ERRORS as error:
+        raise translate(error, where) from None
+
+
+def _text_times(row: Row) -> Row:
+    """A row with its timestamptz values as the UTC text the SQLite view returns."""
+    for name, value in row.items():
+        if isinstance(value, datetime):
+            row[name] = text_time(value)
+    return row
+
+
+def _number(total: Decimal, integral: bool) -> int | float:
+    """A sum as SQLite's SUM returns it: an int for integers only, else a float."""
+    return int(total) if integral else float(total)
+
+
+class ReadOnlyPostgres:
+    """A zincir PostgreSQL schema opened read-only: one short connection per snapshot."""
+
+    def __init__(self, url: str, *, connect_timeout: float = 10.0) -> None:
+        self._conninfo, self.schema, self.path = split_schema(url)
+        self.known_version = migrations()[-1][0]
+        params = conninfo_to_dict(self._conninfo)  # the URL's own options are kept
+        self._options = (
+            f"{params.get('options') or ''} -c search_path={self.schema} -c TimeZone=UTC "
+            "-c default_transaction_read_only=on"
+        ).strip()
+        self._application = str(params.get("application_name") or "zincir-readonly")
+        self._timeout = max(1, int(connect_timeout))
+        self._usage_cache: dict[tuple[str, str], tuple[int, Usage]] = {}
+        self._usage_lock = threading.Lock()
+
+    def _connect(self) -> Conn:
+        try:
+            conn: Conn = psycopg.connect(
+                self._conninfo,
+                autocommit=True,
+                options=self._options,
+                connect_timeout=self._timeout,
+                application_name=self._application,
+            )
+        except psycopg.OperationalError as error:
+            raise ConnectionLost(
+                f"cannot connect to {self.path} ({str(error).strip()}); is the server up and "
+                "the URL right? Nothing was read"
+            ) from None
+        except DRIVER_ERRORS as error:
+            raise translate(error, self.path) from None
+        return conn
+
+    def _tables(self, conn: Conn) -> frozenset[str]:
+        """The schema's tables, after refusing a schema that is not a readable zincir one."""
+        tables = frozenset(
+            str(name)
+            for (name,) in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                (self.schema,),
+            )
+        )
+        if not tables:
+            raise NotAZincirDatabase(
+                f"{self.path} holds no zincir tables (schema {self.schema!r} is empty or "
+                "missing); run `zincir migrate --db URL` or your application first, or name "
+                "the schema with ?schema=NAME (reading never creates a schema)"
+            )
+        if not _REQUIRED_TABLES <= tables:
+            raise NotAZincirDatabase(
+                f"schema {self.schema!r} of {self.path} holds another application's tables "
+                f"({', '.join(sorted(tables)[:5])}), not zincir's; name zincir's schema with "
+                "?schema=NAME"
+            )
+        (newest,) = conn.execute(
+            "SELECT coalesce(max(version), 0) FROM schema_migrations"
+        ).fetchone() or (0,)
+        if int(newest) > self.known_version:
+            raise SchemaTooNew(
+                f"{self.path} has schema version {newest}, newer than this zincir's "
+                f"{self.known_version}; upgrade zincir"
+            )
+        return tables
+
+    def check(self) -> None:
+        """Raise unless the schema is a zincir schema this code can read (NotAZincirDatabase,
+        SchemaTooNew, ConnectionLost, ...)."""
+        with self.snapshot():
+            pass
+
+    @contextmanager
+    def snapshot(self) -> Iterator[PostgresSnapshot]:
+        """A :class:`PostgresSnapshot` over one repeatable-read, read-only transaction,
+        rolled back (by closing its connection) when the block ends."""
+        conn = self._connect()
+        try:
+            with reading(self.path):
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                tables = self._tables(conn)
+            yield PostgresSnapshot(conn, self, tables)
+        finally:
+            conn.close()
+
+    def _cached_usage(self, key: tuple[str, str]) -> tuple[int, Usage]:
+        with self._usage_lock:
+            return self._usage_cache.get(key, (0, {}))
+
+    def _store_usage(self, key: tuple[str, str], upto: int, totals: Usage) -> None:
+        with self._usage_lock:
+            if len(self._usage_cache) > _USAGE_CACHE_SIZE:
+                self._usage_cache.clear()
+            self._usage_cache[key] = (upto, dict(totals))
+
+
+class PostgresSnapshot(ThreadReads):
+    """The named read queries, inside one read transaction of a :class:`ReadOnlyPostgres`."""
+
+    def __init__(self, conn: Conn, database: ReadOnlyPostgres, tables: frozenset[str]) -> None:
+        self._conn = conn
+        self._database = database
+        self._tables = tables
+
+    @property
+    def path(self) -> str:
+        """The schema being read, as a URL without its password."""
+        return self._database.path
+
+    def _tuples(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with reading(self._database.path):
+            return self._conn.execute(sql, tuple(params)).fetchall()
+
+    def _dicts(self, sql: str, params: Sequence[Any], *, decode: bool = True) -> list[Row]:
+        """Rows as dicts keyed by column name, times as text, JSON columns decoded unless
+        ``decode`` is off."""
+        with reading(self._database.path), self._conn.cursor(row_factory=dict_row) as cursor:
+            found = [_text_times(row) for row in cursor.execute(sql, tuple(params)).fetchall()]
+        if decode:
+            for row in found:
+                for column in _JSON_COLUMNS & row.keys():
+                    row[column] = decode_json(row[column])
+        return found
+
+    def _runs(self, where: str, params: Sequence[Any]) -> list[RunRecord]:
+        return [run_record(row) for row in self._tuples(f"{RUN_SELECT} {where}", params)]
+
+    # -- runs -----------------------------------------------------------------------------
+
+    def list_runs(self, status: str | None = None, limit: int = 100) -> list[RunRecord]:
+        """The latest runs by update time, optionally of one status."""
+        where, params = ("WHERE status = %s", (status,)) if status else ("", ())
+        return self._runs(
+            f"{where} ORDER BY updated_at DESC, id{_C} LIMIT %s", (*params, row_limit(limit))
+        )
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """One run, or None."""
+        found = self._runs("WHERE id = %s", (run_id,))
+        return found[0] if found else None
+
+    def children(self, run_id: str, limit: int = 500) -> list[RunRecord]:
+        """The runs spawned by ``run_id``, oldest first."""
+        return self._runs(
+            f"WHERE parent_id = %s ORDER BY created_at, id{_C} LIMIT %s",
+            (run_id, row_limit(limit)),
+        )
+
+    # -- the log --------------------------------------------------------------------------
+
+    def events(self, run_id: str, after_seq: int = 0, limit: int = 200) -> list[EventRow]:
+        """One page of the log after ``after_seq``: keyset on the (run_id, seq) primary key."""
+        return cast(
+            list[EventRow],
+            self._dicts(
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = %s AND seq > %s "
+                "ORDER BY seq LIMIT %s",
+                (run_id, min(max(after_seq, 0), MAX_SEQUENCE), row_limit(limit)),
+            ),
+        )
+
+    def iter_events(
+        self, run_id: str, after_seq: int = 0, *, page_size: int = 1000
+    ) -> Iterator[EventRow]:
+        """Every event after ``after_seq``, read page by page within this snapshot."""
+        while True:
+            page = self.events(run_id, after_seq, page_size)
+            yield from page
+            if len(page) < page_size:
+                return
+            after_seq = page[-1]["seq"]
+
+    def answered(self, run_id: str, call_ids: Sequence[str]) -> set[str]:
+        """Which of these tool call ids already have a ``tool_result``."""
+        if not call_ids:
+            return set()
+        return {
+            str(call_id)
+            for (call_id,) in self._tuples(
+                "SELECT tool_call_id FROM events WHERE run_id = %s AND type = 'tool_result' "
+                "AND tool_call_id = ANY(%s)",
+                (run_id, list(call_ids)),
+            )
+        }
+
+    def tool_intents(self, run_id: str, call_ids: Sequence[str]) -> list[EventRow]:
+        """The ``tool_call`` events (intents) of these call ids, by seq (the
+        ``events_one_intent`` index, never a scan of the log)."""
+        if not call_ids:
+            return []
+        return cast(
+            list[EventRow],
+            self._dicts(
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = %s "
+                "AND type = 'tool_call' AND tool_call_id = ANY(%s) ORDER BY seq",
+                (run_id, list(dict.fromkeys(call_ids))),
+            ),
+        )
+
+    def result_seqs(self, run_id: str, call_ids: Sequence[str]) -> dict[str, int]:
+        """The seq of the ``tool_result`` of each of these call ids that has one (indexed)."""
+        if not call_ids:
+            return {}
+        return {
+            str(call_id): int(seq)
+            for call_id, seq in self._tuples(
+                "SELECT tool_call_id, seq FROM events WHERE run_id = %s "
+                "AND type = 'tool_result' AND tool_call_id = ANY(%s)",
+                (run_id, list(dict.fromkeys(call_ids))),
+            )
+        }
+
+    def pending_tools(self, run_id: str, limit: int = 500) -> list[PendingToolRow]:
+        """Tool intents without a result (in doubt after a crash), oldest first: the
+        ``open_intents`` table, O(pending) not O(intents)."""
+        return cast(
+            list[PendingToolRow],
+            self._dicts(
+                "SELECT intent.seq, intent.payload, intent.created_at, intent.tool_call_id "
+                "FROM open_intents AS open JOIN events AS intent "
+                "ON intent.run_id = open.run_id AND intent.seq = open.seq "
+                "WHERE open.run_id = %s ORDER BY open.seq LIMIT %s",
+                (run_id, row_limit(limit)),
+            ),
+        )
+
+    def usage(self, run: RunRecord) -> Usage:
+        """Totals of the numeric ``usage`` fields of the run's ``llm_call`` events.
+
+        The log is append-only, so totals are cached per run (by id and creation time) and
+        only events newer than the cached ones are summed.
+        """
+        run_id = str(run["id"])
+        key = (run_id, str(run["created_at"]))
+        upto, cached = self._database._cached_usage(key)
+        last_seq = int(run["last_seq"] or 0)
+        if upto >= last_seq and upto:
+            return dict(cached)
+        totals = dict(cached)
+        for name, total, integral in self._usage_rows(run_id, upto, last_seq):
+            totals[name] = totals.get(name, 0) + _number(total, integral)
+        self._database._store_usage(key, last_seq, totals)
+        return dict(totals)
+
+    def _usage_rows(self, run_id: str, upto: int, last_seq: int) -> list[tuple[str, Any, bool]]:
+        """(field, sum, all integers) over the usage objects of ``llm_call`` events in
+        (upto, last_seq]; an event whose payload is not JSON is skipped, as SQLite's
+        ``json_valid`` skips it (the statement is retried in Python after a savepoint)."""
+        with reading(self._database.path):
+            try:
+                with self._conn.transaction():  # a savepoint: a cast error leaves it alone
+                    found = self._conn.execute(_USAGE_SQL, (run_id, upto, last_seq)).fetchall()
+                return [(str(name), total, bool(integral)) for name, total, integral in found]
+            except errors.InvalidTextRepresentation:
+                pass
+        sums: dict[str, tuple[Decimal, bool]] = {}
+        for (payload,) in self._tuples(
+            "SELECT payload FROM events WHERE run_id = %s AND seq > %s AND seq <= %s "
+            "AND type = 'llm_call'",
+            (run_id, upto, last_seq),
+        ):
+            document = decode_json(payload)
+            usage = document.get("usage") if isinstance(document, Mapping) else None
+            if not isinstance(usage, Mapping):
+                continue
+            for name, value in usage.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    total, integral = sums.get(str(name), (Decimal(0), True))
+                    sums[str(name)] = (total + Decimal(value), integral and isinstance(value, int))
+        return [(name, total, integral) for name, (total, integral) in sums.items()]
+
+    # -- durable state --------------------------------------------------------------------
+
+    def checkpoints(self, run_id: str, limit: int = 500) -> list[CheckpointRow]:
+        """The run's semantic checkpoints by round."""
+        return cast(
+            list[CheckpointRow],
+            self._dicts(
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s "
+                "ORDER BY round LIMIT %s",
+                (run_id, row_limit(limit)),
+            ),
+        )
+
+    def restart_checkpoints(self, run_id: str, limit: int = 500) -> list[RestartCheckpointRow]:
+        """The run's restart checkpoints by id, each payload cut to its first 200 characters."""
+        return cast(
+            list[RestartCheckpointRow],
+            self._dicts(
+                "SELECT checkpoint_id, revision, octet_length(payload) AS size, "
+                "substr(payload, 1, 200) AS preview, updated_at FROM restart_checkpoints "
+                f"WHERE run_id = %s ORDER BY checkpoint_id{_C} LIMIT %s",
+                (run_id, row_limit(limit)),
+                decode=False,
+            ),
+        )
+
+    def operations(self, run_id: str, limit: int = 500) -> list[OperationRow]:
+        """The run's durable operations, oldest first."""
+        return cast(
+            list[OperationRow],
+            self._dicts(
+                f"SELECT {_OPERATION_COLUMNS} FROM operations WHERE run_id = %s "
+                f"ORDER BY created_at, step_id{_C}, sequence LIMIT %s",
+                (run_id, row_limit(limit)),
+            ),
+        )
+
+    def operation_outcomes(
+        self, run_id: str, keys: Sequence[tuple[str, int]]
+    ) -> list[OperationOutcomeRow]:
+        """The state and record of these operations, by primary key (step id, sequence),
+        in the order asked; keys with no operation are left out. Inputs are not read."""
+        wanted = list(dict.fromkeys((str(step), row_limit(seq)) for step, seq in keys))
+        if not wanted:
+            return []
+        found: dict[tuple[str, int], OperationOutcomeRow] = {}
+        for row in self._dicts(
+            f"SELECT {_OUTCOME_COLUMNS} FROM operations WHERE run_id = %s "
+            "AND (step_id, sequence) IN (SELECT * FROM unnest(%s::text[], %s::bigint[]))",
+            (run_id, [step for step, _ in wanted], [seq for _, seq in wanted]),
+        ):
+            found[(str(row["step_id"]), int(row["sequence"]))] = cast(OperationOutcomeRow, row)
+        return [found[key] for key in wanted if key in found]
+
+    def first_model_request(self, run_id: str, step_id: str | None = None) -> OperationRow | None:
+        """The run's first model request (``model_request`` or ``model_stream`` #0), input
+        included: a primary-key lookup when ``step_id`` is known."""
+        where, params = ("AND step_id = %s ", (step_id,)) if step_id is not None else ("", ())
+        found = self._dicts(
+            f"SELECT {_OPERATION_COLUMNS} FROM operations WHERE run_id = %s {where}"
+            f"AND sequence = 0 AND kind IN {_MODEL_KINDS} ORDER BY created_at, step_id{_C} "
+            "LIMIT 1",
+            (run_id, *params),
+        )
+        return cast(OperationRow, found[0]) if found else None
+
+    def steps(self, run_id: str, limit: int = 500) -> list[StepRow]:
+        """The run's workflow steps, in the order they started."""
+        return cast(
+            list[StepRow],
+            self._dicts(
+                f"SELECT {_STEP_COLUMNS} FROM steps WHERE run_id = %s "
+                f"ORDER BY started_at, name{_C} LIMIT %s",
+                (run_id, row_limit(limit)),
+            ),
+        )
+
+    def timers(self, run_id: str, limit: int = 500) -> list[TimerRow]:
+        """The run's workflow timers by wake time."""
+        return cast(
+            list[TimerRow],
+            self._dicts(
+                f"SELECT {_TIMER_COLUMNS} FROM timers WHERE run_id = %s "
+                f"ORDER BY wake_at, name{_C} LIMIT %s",
+                (run_id, row_limit(limit)),
+            ),
+        )
+
+    def messages(self, run_id: str, limit: int = 500) -> list[MessageRow]:
+        """Messages sent to or from the run, oldest first."""
+        return cast(
+            list[MessageRow],
+            self._dicts(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages "
+                "WHERE to_run_id = %s OR from_run_id = %s ORDER BY id LIMIT %s",
+                (run_id, run_id, row_limit(limit)),
+            ),
+        )
