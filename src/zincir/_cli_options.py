@@ -1,8 +1,8 @@
 """Options every ``zincir`` command shares, defined once: ``--db`` has one meaning everywhere.
 
-``--db PATH`` names the zincir database: a SQLite file path or ``sqlite:///PATH``, by
-default ``$ZINCIR_DATABASE_PATH``, else ``./zincir.db``. It must be text (a path that is not
-valid UTF-8 is refused with a usage error, not a traceback).
+``--db PATH`` names the zincir database: a SQLite file path, ``sqlite:///PATH`` or a
+``postgresql://`` URL, by default ``$ZINCIR_DATABASE_PATH``, else ``./zincir.db``. It must be
+text (a path that is not valid UTF-8 is refused with a usage error, not a traceback).
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from typing import Any, TypeVar
 
 import click
 
-from ._errors import InvalidInput
 from ._validate import MAX_DURATION, utf8
-from .store import default_database_path, sqlite_path_from_url
-from .store.sqlite import ReadOnlyDatabase
+from .store import default_database_path
+from .store._readonly import ReadOnlyView, open_read_only
 
 __all__ = [
     "DATABASE_ENV",
@@ -31,11 +30,11 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 
 DATABASE_ENV = "ZINCIR_DATABASE_PATH"
-_POSTGRES = ("postgresql://", "postgres://")
 
 
 class DatabaseLocation(click.types.StringParamType):
-    """A database path or ``sqlite:///PATH``: non-empty UTF-8 text without NUL."""
+    """A database path, ``sqlite:///PATH`` or ``postgresql://`` URL: non-empty UTF-8 text
+    without NUL."""
 
     name = "path"
 
@@ -88,15 +87,14 @@ def database_option(command: F) -> F:
         metavar="PATH",
         default=default_database_path,
         show_default=False,
-        help=f"The zincir database, a SQLite file or sqlite:///PATH (default: ${DATABASE_ENV}, "
-        "else ./zincir.db).",
+        help="The zincir database: a SQLite file, sqlite:///PATH or postgresql://URL "
+        f"(default: ${DATABASE_ENV}, else ./zincir.db).",
     )
     return option(command)
 
 
-def read_only_database(location: str) -> ReadOnlyDatabase:
+def read_only_database(location: str) -> ReadOnlyView:
     """The read-only view of the database at ``--db`` for the commands that only read it
-    (``runs list``, ``runs show``, ``ui``): they never create, migrate or write a file."""
-    if location.startswith(_POSTGRES):
-        raise InvalidInput("only SQLite databases can be read here; pass --db PATH")
-    return ReadOnlyDatabase(sqlite_path_from_url(location))
+    (``runs list``, ``runs show``, ``threads``, ``ui``): a SQLite file or a PostgreSQL
+    schema, never created, migrated or written."""
+    return open_read_only(location)

@@ -18,7 +18,7 @@ from ._json import StrictJsonError, loads_strict
 from ._validate import check_id
 from .runs._worker_cli import worker_command
 from .store import Store
-from .store.sqlite import ReadOnlyDatabase
+from .store._readonly import ReadOnlyView
 
 if TYPE_CHECKING:
     from .agent import Decision, PendingApproval
@@ -109,9 +109,10 @@ def runs() -> None:
     """List runs and show their event logs."""
 
 
-def _existing(database: str) -> ReadOnlyDatabase:
-    """The read-only view of an existing zincir database; the read commands never create,
-    migrate or write one (a missing, foreign or damaged file is a one-line error)."""
+def _existing(database: str) -> ReadOnlyView:
+    """The read-only view of an existing zincir database (a SQLite file or a PostgreSQL
+    schema); the read commands never create, migrate or write one (a missing, foreign or
+    damaged database is a one-line error)."""
     return read_only_database(database)
 
 

@@ -31,7 +31,7 @@ from .._validate import MAX_SEQUENCE
 from ..store import RunRecord
 from ..store.sqlite import EventRow, OperationRow, TimerRow, decode_json
 from ._conversation import conversation
-from ._db import EVENT_PAGE_SIZE, LIST_LIMIT, ROW_LIMIT, InspectorDatabase, Reader
+from ._db import EVENT_PAGE_SIZE, LIST_LIMIT, ROW_LIMIT, Reader, View, open_read_only
 from ._security import SECURITY_HEADERS, SecurityMiddleware, UIAddress, parse_address
 from ._threads import thread_detail, thread_url, with_anchors
 
@@ -258,7 +258,7 @@ def timer_view(timer: TimerRow, now: datetime) -> dict[str, Any]:
 class Pages:
     """Request handlers bound to one database and template environment."""
 
-    def __init__(self, database: InspectorDatabase, env: Environment) -> None:
+    def __init__(self, database: View, env: Environment) -> None:
         self.db = database
         self.env = env
 
@@ -544,17 +544,20 @@ def _environment() -> Environment:
 
 
 def create_app(
-    database: str | os.PathLike[str] | InspectorDatabase,
+    database: str | os.PathLike[str] | View,
     *,
     address: UIAddress | str | None = None,
 ) -> Starlette:
-    """The inspector for a zincir SQLite file, answering only requests addressed to ``address``.
+    """The inspector for a zincir database (a SQLite path or ``sqlite:///PATH``, a
+    ``postgresql://`` URL, or an opened read-only view), answering only requests addressed
+    to ``address``.
 
     Raises NotAZincirDatabase when the file is missing, not SQLite or holds no zincir schema
-    (DatabaseCorrupt when its schema cannot be read); a schema newer than this code is
-    served as a readable 409 page instead, damaged pages met later as a readable 500 page.
+    (DatabaseCorrupt when its schema cannot be read, StoreUnavailable when the server is
+    down); a schema newer than this code is served as a readable 409 page instead, damaged
+    pages met later as a readable 500 page.
     """
-    db = database if isinstance(database, InspectorDatabase) else InspectorDatabase(database)
+    db = open_read_only(database) if isinstance(database, str | os.PathLike) else database
     try:
         db.check()
     except SchemaTooNew:

@@ -6,13 +6,13 @@ import click
 
 from .._cli_options import database_option, read_only_database
 from .._errors import InvalidInput, SchemaTooNew, ZincirError
-from ._db import InspectorDatabase
+from ._db import View
 from ._security import ADDRESS_ENV, UIAddress, address_from_env
 
 __all__ = ["serve", "ui_command"]
 
 
-def serve(database: InspectorDatabase, address: UIAddress) -> None:
+def serve(database: View, address: UIAddress) -> None:
     """Serve ``database`` on ``address`` until interrupted (blocking)."""
     import uvicorn
 
