@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import apsw
+import pytest
+
+import zincir
+from zincir._time import to_db
+from zincir.store import Store
+
+T = TypeVar("T")
 
 
 def rows(db_path: Path | str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -37,3 +46,52 @@ def seqs(db_path: Path | str, run_id: str) -> list[int]:
 
 def count(db_path: Path | str, table: str) -> int:
     return int(rows(db_path, f"SELECT COUNT(*) FROM {table}")[0][0])
+
+
+BOTH_BACKENDS = ("sqlite", "postgres")
+"""The backends a test parametrised with :func:`backend_target` runs on (ids as named)."""
+
+
+def backend_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database for the backend ``request.param`` names, as the target child
+    processes pass to ``zincir.open_store``: a SQLite file in ``tmp_path``, or the
+    ``postgres_url`` fixture's own schema (the server starts only for a postgres test)."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(tmp_path / "zincir.db")
+
+
+def is_postgres(target: Path | str) -> bool:
+    """True for a PostgreSQL URL, False for a SQLite path."""
+    return str(target).startswith(("postgresql://", "postgres://"))
+
+
+def select(target: Path | str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one read-only SELECT on either backend: the SQLite file, or the PostgreSQL URL's
+    schema. ``sql`` uses ``?`` placeholders (no ``?`` or ``%`` in literals); timestamps come
+    back as zincir's stored text on both, so a test compares the same values on each."""
+    if not is_postgres(target):
+        return rows(target, sql, params)
+    import psycopg
+    from psycopg import sql as pgsql
+
+    from zincir.store.postgres._base import split_schema
+
+    conninfo, schema, _ = split_schema(str(target))
+    with psycopg.connect(conninfo) as conn:
+        conn.read_only = True
+        conn.execute(pgsql.SQL("SET search_path TO {}").format(pgsql.Identifier(schema)))
+        found = conn.execute(sql.replace("?", "%s"), params or None).fetchall()
+    return [
+        tuple(to_db(value) if isinstance(value, datetime) else value for value in row)
+        for row in found
+    ]
+
+
+async def read_store(target: Path | str, read: Callable[[Store], Awaitable[T]]) -> T:
+    """``read(store)`` on a store opened on ``target`` for just this read (either backend)."""
+    store = zincir.open_store(target)
+    try:
+        return await read(store)
+    finally:
+        await store.close()
