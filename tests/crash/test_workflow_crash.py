@@ -16,14 +16,19 @@ import pytest
 
 import zincir
 from tests.conftest import REPO
-from tests.helpers import rows
-from zincir._time import from_db
+from tests.helpers import BOTH_BACKENDS, backend_target, read_store, select
 from zincir.workflow import WorkflowContext
 
 pytestmark = pytest.mark.crash
 
 CHILD = REPO / "tests" / "crash" / "workflow_child.py"
 ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+
+
+@pytest.fixture(params=BOTH_BACKENDS)
+def crash_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The database the test and its child processes share: a SQLite file or a schema."""
+    return backend_target(request, tmp_path)
 
 
 def start(*args: str) -> subprocess.Popen[str]:
@@ -73,13 +78,15 @@ def executions(side_file: Path) -> Counter[str]:
     return Counter(side_file.read_text().split())
 
 
-def test_step_killed_in_flight_blocks_until_recover(tmp_path: Path) -> None:
-    db, side = str(tmp_path / "wf.db"), tmp_path / "side.txt"
+async def test_step_killed_in_flight_blocks_until_recover(
+    crash_target: str, tmp_path: Path
+) -> None:
+    db, side = crash_target, tmp_path / "side.txt"
     child = start("steps", db, "run", str(side), "in:3")
     assert until(child, "blocked in") == "s3"
     kill(child)
     assert executions(side) == Counter(s1=1, s2=1, s3=1)
-    assert rows(db, "SELECT name, status FROM steps ORDER BY name") == [
+    assert select(db, "SELECT name, status FROM steps ORDER BY name") == [
         ("s1", "completed"),
         ("s2", "completed"),
         ("s3", "running"),
@@ -93,30 +100,35 @@ def test_step_killed_in_flight_blocks_until_recover(tmp_path: Path) -> None:
     assert reports[0] == 'recovered ["s3"]'
     assert reports[1] == 'completed ["S1", "S2", "S3", "S4", "S5"]'
     assert executions(side) == Counter(s1=1, s2=1, s3=2, s4=1, s5=1)
-    log = rows(db, "SELECT seq, type FROM events WHERE run_id = 'run' ORDER BY seq")
-    assert [seq for seq, _ in log] == list(range(1, len(log) + 1))
-    assert [kind for _, kind in log].count("step_completed") == 5
-    assert rows(db, "SELECT status, lease_owner FROM agent_runs") == [("completed", None)]
+    log = await read_store(db, lambda store: store.list_events("run"))
+    assert [event.seq for event in log] == list(range(1, len(log) + 1))
+    assert [event.type for event in log].count("step_completed") == 5
+    runs = await read_store(db, lambda store: store.list_runs())
+    assert [(run["status"], run["lease_owner"]) for run in runs] == [("completed", None)]
 
 
-def test_step_killed_between_steps_replays_without_recover(tmp_path: Path) -> None:
-    db, side = str(tmp_path / "wf.db"), tmp_path / "side.txt"
+def test_step_killed_between_steps_replays_without_recover(
+    crash_target: str, tmp_path: Path
+) -> None:
+    db, side = crash_target, tmp_path / "side.txt"
     child = start("steps", db, "run", str(side), "after:2")
     assert until(child, "after") == "s2"
     kill(child)
     reports = finish("steps", db, "run", str(side), "resume")
     assert reports == ['completed ["S1", "S2", "S3", "S4", "S5"]']
     assert executions(side) == Counter(s1=1, s2=1, s3=1, s4=1, s5=1)
-    tokens = rows(db, "SELECT claim_token FROM steps ORDER BY name")
+    tokens = select(db, "SELECT claim_token FROM steps ORDER BY name")
     assert tokens == [(1,), (1,), (2,), (2,), (2,)]  # who ran each body
 
 
-async def test_sleep_killed_midway_waits_only_the_remainder(tmp_path: Path) -> None:
-    db = str(tmp_path / "wf.db")
+async def test_sleep_killed_midway_waits_only_the_remainder(crash_target: str) -> None:
+    db = crash_target
     child = start("sleep", db, "run", "1.5")
     assert float(until(child, "sleeping")) == pytest.approx(1.5, abs=0.05)
     kill(child)
-    [(wake_at,)] = rows(db, "SELECT wake_at FROM timers WHERE completed_at IS NULL")
+    timer = await read_store(db, lambda store: store.get_timer("run", "nap"))
+    assert timer is not None and not timer.completed
+    assert select(db, "SELECT COUNT(*) FROM timers") == [(1,)]  # the only timer
     requested: list[float] = []
 
     async def sleeper(seconds: float) -> None:
@@ -128,15 +140,17 @@ async def test_sleep_killed_midway_waits_only_the_remainder(tmp_path: Path) -> N
         await asyncio.sleep(0.35)  # the dead owner's 300 ms lease expires
         async with await WorkflowContext.open(store, "run", sleeper=sleeper) as wf:
             await wf.sleep("nap", timedelta(hours=1))  # the stored wake time wins
-            assert store.clock() >= from_db(wake_at)
+            assert store.clock() >= timer.wake_at
+        fired = await store.get_timer("run", "nap")
     finally:
         await store.close()
     assert 0 < sum(requested) < 1.2
-    assert rows(db, "SELECT wake_at, completed_at IS NOT NULL FROM timers") == [(wake_at, 1)]
+    assert fired is not None and (fired.wake_at, fired.completed) == (timer.wake_at, True)
+    assert select(db, "SELECT COUNT(*) FROM timers") == [(1,)]
 
 
-async def test_messages_once_across_sender_and_receiver_kills(tmp_path: Path) -> None:
-    db = str(tmp_path / "wf.db")
+async def test_messages_once_across_sender_and_receiver_kills(crash_target: str) -> None:
+    db = crash_target
     store = zincir.open_store(db)
     try:
         await (await WorkflowContext.open(store, "inbox")).close()
@@ -147,7 +161,7 @@ async def test_messages_once_across_sender_and_receiver_kills(tmp_path: Path) ->
         kill(sender)
         replayed = finish("send", db, "outbox", "inbox", "exit")
         assert replayed == [f"sent {json.dumps(first_ids)}"]  # the replayed sends found them
-        assert rows(db, "SELECT COUNT(*) FROM messages") == [(2,)]
+        assert select(db, "SELECT COUNT(*) FROM messages") == [(2,)]
 
         receiver = start("recv", db, "inbox", "block")
         received = json.loads(until(receiver, "received"))
@@ -160,7 +174,7 @@ async def test_messages_once_across_sender_and_receiver_kills(tmp_path: Path) ->
             assert await inbox.recv("job") == {"n": 1}  # the replayed first receive
             assert await inbox.recv("job") == {"n": 2}
             assert await inbox.recv("job", timeout=0.05) is None
-        assert rows(db, "SELECT id, received_by FROM messages ORDER BY id") == [
+        assert select(db, "SELECT id, received_by FROM messages ORDER BY id") == [
             (first_ids[0], "job#1"),
             (first_ids[1], "job#2"),
         ]

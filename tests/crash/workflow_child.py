@@ -6,7 +6,8 @@
     workflow_child.py recv DB RUN (block|exit)
     workflow_child.py abandon DB PREFIX COUNT TTL_SECONDS
 
-Each line on stdout is a report the test waits for; "block" then waits to be killed.
+DB is what ``zincir.open_store`` opens: a SQLite path or a postgresql:// URL. Each line on
+stdout is a report the test waits for; "block" then waits to be killed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 import zincir
+from zincir.store import Store
 from zincir.workflow import WorkflowContext
 
 LEASE = timedelta(milliseconds=300)
@@ -32,7 +34,7 @@ async def block() -> None:
     await asyncio.Event().wait()
 
 
-async def open_when_free(store: zincir.SQLiteStore, run_id: str) -> WorkflowContext:
+async def open_when_free(store: Store, run_id: str) -> WorkflowContext:
     """Open the run, waiting for a dead owner's lease to expire."""
     for _ in range(200):
         try:
@@ -42,7 +44,7 @@ async def open_when_free(store: zincir.SQLiteStore, run_id: str) -> WorkflowCont
     raise SystemExit("the lease never expired")
 
 
-async def steps(store: zincir.SQLiteStore, run_id: str, side_file: str, mode: str) -> None:
+async def steps(store: Store, run_id: str, side_file: str, mode: str) -> None:
     kind, _, number = mode.partition(":")
     wf = await open_when_free(store, run_id)
     if kind == "recover":
@@ -71,7 +73,7 @@ async def steps(store: zincir.SQLiteStore, run_id: str, side_file: str, mode: st
     report("completed", json.dumps(results))
 
 
-async def sleep(store: zincir.SQLiteStore, run_id: str, seconds: float) -> None:
+async def sleep(store: Store, run_id: str, seconds: float) -> None:
     async def sleeper(delay: float) -> None:
         report("sleeping", delay)
         await asyncio.sleep(delay)
@@ -82,7 +84,7 @@ async def sleep(store: zincir.SQLiteStore, run_id: str, seconds: float) -> None:
     await wf.close()
 
 
-async def send(store: zincir.SQLiteStore, run_id: str, to_run: str, then: str) -> None:
+async def send(store: Store, run_id: str, to_run: str, then: str) -> None:
     wf = await open_when_free(store, run_id)
     ids = [await wf.send(to_run, "job", {"n": n}) for n in (1, 2)]
     report("sent", json.dumps(ids))
@@ -91,7 +93,7 @@ async def send(store: zincir.SQLiteStore, run_id: str, to_run: str, then: str) -
     await wf.close()
 
 
-async def recv(store: zincir.SQLiteStore, run_id: str, then: str) -> None:
+async def recv(store: Store, run_id: str, then: str) -> None:
     wf = await open_when_free(store, run_id)
     message = await wf.recv_message("job", timeout=10)
     assert message is not None
@@ -101,7 +103,7 @@ async def recv(store: zincir.SQLiteStore, run_id: str, then: str) -> None:
     await wf.close()
 
 
-async def abandon(store: zincir.SQLiteStore, prefix: str, count: int, ttl: float) -> None:
+async def abandon(store: Store, prefix: str, count: int, ttl: float) -> None:
     async def one(i: int) -> zincir.AgentContext:
         ctx = await zincir.AgentContext.create(
             store, name="abandoned", run_id=f"{prefix}{i:04d}", lease_ttl=ttl
