@@ -2,6 +2,8 @@
 
     python fenced_runtime_worker.py DB RUN_ID RELEASE_FILE
 
+DB is what ``zincir.open_store`` opens: a SQLite path or a postgresql:// URL.
+
 Creates run RUN_ID with an AgentContext (so this process holds its lease), then executes
 one invocation of that run whose handler prints ``inside`` and waits for RELEASE_FILE.
 Prints ``record <canonical record>`` when execute returns, or ``error <ErrorName>`` when it

@@ -2,6 +2,8 @@
 
     python leased_runtime_worker.py DB SIDE_FILE RUN_ID [--claim-ttl S] [--lease-ttl S]
 
+DB is what ``zincir.open_store`` opens: a SQLite path or a postgresql:// URL.
+
 Creates run RUN_ID with an AgentContext (so this process holds its lease, heartbeated
 every lease-ttl/3), then executes one fixed invocation of that run with a LocalRuntime:
 the claim is made under the run's lease. The handler appends one JSON line (pid, stable

@@ -2,6 +2,8 @@
 
     python runtime_worker.py DB SIDE_FILE MODE [--claim-ttl S] [--sleep S] [--go FILE]
 
+DB is what ``zincir.open_store`` opens: a SQLite path or a postgresql:// URL.
+
 Executes one fixed invocation. The handler appends one JSON line (pid, stable key, digest,
 input) to SIDE_FILE, then per MODE: ``ok`` returns after ``--sleep`` seconds; ``hang`` prints
 ``inside`` and sleeps until killed; ``fail-then-hang`` raises a retryable failure on its first

@@ -21,11 +21,12 @@ import zincir
 from tests.conftest import REPO
 from tests.crash.leased_runtime_worker import invocation as leased_invocation
 from tests.crash.runtime_worker import INVOCATION as LEASELESS_INVOCATION
-from tests.helpers import rows
+from tests.helpers import BOTH_BACKENDS, backend_target, read_store, select
 from zincir import AgentContext
 from zincir._time import from_db
 from zincir.contract import Invocation, OperationKind, Success, decode_record, encode_record
 from zincir.durable import HandlerRegistry, LocalRuntime
+from zincir.store import Store
 
 WORKER = REPO / "tests" / "crash" / "runtime_worker.py"
 FENCED_WORKER = REPO / "tests" / "crash" / "fenced_runtime_worker.py"
@@ -34,17 +35,23 @@ LEASED_WORKER = REPO / "tests" / "crash" / "leased_runtime_worker.py"
 KEY = ("crash-run", "tool.call", 0)
 
 
+@pytest.fixture(params=BOTH_BACKENDS)
+def crash_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The database the test and its worker processes share: a SQLite file or a schema."""
+    return backend_target(request, tmp_path)
+
+
 class Worker:
     """One runtime_worker.py process; its stdout lines are read on a thread."""
 
     def __init__(
-        self, tmp_path: Path, mode: str, *options: str, argv: list[str] | None = None
+        self, target: str, tmp_path: Path, mode: str, *options: str, argv: list[str] | None = None
     ) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
         if argv is None:
             argv = [
                 str(WORKER),
-                str(tmp_path / "ops.db"),
+                target,
                 str(tmp_path / "side.jsonl"),
                 mode,
                 *options,
@@ -102,11 +109,11 @@ class Worker:
 
 
 @pytest.fixture
-def workers(tmp_path: Path) -> Any:
+def workers(crash_target: str, tmp_path: Path) -> Any:
     started: list[Worker] = []
 
     def start(mode: str, *options: str) -> Worker:
-        worker = Worker(tmp_path, mode, *options)
+        worker = Worker(crash_target, tmp_path, mode, *options)
         started.append(worker)
         return worker
 
@@ -122,9 +129,9 @@ def side_effects(tmp_path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def operation(tmp_path: Path) -> tuple[Any, ...]:
-    [row] = rows(
-        tmp_path / "ops.db",
+def operation(target: str) -> tuple[Any, ...]:
+    [row] = select(
+        target,
         "SELECT status, outcome, record, attempts FROM operations "
         "WHERE run_id = ? AND step_id = ? AND sequence = ?",
         KEY,
@@ -132,17 +139,21 @@ def operation(tmp_path: Path) -> tuple[Any, ...]:
     return row
 
 
-def test_a_new_process_replays_the_record_without_the_handler(tmp_path: Path, workers: Any) -> None:
+def test_a_new_process_replays_the_record_without_the_handler(
+    crash_target: str, tmp_path: Path, workers: Any
+) -> None:
     first = workers("ok").record()
     assert len(side_effects(tmp_path)) == 1
     assert workers("ok").record() == first
     assert len(side_effects(tmp_path)) == 1
-    assert operation(tmp_path) == ("completed", "success", first, 1)
+    assert operation(crash_target) == ("completed", "success", first, 1)
 
 
-def test_two_processes_run_one_identity_once(tmp_path: Path, workers: Any) -> None:
+def test_two_processes_run_one_identity_once(
+    crash_target: str, tmp_path: Path, workers: Any
+) -> None:
     """Both start together; the handler outlives claim_ttl, so the claim must be renewed."""
-    zincir.open_store(tmp_path / "ops.db").close_sync()  # two first opens race on WAL setup
+    zincir.open_store(crash_target).close_sync()  # two first opens race on WAL setup
     go = tmp_path / "go"
     options = ("--go", str(go), "--claim-ttl", "0.4", "--sleep", "1.2")
     first, second = workers("ok", *options), workers("ok", *options)
@@ -151,12 +162,12 @@ def test_two_processes_run_one_identity_once(tmp_path: Path, workers: Any) -> No
     go.touch()
     assert first.record() == second.record()
     assert len(side_effects(tmp_path)) == 1
-    assert operation(tmp_path)[3] == 1
+    assert operation(crash_target)[3] == 1
 
 
 @pytest.mark.crash
 def test_a_handler_killed_inside_leaves_no_record_and_runs_again(
-    tmp_path: Path, workers: Any
+    crash_target: str, tmp_path: Path, workers: Any
 ) -> None:
     victim = workers("hang", "--claim-ttl", "1.0")
     victim.expect("inside")
@@ -166,11 +177,11 @@ def test_a_handler_killed_inside_leaves_no_record_and_runs_again(
     time.sleep(0.5)  # the waiter polls the victim's live, renewed claim
     assert len(side_effects(tmp_path)) == 1
     victim.kill()
-    status, outcome, record, attempts = operation(tmp_path)
+    status, outcome, record, attempts = operation(crash_target)
     assert (status, outcome, record, attempts) == ("claimed", None, None, 1)
 
     stored = waiter.record()  # taken over once the dead owner's claim expired
-    assert operation(tmp_path) == ("completed", "success", stored, 2)
+    assert operation(crash_target) == ("completed", "success", stored, 2)
     calls = side_effects(tmp_path)
     assert len(calls) == 2, "at least once: the interrupted handler ran again"
     assert calls[0]["pid"] != calls[1]["pid"]
@@ -182,25 +193,29 @@ def test_a_handler_killed_inside_leaves_no_record_and_runs_again(
 
 
 @pytest.mark.crash
-def test_a_kill_between_retries_stores_no_failure(tmp_path: Path, workers: Any) -> None:
+def test_a_kill_between_retries_stores_no_failure(
+    crash_target: str, tmp_path: Path, workers: Any
+) -> None:
     victim = workers("fail-then-hang", "--claim-ttl", "0.5")
     victim.expect("failing")
     time.sleep(0.2)  # inside the 60 s retry delay
     victim.kill()
-    assert operation(tmp_path) == ("claimed", None, None, 1)
+    assert operation(crash_target) == ("claimed", None, None, 1)
     stored = workers("ok", "--claim-ttl", "0.5").record()
     assert isinstance(decode_record(stored).outcome, Success)
-    assert operation(tmp_path) == ("completed", "success", stored, 2)
+    assert operation(crash_target) == ("completed", "success", stored, 2)
     assert len(side_effects(tmp_path)) == 2
 
 
 @pytest.mark.crash
-def test_a_kill_after_execute_returned_keeps_the_record(tmp_path: Path, workers: Any) -> None:
+def test_a_kill_after_execute_returned_keeps_the_record(
+    crash_target: str, tmp_path: Path, workers: Any
+) -> None:
     victim = workers("ok", "--hold")
     stored = victim.expect("record ").removeprefix("record ")
     victim.expect("held")
     victim.kill()
-    assert operation(tmp_path) == ("completed", "success", stored, 1)
+    assert operation(crash_target) == ("completed", "success", stored, 1)
     assert workers("ok").record() == stored
     assert len(side_effects(tmp_path)) == 1
 
@@ -210,15 +225,13 @@ def test_a_kill_after_execute_returned_keeps_the_record(tmp_path: Path, workers:
 
 @pytest.mark.parametrize("new_owner", ["holds", "finishes"])
 async def test_a_process_taken_over_mid_operation_writes_nothing_to_the_run(
-    tmp_path: Path, new_owner: str
+    crash_target: str, tmp_path: Path, new_owner: str
 ) -> None:
     """The old owner's handler finishes after a force recovery by this (other) process: its
     execute raises and it stores neither the record nor operation_completed."""
-    db, run_id = tmp_path / "ops.db", "fenced-run"
+    db, run_id = crash_target, "fenced-run"
     zincir.open_store(db).close_sync()
-    old = Worker(
-        tmp_path, "", argv=[str(FENCED_WORKER), str(db), run_id, str(tmp_path / "release")]
-    )
+    old = Worker(db, tmp_path, "", argv=[str(FENCED_WORKER), db, run_id, str(tmp_path / "release")])
     store = zincir.open_store(db)
     try:
         await asyncio.to_thread(old.expect, "inside")
@@ -247,14 +260,14 @@ async def test_a_process_taken_over_mid_operation_writes_nothing_to_the_run(
         assert old.process.wait(timeout=30) == 0, old.stderr()
         assert await store.list_events(run_id) == before
         if new_owner == "holds":
-            [(status, outcome, stored, attempts)] = rows(
+            [(status, outcome, stored, attempts)] = select(
                 db, "SELECT status, outcome, record, attempts FROM operations"
             )
             assert (status, outcome, stored, attempts) == ("claimed", None, None, 1)
             record = await runtime.execute(invocation)  # at least once: it runs again
             await ctx.complete()
         assert record.outcome == Success('{"by":"new owner"}') and len(handler_calls) == 1
-        assert rows(db, "SELECT status, record, attempts FROM operations") == [
+        assert select(db, "SELECT status, record, attempts FROM operations") == [
             ("completed", encode_record(record), 2)
         ]
         events = await store.list_events(run_id)
@@ -266,10 +279,10 @@ async def test_a_process_taken_over_mid_operation_writes_nothing_to_the_run(
 
 
 @pytest.mark.crash
-async def test_a_takeover_storm_leaves_no_write_of_an_older_token(tmp_path: Path) -> None:
+async def test_a_takeover_storm_leaves_no_write_of_an_older_token(crash_target: str) -> None:
     """Four processes take one run from each other for seconds while their runtimes record
     operations: every operation_completed in the log belongs to the owner of that moment."""
-    db, run_id = tmp_path / "storm.db", "storm"
+    db, run_id = crash_target, "storm"
     store = zincir.open_store(db)
     ctx = await AgentContext.create(store, "storm", run_id=run_id)
     await ctx.close()
@@ -277,7 +290,7 @@ async def test_a_takeover_storm_leaves_no_write_of_an_older_token(tmp_path: Path
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     processes = [
         subprocess.Popen(
-            [sys.executable, str(STORM_WORKER), str(db), run_id, "3"],
+            [sys.executable, str(STORM_WORKER), db, run_id, "3"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -290,11 +303,13 @@ async def test_a_takeover_storm_leaves_no_write_of_an_older_token(tmp_path: Path
         out, err = await asyncio.to_thread(process.communicate, timeout=120)
         assert process.returncode == 0, err
         rounds += int(out.split()[-1])
-    seqs_and_types = rows(db, "SELECT seq, type, payload FROM events ORDER BY seq")
-    assert [seq for seq, _, _ in seqs_and_types] == list(range(1, len(seqs_and_types) + 1))
+    runs = await read_store(db, lambda store: store.list_runs())
+    assert [run["id"] for run in runs] == [run_id]  # the log read below is the whole log
+    log = await read_store(db, lambda store: store.list_events(run_id))
+    assert [event.seq for event in log] == list(range(1, len(log) + 1))
     owner_of_now, tokens, written = 0, [], 0
-    for _, kind, payload in seqs_and_types:
-        body = json.loads(payload)
+    for event in log:
+        kind, body = event.type, event.payload
         if kind == "llm_call":
             owner_of_now = int(body["content"].split()[1])
             tokens.append(owner_of_now)
@@ -304,7 +319,7 @@ async def test_a_takeover_storm_leaves_no_write_of_an_older_token(tmp_path: Path
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
     assert rounds >= 8 and len(tokens) >= 8 and written > 0
     # Records of fenced executions were never stored: each stored record is its owner's.
-    for sequence, status in rows(db, "SELECT sequence, status FROM operations"):
+    for sequence, status in select(db, "SELECT sequence, status FROM operations"):
         if status == "completed":
             assert sequence // 100 in tokens
 
@@ -316,17 +331,17 @@ LEASED_RUN = "leased-run"
 CLAIM_TTL = 30.0  # the default: a claim-expiry wait would be obvious
 
 
-def leased_worker(tmp_path: Path, *options: str) -> Worker:
+def leased_worker(target: str, tmp_path: Path, *options: str) -> Worker:
     argv = [
         str(LEASED_WORKER),
-        str(tmp_path / "ops.db"),
+        target,
         str(tmp_path / "side.jsonl"),
         LEASED_RUN,
         "--claim-ttl",
         str(CLAIM_TTL),
         *options,
     ]
-    return Worker(tmp_path, "", argv=argv)
+    return Worker(target, tmp_path, "", argv=argv)
 
 
 class Calls:
@@ -342,15 +357,15 @@ class Calls:
 
 
 def runtime_on(
-    store: zincir.SQLiteStore, handler_id: str, handler: Calls, claim_ttl: float = CLAIM_TTL
+    store: Store, handler_id: str, handler: Calls, claim_ttl: float = CLAIM_TTL
 ) -> LocalRuntime:
     registry = HandlerRegistry()
     registry.register(OperationKind.TOOL_CALL, handler_id, handler)
     return LocalRuntime(store, registry, claim_ttl=claim_ttl, poll_interval=0.02)
 
 
-def leased_claim(db: Path) -> tuple[Any, ...]:
-    [row] = rows(
+def leased_claim(db: str) -> tuple[Any, ...]:
+    [row] = select(
         db,
         "SELECT status, claim_lease_token, claim_expires_at, attempts FROM operations "
         "WHERE run_id = ?",
@@ -359,7 +374,7 @@ def leased_claim(db: Path) -> tuple[Any, ...]:
     return row
 
 
-async def recover_when_free(store: zincir.SQLiteStore, run_id: str) -> AgentContext:
+async def recover_when_free(store: Store, run_id: str) -> AgentContext:
     """AgentContext.recover, retried until the dead owner's lease has expired."""
     while True:
         try:
@@ -371,14 +386,14 @@ async def recover_when_free(store: zincir.SQLiteStore, run_id: str) -> AgentCont
 @pytest.mark.crash
 @pytest.mark.parametrize("recovery", ["force_recover", "lease_expired"])
 async def test_a_killed_owners_claim_passes_to_the_runs_new_owner_at_once(
-    tmp_path: Path, recovery: str
+    crash_target: str, tmp_path: Path, recovery: str
 ) -> None:
     """SIGKILL inside the handler with claim_ttl=30 s: the process that recovers the run runs
     the handler at once, without waiting for the dead claim's expiry."""
-    db = tmp_path / "ops.db"
+    db = crash_target
     zincir.open_store(db).close_sync()
     lease_ttl = "1.0" if recovery == "lease_expired" else "60"
-    victim = leased_worker(tmp_path, "--lease-ttl", lease_ttl)
+    victim = leased_worker(db, tmp_path, "--lease-ttl", lease_ttl)
     store = zincir.open_store(db)
     try:
         await asyncio.to_thread(victim.expect, "inside")
@@ -401,28 +416,26 @@ async def test_a_killed_owners_claim_passes_to_the_runs_new_owner_at_once(
         await store.close()
         victim.close()
     assert record.outcome == Success('{"by":"new owner"}') and len(handler.calls) == 1
-    assert rows(db, "SELECT status, record, attempts, claim_lease_token FROM operations") == [
+    assert select(db, "SELECT status, record, attempts, claim_lease_token FROM operations") == [
         ("completed", encode_record(record), 2, 2)
     ]
     assert len(side_effects(tmp_path)) == 1  # the victim's call; at least once
-    payloads = [
-        json.loads(payload)
-        for (payload,) in rows(
-            db, "SELECT payload FROM events WHERE type = 'operation_completed' ORDER BY seq"
-        )
-    ]
+    runs = await read_store(db, lambda store: store.list_runs())
+    assert [run["id"] for run in runs] == [LEASED_RUN]  # its log is the whole log
+    log = await read_store(db, lambda store: store.list_events(LEASED_RUN))
+    payloads = [event.payload for event in log if event.type == "operation_completed"]
     assert [(p["sequence"], p["outcome"], p["attempts"]) for p in payloads] == [(0, "success", 2)]
 
 
 @pytest.mark.crash
 async def test_a_live_claim_of_the_current_lease_in_another_process_is_waited_for(
-    tmp_path: Path,
+    crash_target: str, tmp_path: Path
 ) -> None:
     """While the run's owner is alive its claim is honoured past claim_ttl (renewed); killed
     with its lease still current, its claim is taken over only once it expires."""
-    db = tmp_path / "ops.db"
+    db = crash_target
     zincir.open_store(db).close_sync()
-    victim = leased_worker(tmp_path, "--lease-ttl", "60", "--claim-ttl", "1.5")
+    victim = leased_worker(db, tmp_path, "--lease-ttl", "60", "--claim-ttl", "1.5")
     store = zincir.open_store(db)
     try:
         await asyncio.to_thread(victim.expect, "inside")
@@ -440,20 +453,22 @@ async def test_a_live_claim_of_the_current_lease_in_another_process_is_waited_fo
         await store.close()
         victim.close()
     assert handler.calls and record.outcome == Success('{"by":"waiter"}')
-    assert rows(db, "SELECT status, attempts FROM operations") == [("completed", 2)]
+    assert select(db, "SELECT status, attempts FROM operations") == [("completed", 2)]
 
 
 @pytest.mark.crash
-async def test_a_claim_made_without_a_lease_still_waits_for_its_expiry(tmp_path: Path) -> None:
+async def test_a_claim_made_without_a_lease_still_waits_for_its_expiry(
+    crash_target: str, tmp_path: Path
+) -> None:
     """A leaseless process's claim carries no token: the run's new owner waits for it."""
-    db, run_id = tmp_path / "ops.db", KEY[0]
+    db, run_id = crash_target, KEY[0]
     store = zincir.open_store(db)
     try:
         await (await AgentContext.create(store, "leaseless claim", run_id=run_id)).close()
-        victim = Worker(tmp_path, "hang", "--claim-ttl", "1.5")
+        victim = Worker(db, tmp_path, "hang", "--claim-ttl", "1.5")
         try:
             await asyncio.to_thread(victim.expect, "inside")
-            [(token, attempts)] = rows(db, "SELECT claim_lease_token, attempts FROM operations")
+            [(token, attempts)] = select(db, "SELECT claim_lease_token, attempts FROM operations")
             assert (token, attempts) == (None, 1)
             victim.kill()
         finally:
@@ -468,10 +483,11 @@ async def test_a_claim_made_without_a_lease_still_waits_for_its_expiry(tmp_path:
     finally:
         await store.close()
     assert record.outcome == Success('{"by":"new owner"}') and len(handler.calls) == 1
-    assert rows(db, "SELECT status, attempts, claim_lease_token FROM operations") == [
+    assert select(db, "SELECT status, attempts, claim_lease_token FROM operations") == [
         ("completed", 2, ctx.lease_token)
     ]
-    [event] = [
-        e for e in rows(db, "SELECT type, payload FROM events") if e[0] == "operation_completed"
-    ]
-    assert json.loads(event[1])["attempts"] == 2
+    runs = await read_store(db, lambda store: store.list_runs())
+    assert [run["id"] for run in runs] == [run_id]  # its log is the whole log
+    log = await read_store(db, lambda store: store.list_events(run_id))
+    [event] = [e for e in log if e.type == "operation_completed"]
+    assert event.payload["attempts"] == 2
