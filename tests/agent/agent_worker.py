@@ -2,6 +2,7 @@
 
     python agent_worker.py DB LOG RUN_ID [--hang-at N]
 
+DB is what ``zincir.open_store`` opens: a SQLite path or a postgresql:// URL.
 With ``--hang-at N`` the model prints ``inside`` at request N and sleeps until killed;
 otherwise the process prints ``output <text>`` and exits.
 """

@@ -16,7 +16,7 @@ import zincir
 from tests.agent.agent_worker import CLAIM_TTL, LEASE_TTL
 from tests.agent.reference import HANDLERS, build, lines
 from tests.conftest import REPO
-from tests.helpers import rows, seqs
+from tests.helpers import BOTH_BACKENDS, backend_target, read_store, select
 from zincir.agent import DurableBinding, serve
 
 WORKER = Path(__file__).with_name("agent_worker.py")
@@ -24,10 +24,16 @@ WORKER = Path(__file__).with_name("agent_worker.py")
 pytestmark = pytest.mark.crash
 
 
-def start(db: Path, log: Path, *options: str) -> subprocess.Popen[str]:
+@pytest.fixture(params=BOTH_BACKENDS)
+def crash_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The database the test and its worker process share: a SQLite file or a schema."""
+    return backend_target(request, tmp_path)
+
+
+def start(db: str, log: Path, *options: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     return subprocess.Popen(
-        [sys.executable, str(WORKER), str(db), str(log), "crash-run", *options],
+        [sys.executable, str(WORKER), db, str(log), "crash-run", *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -35,15 +41,17 @@ def start(db: Path, log: Path, *options: str) -> subprocess.Popen[str]:
     )
 
 
-async def test_killed_inside_the_third_model_request_replays_the_rest(tmp_path: Path) -> None:
-    db, log = tmp_path / "x.db", tmp_path / "log"
+async def test_killed_inside_the_third_model_request_replays_the_rest(
+    crash_target: str, tmp_path: Path
+) -> None:
+    db, log = crash_target, tmp_path / "log"
     worker = start(db, log, "--hang-at", "2")
     try:
         assert worker.stdout is not None
         line = await asyncio.to_thread(worker.stdout.readline)
         assert line == "inside\n", worker.stderr.read() if worker.stderr else ""
         assert lines(log) == ["model 0", "tool first 1", "model 1", "tool second 2", "model 2"]
-        committed = rows(
+        committed = select(
             db, "SELECT step_id, sequence FROM operations WHERE status = 'completed' ORDER BY 1, 2"
         )
         assert ("tool.call", 1000) in committed
@@ -81,9 +89,10 @@ async def test_killed_inside_the_third_model_request_replays_the_rest(tmp_path: 
         "model 2",
         "model 2",
     ]
-    found = seqs(db, "crash-run")
-    assert found == list(range(1, len(found) + 1))
-    types = [t for (t,) in rows(db, "SELECT type FROM events ORDER BY seq")]
+    runs = await read_store(db, lambda store: store.list_runs())
+    assert [run["id"] for run in runs] == ["crash-run"]  # its log is the whole log
+    log_events = await read_store(db, lambda store: store.list_events("crash-run"))
+    assert [event.seq for event in log_events] == list(range(1, len(log_events) + 1))
+    types = [event.type for event in log_events]
     assert types.count("llm_call") == 3 and types.count("tool_result") == 2
-    status = rows(db, "SELECT status FROM agent_runs WHERE id = 'crash-run'")
-    assert status == [("completed",)]
+    assert runs[0]["status"] == "completed"
