@@ -37,10 +37,13 @@ BACKENDS = tuple(
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A test on ``store`` or ``fake_store`` runs once per backend, unless it also reads the
-    SQLite file itself (``db_path``): then it is a test of the SQLite backend only."""
+    SQLite file itself (``db_path``) or is marked ``sqlite_only``: then it is a test of the
+    SQLite backend only."""
     wanted = {"store", "fake_store"} & set(metafunc.fixturenames)
     if wanted and "db_path" not in metafunc.fixturenames:
-        metafunc.parametrize("backend", BACKENDS, indirect=True)
+        only_sqlite = metafunc.definition.get_closest_marker("sqlite_only") is not None
+        backends = [name for name in BACKENDS if name == "sqlite" or not only_sqlite]
+        metafunc.parametrize("backend", backends, indirect=True)
 
 
 @pytest.fixture

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from zincir import AgentContext, SQLiteStore, ToolCall
 
 
@@ -42,6 +44,7 @@ async def test_a_long_log_is_read_without_blocking_the_loop(store: SQLiteStore) 
     await ctx.close()
 
 
+@pytest.mark.sqlite_only  # PostgreSQL reads are network round trips: always on a thread
 async def test_a_short_read_stays_on_the_loop(store: SQLiteStore) -> None:
     ctx = await AgentContext.create(store, name="short", run_id="short")
     await ctx.record_response("x", [])

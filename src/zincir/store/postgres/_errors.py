@@ -41,7 +41,7 @@ def translate(error: BaseException, where: str) -> ZincirError:
         )
     if isinstance(error, errors.DiskFull | errors.OutOfMemory | errors.TooManyConnections):
         return StoreUnavailable(f"the server at {where} refused the work ({error}); try again")
-    if isinstance(error, errors.QueryCanceled | errors.LockNotAvailable | RETRYABLE):
+    if isinstance(error, (errors.QueryCanceled, errors.LockNotAvailable, *RETRYABLE)):
         return StoreUnavailable(
             f"{where} could not finish the transaction ({error}); nothing was written: try again"
         )

@@ -1,6 +1,7 @@
 """LISTEN/NOTIFY wake-ups: one listening connection per store, shared by every waiter.
 
-Triggers (migration 0002) notify channel ``zincir_<schema>`` at COMMIT with the run id to
+Triggers (migration 0002) notify channel ``zincir_`` + 16 hex digits of the schema's MD5 at
+COMMIT with the run id to
 wake. A daemon thread started by the first waiter holds a ``LISTEN`` connection and sets the
 waiters' events; when the connection breaks it reconnects, and waiters fall back to their
 poll interval meanwhile. A notification is a hint to look again, never a result.
@@ -9,6 +10,7 @@ poll interval meanwhile. A notification is a hint to look again, never a result.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import threading
 import time
 from typing import Any
@@ -28,7 +30,7 @@ class Listener:
     def __init__(self, conninfo: str, connect_kwargs: dict[str, Any], schema: str) -> None:
         self._conninfo = conninfo
         self._connect_kwargs = connect_kwargs
-        self._channel = f"zincir_{schema}"
+        self._channel = "zincir_" + hashlib.md5(schema.encode()).hexdigest()[:16]
         self._lock = threading.Lock()
         self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
         self._thread: threading.Thread | None = None

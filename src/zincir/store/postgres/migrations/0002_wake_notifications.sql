@@ -1,4 +1,5 @@
--- Wake-ups: a NOTIFY on channel 'zincir_<schema>', sent at COMMIT, whenever something a
+-- Wake-ups: a NOTIFY on channel 'zincir_' || the first 16 hex digits of md5(schema) (a
+-- channel name must stay under 64 bytes, a schema name need not), sent at COMMIT, whenever something a
 -- waiter polls for may have become true. The payload is the run id to wake: a message's
 -- recipient; the parent of a run that became terminal (its join); a run whose lease was
 -- released or that was created unowned (ResumeWorkers). Waiters still poll as a fallback,
@@ -7,7 +8,7 @@
 CREATE FUNCTION zincir_wake() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    channel text := 'zincir_' || TG_TABLE_SCHEMA;
+    channel text := 'zincir_' || left(md5(TG_TABLE_SCHEMA), 16);
 BEGIN
     IF TG_TABLE_NAME = 'messages' THEN
         PERFORM pg_notify(channel, NEW.to_run_id);
