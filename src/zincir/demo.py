@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .runs import AgentContext, CheckpointCandidate, DurableState, ToolCall, Verification
-from .store import SQLiteStore, open_store
+from .store import Store, open_store
 from .store.report import format_run
 
 __all__ = ["main", "publish_atomically", "run_demo"]
@@ -171,7 +171,7 @@ async def _finish_and_show(ctx: AgentContext, folder: Path, out: TextIO) -> None
     print(await format_run(ctx.store, ctx.run_id), file=out)
 
 
-async def _resume_all(store: SQLiteStore, folder: Path, out: TextIO) -> int:
+async def _resume_all(store: Store, folder: Path, out: TextIO) -> int:
     runs = [
         run
         for status in ("pending", "running")
