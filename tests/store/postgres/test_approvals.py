@@ -141,5 +141,14 @@ async def test_a_new_round_replaces_the_row_and_takes_the_old_wake_up(
     assert again.decision_json == APPROVE  # the same round keeps its decision
     [reopened] = await stores[0].open_approvals(lease, [paused_call("r1", "c1", 2001)], [PAUSED])
     assert (reopened.sequence, reopened.decision_json, reopened.decided_at) == (2001, None, None)
-    assert [received for _, received in wake_ups(postgres_url, "r1")] == [f"{APPROVAL_TOPIC}:c1"]
+    assert [received for _, received in wake_ups(postgres_url, "r1")] == [
+        f"{APPROVAL_TOPIC}:c1:2000"
+    ]
     assert [row.sequence for row in await stores[1].list_approvals("r1")] == [2001]
+    # the new round is decided and settled once more, its wake-up taken in its own name
+    await stores[1].decide_approval("r1/c1", DENY)
+    await stores[0].settle_approval(lease, "c1", DENY)
+    assert [received for _, received in wake_ups(postgres_url, "r1")] == [
+        f"{APPROVAL_TOPIC}:c1:2000",
+        f"{APPROVAL_TOPIC}:c1:2001",
+    ]

@@ -188,10 +188,9 @@ def _open(
                 ],
             )
     for new in approvals:
-        if known.get(new.call_id, new.sequence) != new.sequence:
-            # A new round: the old decision's wake-up messages must not wake the run again.
-            taker = f"{APPROVAL_TOPIC}:{new.call_id}"
-            take_messages(conn, lease.run_id, APPROVAL_TOPIC, taker, call_id=new.call_id)
+        old = known.get(new.call_id, new.sequence)
+        if old != new.sequence:  # a new round: the old decision must not wake the run again
+            _take_wake_ups(conn, lease.run_id, new.call_id, old)
     found = {}
     for row in conn.execute(
         f"{_SELECT} WHERE run_id = %s AND call_id = ANY(%s)", (lease.run_id, calls)
@@ -199,6 +198,14 @@ def _open(
         record = _row(row)
         found[record.call_id] = record
     return [found[new.call_id] for new in approvals]
+
+
+def _take_wake_ups(conn: Conn, run_id: str, call_id: str, sequence: int) -> None:
+    """Take the unreceived decision messages of one call, in the name of its decision round
+    (its approval's sequence: a message is received once per taker). The caller holds the
+    run's row lock (it appended under the run's lease)."""
+    taker = f"{APPROVAL_TOPIC}:{call_id}:{sequence}"
+    take_messages(conn, run_id, APPROVAL_TOPIC, taker, call_id=call_id)
 
 
 def _decide(conn: Conn, aid: str, decision_json: str, digest: str | None) -> ApprovalRow:
@@ -318,8 +325,11 @@ class ApprovalOps(PostgresBase):
                 "WHERE run_id = %s AND call_id = %s AND decision IS NULL",
                 (decision, lease.run_id, call_id),
             )
-            taker = f"{APPROVAL_TOPIC}:{call_id}"
-            take_messages(conn, lease.run_id, APPROVAL_TOPIC, taker, call_id=call_id)
+            found = conn.execute(
+                "SELECT sequence FROM approvals WHERE run_id = %s AND call_id = %s",
+                (lease.run_id, call_id),
+            ).fetchone()
+            _take_wake_ups(conn, lease.run_id, call_id, 0 if found is None else int(found[0]))
 
         await self._write(write)
 
