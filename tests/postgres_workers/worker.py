@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import os
 import sys
+import time
 from datetime import timedelta
 
 import zincir
@@ -36,8 +37,20 @@ async def all_terminal(store: zincir.Store) -> bool:
     return bool(runs) and all(run["status"] in ("completed", "failed") for run in runs)
 
 
+def open_when_up(url: str) -> zincir.Store:
+    """Open the store, waiting out a server that is restarting (the tests restart it)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return zincir.open_store(url)
+        except zincir.StoreUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 async def main(args: argparse.Namespace) -> None:
-    store = zincir.open_store(args.url)
+    store = open_when_up(args.url)
 
     async def handler(ctx: AgentContext) -> None:
         print(f"claim {ctx.run_id} {ctx.lease_token} {args.name}", flush=True)

@@ -49,7 +49,7 @@ T = TypeVar("T")
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 DEFAULT_SCHEMA = "zincir"
-_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _RETRIES = 8  # a transaction aborted by a deadlock or serialization failure runs again
 _MIGRATIONS_TABLE = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -100,7 +100,8 @@ def split_schema(url: str) -> tuple[str, str, str]:
         schema = found.group(1).strip("\"'") if found else DEFAULT_SCHEMA
     if not _SCHEMA_NAME.fullmatch(schema):
         raise InvalidInput(
-            f"schema {schema!r} is not a plain PostgreSQL identifier (letters, digits, _)"
+            f"schema {schema!r} is not a plain lower-case PostgreSQL identifier "
+            "(a-z, 0-9, _; at most 63)"
         )
     host = params.get("host") or "localhost"
     port = f":{params['port']}" if params.get("port") else ""
