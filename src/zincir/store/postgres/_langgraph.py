@@ -27,6 +27,7 @@ from datetime import timedelta
 from typing import Any, Final
 
 from ..._errors import FencedOut, InvalidInput, LeaseHeld
+from ..._validate import printable, utf8
 from .._langgraph_records import (
     GraphCheckpointQuery,
     GraphCheckpointRow,
@@ -218,30 +219,33 @@ def _filter_text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def _unsendable(text: str) -> bool:
-    """True if PostgreSQL cannot take ``text`` as jsonb (then no parsed metadata matches)."""
-    return "\\u0000" in text or any("\ud800" <= char <= "\udfff" for char in text)
-
-
 def _metadata_predicate(key: str, value: Any) -> tuple[str, list[Any]]:
     """SQL matching one metadata filter pair (on metadata PostgreSQL parses) by JSON type
     and value (1 matches 1.0, not true or "1"); a None value matches null or a missing key,
     as in LangGraph's savers. Containers compare as JSON text, as in SQLite."""
     field = "(metadata::jsonb -> %s)"
     if value is None:
-        return f"COALESCE(jsonb_typeof({field}), 'null') = 'null'", [key]
-    if value is True or value is False or isinstance(value, int | float | str):
+        clause, text = f"COALESCE(jsonb_typeof({field}), 'null') = 'null'", None
+    elif value is True or value is False or isinstance(value, int | float | str):
         if isinstance(value, float) and not math.isfinite(value):
             return "false", []
-        text = json.dumps(value, ensure_ascii=False)
-        if _unsendable(text):
-            return "false", []
-        return f"{field} = %s::jsonb", [key, text]
-    if isinstance(value, dict | list | tuple):
-        return "(metadata::json -> %s)::text = %s", [key, _filter_text(value)]
-    raise InvalidInput(
-        f"metadata filter {key!r}: a JSON value is needed, not {type(value).__name__}"
-    )
+        clause, text = f"{field} = %s::jsonb", json.dumps(value, ensure_ascii=False)
+    elif isinstance(value, dict | list | tuple):
+        clause, text = "(metadata::json -> %s)::text = %s", _filter_text(value)
+    else:
+        raise InvalidInput(
+            f"metadata filter {key!r}: a JSON value is needed, not {type(value).__name__}"
+        )
+    if utf8(key) is None or text is not None and utf8(text) is None:
+        raise InvalidInput(
+            f"metadata filter {printable(key)!r}: a value cannot be stored in PostgreSQL: "
+            "it holds a lone surrogate"
+        )
+    if text is None:
+        return clause, [key]
+    if "\\u0000" in text and clause.endswith("::jsonb"):
+        return "false", []  # jsonb refuses it; only metadata matched in Python holds one
+    return clause, [key, text]
 
 
 def _matches(metadata: str, pairs: Sequence[tuple[str, Any]]) -> bool:
