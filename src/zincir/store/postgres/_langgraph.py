@@ -44,6 +44,11 @@ _CHECKPOINT_COLUMNS: Final = (
     "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, "
     "checkpoint, metadata, created_at"
 )
+_ROW_COLUMNS: Final = (
+    "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, "
+    "metadata, run_id, created_at"
+)
+"""The fields of a GraphCheckpointRow, in order (its writes apart)."""
 _PUT_CHECKPOINT: Final = (
     f"INSERT INTO langgraph_checkpoints ({_CHECKPOINT_COLUMNS}) "
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, zincir_now()) "
@@ -175,8 +180,24 @@ def _acquire(conn: Conn, thread_id: str, owner: str, ttl: timedelta, force: bool
 # -- reading ----------------------------------------------------------------------------
 
 
+def _row(found: tuple[Any, ...], writes: tuple[GraphWrite, ...]) -> GraphCheckpointRow:
+    thread_id, ns, checkpoint_id, parent, type_, blob, metadata, run_id, created_at = found
+    return GraphCheckpointRow(
+        thread_id,
+        ns,
+        checkpoint_id,
+        parent,
+        type_,
+        bytes(blob),
+        metadata,
+        run_id,
+        created_at,
+        writes,
+    )
+
+
 def _rows(conn: Conn, found: Sequence[tuple[Any, ...]]) -> list[GraphCheckpointRow]:
-    """Checkpoint rows (selected as ``_CHECKPOINT_COLUMNS``) with their writes, read in one
+    """Checkpoint rows (selected as ``_ROW_COLUMNS``) with their writes, read in one
     statement."""
     if not found:
         return []
@@ -188,31 +209,7 @@ def _rows(conn: Conn, found: Sequence[tuple[Any, ...]]) -> list[GraphCheckpointR
         writes.setdefault((thread_id, ns, checkpoint_id), []).append(
             GraphWrite(task_id, int(idx), channel, type_, bytes(value), path)
         )
-    return [
-        GraphCheckpointRow(
-            thread_id=thread_id,
-            checkpoint_ns=ns,
-            checkpoint_id=checkpoint_id,
-            parent_checkpoint_id=parent,
-            type=type_,
-            checkpoint=bytes(blob),
-            metadata_json=metadata,
-            run_id=run_id,
-            created_at=created_at,
-            writes=tuple(writes.get(key, ())),
-        )
-        for key, (
-            thread_id,
-            ns,
-            checkpoint_id,
-            parent,
-            run_id,
-            type_,
-            blob,
-            metadata,
-            created_at,
-        ) in zip(keys, found, strict=True)
-    ]
+    return [_row(row, tuple(writes.get(key, ()))) for key, row in zip(keys, found, strict=True)]
 
 
 def _filter_text(value: Any) -> str:
@@ -309,16 +306,15 @@ def _list(conn: Conn, query: GraphCheckpointQuery) -> list[GraphCheckpointRow]:
         wanted = None if limit is None else limit - len(found)
         where = f"WHERE {' AND '.join(page_wheres)} " if page_wheres else ""
         rows = conn.execute(
-            f"SELECT {_CHECKPOINT_COLUMNS} FROM langgraph_checkpoints {where}{_NEWEST_FIRST} "
-            "LIMIT %s",
+            f"SELECT {_ROW_COLUMNS} FROM langgraph_checkpoints {where}{_NEWEST_FIRST} LIMIT %s",
             (*page_params, wanted),
         ).fetchall()
         kept = [
             row
             for row in rows
             if not query.metadata
-            or not _UNPARSED_RE.search(row[7])
-            or _matches(row[7], query.metadata)
+            or not _UNPARSED_RE.search(row[6])
+            or _matches(row[6], query.metadata)
         ]
         found.extend(kept)
         if wanted is None or len(kept) == len(rows) or len(rows) < wanted:
@@ -481,7 +477,7 @@ class LangGraphOps(PostgresBase):
         there is none."""
 
         def read(conn: Conn) -> GraphCheckpointRow | None:
-            base = f"SELECT {_CHECKPOINT_COLUMNS} FROM langgraph_checkpoints "
+            base = f"SELECT {_ROW_COLUMNS} FROM langgraph_checkpoints "
             if checkpoint_id is None:
                 found = conn.execute(
                     base + "WHERE thread_id = %s AND checkpoint_ns = %s "
