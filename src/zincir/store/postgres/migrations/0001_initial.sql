@@ -173,10 +173,11 @@ CREATE INDEX approvals_pending ON approvals (requested_at, approval_id) WHERE de
 
 -- LangGraph checkpoints (zincir.integrations.langgraph); thread ids are LangGraph's.
 -- Serialized values are (type, bytes): 'json', 'msgpack', 'null' or 'bytes'; never 'pickle'.
+-- Ids compare byte-wise (COLLATE "C", like SQLite), so ORDER BY checkpoint_id uses the key.
 CREATE TABLE langgraph_checkpoints (
-    thread_id            text NOT NULL,
-    checkpoint_ns        text NOT NULL DEFAULT '',
-    checkpoint_id        text NOT NULL,
+    thread_id            text COLLATE "C" NOT NULL,
+    checkpoint_ns        text COLLATE "C" NOT NULL DEFAULT '',
+    checkpoint_id        text COLLATE "C" NOT NULL,
     parent_checkpoint_id text,
     run_id               text,
     type                 text NOT NULL,
@@ -189,15 +190,15 @@ CREATE INDEX langgraph_checkpoints_run ON langgraph_checkpoints (run_id)
     WHERE run_id IS NOT NULL;
 
 CREATE TABLE langgraph_writes (
-    thread_id     text NOT NULL,
-    checkpoint_ns text NOT NULL DEFAULT '',
-    checkpoint_id text NOT NULL,
-    task_id       text NOT NULL,
+    thread_id     text COLLATE "C" NOT NULL,
+    checkpoint_ns text COLLATE "C" NOT NULL DEFAULT '',
+    checkpoint_id text COLLATE "C" NOT NULL,
+    task_id       text COLLATE "C" NOT NULL,
     idx           integer NOT NULL,
     channel       text NOT NULL,
     type          text NOT NULL,
     value         bytea NOT NULL,
-    task_path     text NOT NULL DEFAULT '',
+    task_path     text COLLATE "C" NOT NULL DEFAULT '',
     created_at    timestamptz NOT NULL,
     PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
 );
