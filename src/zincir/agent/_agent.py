@@ -14,7 +14,7 @@ from .._validate import check_count, check_id, check_positive_duration
 from ..contract.payloads import EventDelivery, RunContext
 from ..durable import RetryPolicy
 from ..store import OperationKey, Store
-from ._approval import APPROVAL_TOPIC, PausedRun, args_sha256, as_document
+from ._approval import PausedRun, args_sha256, as_document
 from ._binding import DurableBinding
 from ._capabilities import LOAD_CAPABILITY, capability_toolsets, load_capability_tool
 from ._checkpoint import load_paused, recorded_decisions
@@ -290,13 +290,15 @@ class Agent:
                         run_id=binding.run_id,
                     )
                 decisions.setdefault(call_id, proposal)
-            decisions.update(proposals or {})
+            # A decision in force stays the logged one: its digest is checked when bound.
+            decisions.update(
+                (call_id, proposal)
+                for call_id, proposal in (proposals or {}).items()
+                if call_id not in logged.proposals
+            )
             executor = DurableExecutor(self, binding, ctx, logged, emit)
             result = await run_loop(self, prompt, executor, decisions=decisions)
-            if result.paused is not None:
-                # Parked: a ResumeWorker leaves it alone until a decision arrives (or the
-                # first approval expires, which denies that call).
-                await store.set_run_wait(ctx.lease, "message", APPROVAL_TOPIC, executor.wake_at)
+            if result.paused is not None:  # parked by the executor when it logged the pause
                 await ctx.close()
                 return result
             await ctx.complete(stored_result(result))
@@ -422,7 +424,8 @@ async def _check_same_mode(store: Store, binding: DurableBinding, *, streaming: 
 
 
 def _check_conflicts(logged: Logged, proposals: Mapping[str, Proposal], run_id: str) -> None:
-    """A call keeps its first decision: a different proposal fails closed."""
+    """A call keeps the decision in force in its round: a different proposal fails closed
+    (a reopened call takes a new one)."""
     for call_id, proposal in proposals.items():
         known = logged.proposals.get(call_id)
         if known is not None and known != proposal.decision:

@@ -8,6 +8,12 @@ logs it just after, in a commit that does not wait for the disk: it follows the 
 record it is made from, so a power loss can only take the tail of such entries, and the
 replay that follows logs them again. Pauses and approval decisions are not rebuilt from
 records, so they are written durably.
+
+A paused call is decided in rounds: round 0 at its call's sequence, and each time a decision
+no longer binds the arguments that would run (the tool's schema changed, an override now
+validates differently) the call is paused again and reopened (``approval_reopened``) for the
+next round, whose ``approval.resume`` and approved ``tool.call`` take the next attempt of
+those sequences.
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ from ..contract.payloads import (
 from ..durable import LocalRuntime
 from ..runs import AgentContext, ToolCall, response_entry, tool_result_entry
 from ..store import Event, LogEntry, NewApproval, NewEvent, ResponseEntry
-from ._approval import Execution, PausedRun
+from ._approval import APPROVAL_TOPIC, Execution, PausedRun, args_sha256
 from ._binding import DurableBinding
 from ._conversation import response_text, tool_calls
 from ._errors import DurableOperationFailed
@@ -70,7 +76,7 @@ from ._identity import (
     retry_sequence,
     tool_sequence,
 )
-from ._loop import Deferred
+from ._loop import Deferred, Refused
 from ._preflight import ResolvedToolsets, check_route
 from ._stream import Emit
 from ._tools import Tool, ToolOrigin
@@ -85,18 +91,22 @@ D = TypeVar("D", bound=Document)
 
 PAUSED_EVENT = "agent_paused"
 DECIDED_EVENT = "approval_decided"
+REOPENED_EVENT = "approval_reopened"
 
 
 @dataclass(slots=True)
 class Logged:
     """What the run's log already holds: how many responses, which tool results, the
-    decisions proposed for paused calls (and the argument digest each approval binds), and
-    the latest pause."""
+    decision in force on each decided call (and the argument digest it binds), each
+    reopened call's decision round, and the latest pause.
+
+    A reopened call's decision is no longer in force: it waits for one in its new round."""
 
     responses: int = 0
     results: set[str] = field(default_factory=set)
     proposals: dict[str, ApprovalDecision] = field(default_factory=dict)
     bound: dict[str, str] = field(default_factory=dict)
+    rounds: dict[str, int] = field(default_factory=dict)
     paused: PausedRun | None = None
 
     @classmethod
@@ -114,7 +124,15 @@ class Logged:
                 call_id = str(payload["call_id"])
                 logged.proposals[call_id] = ApprovalDecision.from_dict(payload["proposed"])
                 logged.bound[call_id] = str(payload["args_sha256"])
+            elif event.type == REOPENED_EVENT and isinstance(payload, dict):
+                logged.reopen(str(payload["call_id"]), int(payload["round"]))
         return logged
+
+    def reopen(self, call_id: str, round_: int) -> None:
+        """Decision round ``round_`` of ``call_id`` begins: its previous decision is retired."""
+        self.rounds[call_id] = round_
+        self.proposals.pop(call_id, None)
+        self.bound.pop(call_id, None)
 
     def waiting(self) -> PausedRun | None:
         """The latest pause, unless every call of it was decided since."""
@@ -142,6 +160,7 @@ class DurableExecutor:
         self.logged = logged
         self.run_id: str | None = binding.run_id
         self.wake_at: datetime | None = None
+        self.refused: dict[str, str] = {}  # call id -> the digest its refused decision binds
 
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None:
         """Re-check the route: the tools on offer may have changed."""
@@ -196,8 +215,11 @@ class DurableExecutor:
         attempt: int = 0,
     ) -> ToolOutput | Deferred:
         """The call as ``tool.call`` (or ``mcp.request``) #number*1000+position; a later
-        attempt (an approved call whose tool first asked for approval) adds its stride."""
+        attempt (an approved call whose tool first asked for approval) adds its stride, and
+        so does each decision round before the one that approved it."""
         run_id = self.binding.run_id
+        if approval is not None:
+            attempt += self.logged.rounds.get(call.tool_call_id, 0)
         sequence = attempt_sequence(
             tool_sequence(number, position, run_id=run_id), attempt, run_id=run_id
         )
@@ -266,19 +288,28 @@ class DurableExecutor:
         arguments: dict[str, Any],
         execution: Execution,
         proposed: ApprovalDecision,
-    ) -> ApprovalDecision:
-        """Route the proposed decision through ``approval.resume`` at the call's sequence;
-        the persisted decision is the one applied."""
+    ) -> ApprovalDecision | Refused:
+        """Route the proposed decision through ``approval.resume`` at the call's sequence
+        (plus a stride per earlier decision round); the persisted decision is the one
+        applied. A decision in force that was made on other arguments is Refused."""
         run_id = self.binding.run_id
+        call_id = call.tool_call_id
         document = ApprovalRequest(
             call=call, arguments=arguments, execution=execution, proposed=proposed
         )
-        sequence = tool_sequence(number, position, run_id=run_id)
+        sequence = attempt_sequence(
+            tool_sequence(number, position, run_id=run_id),
+            self.logged.rounds.get(call_id, 0),
+            run_id=run_id,
+        )
         try:
             output = await self._execute(
                 APPROVAL_RESUME, sequence, OperationKind.APPROVAL_RESUME, document
             )
         except InputDrift:
+            bound = self.logged.bound.get(call_id)
+            if bound is not None:  # same proposal, so the arguments changed since
+                return self._refuse(call, bound, args_sha256(arguments))
             raise ApprovalMismatch(
                 f"call {call.tool_call_id!r} ({call.tool_name}) was already decided with "
                 "another proposal or other arguments; a decided call keeps its decision",
@@ -289,40 +320,82 @@ class DurableExecutor:
 
     async def bind_approval(
         self, call: ToolCallPart, proposed: ApprovalDecision, digest: str
-    ) -> None:
+    ) -> Refused | None:
         """Log the decision with the digest of the arguments it covers (for an approval, the
-        ones it lets run); a logged one for other arguments refuses the run
-        (ApprovalMismatch)."""
+        ones it lets run) and its round; one logged for other arguments is Refused."""
         call_id = call.tool_call_id
         bound = self.logged.bound.get(call_id)
         if bound is not None:
-            if bound != digest:
-                raise ApprovalMismatch(
-                    f"call {call_id!r} ({call.tool_name}) was decided for arguments {bound} "
-                    f"but would now run with {digest}; it must be approved again",
-                    run_id=self.binding.run_id,
-                )
-            return
+            return None if bound == digest else self._refuse(call, bound, digest)
         ctx = self._owner()
         ctx.check_lease()
         run_id = self.binding.run_id
-        event = {"call_id": call_id, "proposed": proposed.to_dict(), "args_sha256": digest}
+        event = {
+            "call_id": call_id,
+            "proposed": proposed.to_dict(),
+            "args_sha256": digest,
+            "round": self.logged.rounds.get(call_id, 0),
+        }
         body = dumps(event, what=DECIDED_EVENT, run_id=run_id)
         await ctx.store.settle_approval(
             ctx.lease, call_id, proposed.to_json(), [NewEvent(DECIDED_EVENT, body)]
         )
         self.logged.proposals[call_id] = proposed
         self.logged.bound[call_id] = digest
+        return None
+
+    def _refuse(self, call: ToolCallPart, bound: str, digest: str) -> Refused:
+        """Refuse the call's decision in force (bound to ``bound``): the call is paused for a
+        new round. A call that already has its result is never decided again."""
+        call_id = call.tool_call_id
+        if call_id in self.logged.results:
+            raise ApprovalMismatch(
+                f"call {call_id!r} ({call.tool_name}) has its result under a decision for "
+                f"arguments {bound} but would now run with {digest}; a call that has its "
+                "result is not decided again",
+                run_id=self.binding.run_id,
+            )
+        self.refused[call_id] = bound
+        return Refused(bound, digest)
 
     async def record_pause(self, paused: PausedRun) -> None:
         """Log the pause, so a new process can rebuild it (unless it is the logged one), and
         open an approval per paused call, so a person can decide it from anywhere
-        (``pending_approvals`` / ``decide``); ``wake_at`` is the earliest expiry."""
-        if self.ctx is None and self.logged.paused == paused:
+        (``pending_approvals`` / ``decide``); then park the run until a decision arrives or
+        ``wake_at``, the earliest expiry.
+
+        A call whose decision was refused, or that the pause lists with other arguments than
+        the logged one did, is reopened for its next decision round: its approval is opened
+        at that round's sequence (which replaces the old row and clears its decision)."""
+        if self.ctx is None and self.logged.paused == paused and not self.refused:
             return  # a replay of a finished run passing its old pause
         ctx = self._owner()
         ctx.check_lease()
         run_id = self.binding.run_id
+        logged = self.logged
+        events = []
+        if logged.paused != paused:
+            body = dumps(paused.to_dict(), what=PAUSED_EVENT, run_id=run_id)
+            events.append(NewEvent(PAUSED_EVENT, body))
+        rounds: dict[str, int] = {}
+        for call in paused.calls:
+            call_id = call.call_id
+            rounds[call_id] = logged.rounds.get(call_id, 0)
+            listed = None if logged.paused is None else logged.paused.call(call_id)
+            replaced = self.refused.get(call_id)
+            if replaced is None and listed is not None and listed.args_sha256 != call.args_sha256:
+                replaced = listed.args_sha256
+            if replaced is not None:
+                rounds[call_id] += 1
+                reopened = {
+                    "call_id": call_id,
+                    "round": rounds[call_id],
+                    "args_sha256": call.args_sha256,
+                    "replaces": replaced,
+                }
+                events.append(
+                    NewEvent(REOPENED_EVENT, dumps(reopened, what=REOPENED_EVENT, run_id=run_id))
+                )
         timeout = self.agent.approval_timeout
         expires = None if timeout is None else ctx.store.now() + timeout
         approvals = [
@@ -332,21 +405,24 @@ class DurableExecutor:
                 tool=call.tool,
                 arguments_json=dumps(dict(call.arguments), what="arguments", run_id=run_id),
                 args_sha256=call.args_sha256,
-                sequence=call.sequence,
+                sequence=attempt_sequence(call.sequence, rounds[call.call_id], run_id=run_id),
                 execution=call.execution,
                 expires_at=expires,
             )
             for call in paused.calls
         ]
-        events = []
-        if self.logged.paused != paused:
-            body = dumps(paused.to_dict(), what=PAUSED_EVENT, run_id=run_id)
-            events.append(NewEvent(PAUSED_EVENT, body))
         opened = await ctx.store.open_approvals(ctx.lease, approvals, events)
-        self.logged.paused = paused
+        for call_id, round_ in rounds.items():
+            if round_ != logged.rounds.get(call_id, 0):
+                logged.reopen(call_id, round_)
+        self.refused.clear()
+        logged.paused = paused
         waiting = [row.expires_at for row in opened if row.decision_json is None]
         deadlines = [at for at in waiting if at is not None]
         self.wake_at = min(deadlines) if deadlines else None
+        # Parked: a ResumeWorker leaves the run alone until a decision arrives (or the first
+        # approval expires, which denies that call).
+        await ctx.store.set_run_wait(ctx.lease, "message", APPROVAL_TOPIC, self.wake_at)
 
     def _owner(self) -> AgentContext:
         """The context owning the run; a replay of a finished run has none to write with."""

@@ -2,7 +2,10 @@
 
 A model request uses its number (0, 1, 2, …); a tool call ``request_number * 1000 +
 position`` (its index among that response's calls), fixed before any tool starts; a retry
-timer ``failed_request_number * 1000 + retry_number``; an approval its call's sequence.
+timer ``failed_request_number * 1000 + retry_number``; an approval its call's sequence. A
+call asked again because its decision no longer binds the arguments that would run is
+decided in its next round: round ``r`` is ``attempt_sequence(call sequence, r)``, and the
+tool call it approves moves ``r`` attempts on as well.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ MAX_CALLS_PER_RESPONSE: Final = 1000
 MAX_RETRIES: Final = 1000
 ATTEMPT_STRIDE: Final = 10**12
 """A later attempt of an identity whose first attempt has a terminal record (a retried
-model request, an approved call whose tool first asked for approval) adds ``attempt *
-ATTEMPT_STRIDE`` to the sequence: ``1000000000003`` is attempt 1 of ``#3``."""
+model request, an approved call whose tool first asked for approval, a decision round after
+the first) adds ``attempt * ATTEMPT_STRIDE`` to the sequence: ``1000000000003`` is attempt 1
+of ``#3``."""
 
 
 def tool_sequence(request_number: int, position: int, *, run_id: str | None = None) -> int:

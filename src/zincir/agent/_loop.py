@@ -40,7 +40,7 @@ from ._tools import Tool, ToolArgumentsRejected, ToolOrigin
 if TYPE_CHECKING:
     from ._agent import Agent
 
-__all__ = ["Deferred", "Executor", "Proposal", "run_loop"]
+__all__ = ["Deferred", "Executor", "Proposal", "Refused", "run_loop"]
 
 T = TypeVar("T")
 
@@ -76,10 +76,10 @@ class Executor(Protocol):
         arguments: dict[str, Any],
         execution: Execution,
         proposed: ApprovalDecision,
-    ) -> ApprovalDecision: ...
+    ) -> ApprovalDecision | Refused: ...
     async def bind_approval(
         self, call: ToolCallPart, proposed: ApprovalDecision, digest: str
-    ) -> None: ...
+    ) -> Refused | None: ...
     async def record_response(self, number: int, response: ModelResponse) -> None: ...
     async def record_return(self, part: ToolReturnPart) -> None: ...
     async def record_pause(self, paused: PausedRun) -> None: ...
@@ -90,6 +90,23 @@ class Deferred:
     """A tool asked to pause its call: for an approval, or for an external result."""
 
     execution: Execution
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A decision on record binds other arguments (``bound``) than the call would now run
+    with (``digest``): the call does not run and is asked again."""
+
+    bound: str
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    """A call refused by its decision's digest, paused again on its current arguments."""
+
+    call: PausedCall
+    refused: Refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +212,13 @@ async def run_loop(
         if len(work) > 1:
             work = [_grouped(one) for one in work]
         done = await asyncio.gather(*work)
-        waiting = [item for item in done if isinstance(item, PausedCall)]
+        finished = [item for item in done if isinstance(item, tuple)]
+        refusals = [item for item in done if isinstance(item, _Refusal)]
+        waiting = [
+            item.call if isinstance(item, _Refusal) else item
+            for item in done
+            if isinstance(item, PausedCall | _Refusal)
+        ]
         if waiting:
             paused = PausedRun(
                 run_id=executor.run_id,
@@ -204,11 +227,12 @@ async def run_loop(
                 calls=tuple(waiting),
                 messages=tuple(conversation.messages),
                 usage=usage,
-                completed=tuple(item[0] for item in done if not isinstance(item, PausedCall)),
+                completed=tuple(part for part, _ in finished),
             )
             await executor.record_pause(paused)
+            if refusals:
+                raise _mismatch(refusals, executor.run_id)
             return AgentRunResult("", tuple(conversation.messages), usage, paused=paused)
-        finished = [item for item in done if not isinstance(item, PausedCall)]
         for plan in plans:
             if plan.rejection is None:
                 failures.pop(plan.call.tool_name, None)
@@ -291,7 +315,7 @@ async def _execute(
     decisions: Mapping[str, Proposal],
     known: Mapping[str, ToolReturnPart],
     deferred: Mapping[str, Execution],
-) -> _Done | PausedCall:
+) -> _Done | PausedCall | _Refusal:
     """Run one planned call; a workflow-origin tool runs here, in the agent process."""
     call = plan.call
     follow_up: Sequence[Message] = ()
@@ -306,7 +330,7 @@ async def _execute(
         )
     else:
         outcome = await _decided(executor, number, plan, decisions, deferred)
-        if isinstance(outcome, PausedCall):
+        if isinstance(outcome, PausedCall | _Refusal):
             return outcome
         part, follow_up = outcome
     for hook in agent.hooks:
@@ -323,10 +347,13 @@ async def _decided(
     plan: _Planned,
     decisions: Mapping[str, Proposal],
     deferred: Mapping[str, Execution],
-) -> _Done | PausedCall:
+) -> _Done | PausedCall | _Refusal:
     """Run the call, pausing it (or applying its decision) when it needs one.
 
-    ``deferred`` names the calls a direct run paused on, so their tools are not asked again.
+    A decision binds the digest of the arguments it lets run; one made (or bound) for other
+    arguments is refused: the call is paused again on its current arguments, for a new
+    decision. ``deferred`` names the calls a direct run paused on, so their tools are not
+    asked again.
     """
     tool, call, arguments = plan.tool, plan.call, plan.arguments
     assert tool is not None
@@ -341,31 +368,31 @@ async def _decided(
             return _returned(call, output)
         execution, attempt = output.execution, 1
     digest = args_sha256(arguments)
+    waiting = PausedCall(
+        call_id=call.tool_call_id,
+        tool=tool.name,
+        arguments=arguments,
+        sequence=tool_sequence(number, plan.position, run_id=run_id),
+        args_sha256=digest,
+        execution=execution,
+    )
     proposal = decisions.get(call.tool_call_id)
     if proposal is None:
-        return PausedCall(
-            call_id=call.tool_call_id,
-            tool=tool.name,
-            arguments=arguments,
-            sequence=tool_sequence(number, plan.position, run_id=run_id),
-            args_sha256=digest,
-            execution=execution,
-        )
+        return waiting
     if proposal.args_sha256 is not None and proposal.args_sha256 != digest:
-        raise ApprovalMismatch(
-            f"call {call.tool_call_id!r} ({tool.name}) would run with arguments "
-            f"{digest} but the decision was made for {proposal.args_sha256}; fetch the "
-            "paused run again and decide on its current arguments",
-            run_id=run_id,
-        )
+        return _Refusal(waiting, Refused(proposal.args_sha256, digest))
     _check_override(tool, proposal.decision, run_id)
     decision = await executor.decide(
         number, plan.position, call, arguments, execution, proposal.decision
     )
+    if isinstance(decision, Refused):
+        return _Refusal(waiting, decision)
     chosen = arguments
     if decision.decision == "approve" and decision.override_arguments is not None:
         chosen = _check_override(tool, decision, run_id)
-    await executor.bind_approval(call, proposal.decision, args_sha256(chosen))
+    refused = await executor.bind_approval(call, proposal.decision, args_sha256(chosen))
+    if refused is not None:
+        return _Refusal(waiting, refused)
     if decision.decision == "deny":
         content = decision.reason or "The tool call was denied."
         return _returned_part(call, content, is_error=True), ()
@@ -382,6 +409,25 @@ async def _decided(
             run_id=run_id,
         )
     return _returned(call, output)
+
+
+def _mismatch(refusals: Sequence[_Refusal], run_id: str | None) -> ApprovalMismatch:
+    """The error for calls whose decisions bind other arguments than would run."""
+    what = "; ".join(
+        f"call {item.call.call_id!r} ({item.call.tool}) would run with arguments "
+        f"{item.refused.digest} but the decision was made for {item.refused.bound}"
+        for item in refusals
+    )
+    if run_id is None:
+        how = "decide again on the arguments the paused run lists and resume it"
+    else:
+        how = (
+            "the run is paused until it is approved again on its current arguments: "
+            "agent.paused_run(durable=...) and agent.resume, or "
+            "zincir.agent.pending_approvals and decide"
+        )
+    ran = "it did not run" if len(refusals) == 1 else "they did not run"
+    return ApprovalMismatch(f"{what}; {ran}, and {how}", run_id=run_id)
 
 
 def _check_override(tool: Tool, decision: ApprovalDecision, run_id: str | None) -> dict[str, Any]:

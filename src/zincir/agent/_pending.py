@@ -28,7 +28,10 @@ class PendingApproval:
     decision once recorded.
 
     ``expired`` says the approval passed ``expires_at`` undecided: the call is denied when
-    its run resumes, and a decision is refused.
+    its run resumes, and a decision is refused. ``sequence`` is where the decision goes
+    through ``approval_resume``: the call's sequence, moved one ``ATTEMPT_STRIDE`` on for
+    each time the call was asked again because a decision no longer bound the arguments that
+    would run (each such round is decided once, on its own arguments).
     """
 
     approval_id: str

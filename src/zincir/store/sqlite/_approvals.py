@@ -1,7 +1,9 @@
 """Approvals a person answers later: the ``approvals`` table.
 
-A paused run opens one row per paused call, with its pause events, under its lease. A
-decision is recorded once, from any process, and in the same transaction sends the run an
+A paused run opens one row per paused call, with its pause events, under its lease; a call
+opened again at another sequence (its next decision round, after its decision no longer
+bound the arguments that would run) gets its row replaced. A decision is recorded once per
+round, from any process, and in the same transaction sends the run an
 ``APPROVAL_TOPIC`` message exactly as ``zincir.send_message`` would from outside a run, so
 that a ResumeWorker claims a run parked on that topic only once it has a decision.
 """
@@ -153,10 +155,22 @@ def _open(
 ) -> list[ApprovalRow]:
     append(conn, lease, now, events)  # the fence: a superseded owner stores nothing
     stamp = to_db(now)
+    calls = encode_checked([new.call_id for new in approvals])
+    known = dict(
+        conn.execute(
+            "SELECT call_id, sequence FROM approvals "
+            "WHERE run_id = ? AND call_id IN (SELECT value FROM json_each(?))",
+            (lease.run_id, calls),
+        )
+    )
     conn.executemany(
         "INSERT INTO approvals (approval_id, run_id, call_id, tool, arguments, args_sha256, "
         "sequence, execution, requested_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (run_id, call_id) DO NOTHING",
+        "ON CONFLICT (run_id, call_id) DO UPDATE SET tool = excluded.tool, "
+        "arguments = excluded.arguments, args_sha256 = excluded.args_sha256, "
+        "sequence = excluded.sequence, execution = excluded.execution, "
+        "requested_at = excluded.requested_at, expires_at = excluded.expires_at, "
+        "decision = NULL, decided_at = NULL WHERE approvals.sequence <> excluded.sequence",
         [
             (
                 approval_id(new.run_id, new.call_id),
@@ -173,14 +187,27 @@ def _open(
             for new in approvals
         ],
     )
+    for new in approvals:
+        old = known.get(new.call_id, new.sequence)
+        if old != new.sequence:  # a new round: the old decision must not wake the run again
+            _take_wake_ups(conn, now, lease.run_id, new.call_id, old)
     found = {}
     for row in conn.execute(
         f"{_SELECT} WHERE run_id = ? AND call_id IN (SELECT value FROM json_each(?))",
-        (lease.run_id, encode_checked([new.call_id for new in approvals])),
+        (lease.run_id, calls),
     ):
         record = _row(row)
         found[record.call_id] = record
     return [found[new.call_id] for new in approvals]
+
+
+def _take_wake_ups(
+    conn: apsw.Connection, now: datetime, run_id: str, call_id: str, sequence: int
+) -> None:
+    """Take the unreceived decision messages of one call, in the name of its decision round
+    (its approval's sequence: a message is received once per taker)."""
+    taker = f"{APPROVAL_TOPIC}:{call_id}:{sequence}"
+    take_messages(conn, now, run_id, APPROVAL_TOPIC, taker, call_id=call_id)
 
 
 def _decide(
@@ -235,7 +262,10 @@ class ApprovalOps(SQLiteBase):
         """Append ``events`` (fenced by ``lease``) and open an approval per paused call, in
         one transaction; return the stored rows of those calls, in the given order.
 
-        Opening a call again keeps its first row, and any decision already recorded on it.
+        Opening a call again at the same sequence keeps its row, and any decision already
+        recorded on it. At another sequence (a new decision round) it replaces the row: its
+        tool, arguments, digest, sequence, execution, request time and expiry, with the
+        decision cleared and the old decision's wake-up messages taken.
         """
         batch = _checked(lease, approvals)
         logged = list(events)
@@ -292,8 +322,11 @@ class ApprovalOps(SQLiteBase):
                 "WHERE run_id = ? AND call_id = ? AND decision IS NULL",
                 (decision, stamp, lease.run_id, call_id),
             )
-            taker = f"{APPROVAL_TOPIC}:{call_id}"
-            take_messages(conn, now, lease.run_id, APPROVAL_TOPIC, taker, call_id=call_id)
+            found = conn.execute(
+                "SELECT sequence FROM approvals WHERE run_id = ? AND call_id = ?",
+                (lease.run_id, call_id),
+            ).fetchone()
+            _take_wake_ups(conn, now, lease.run_id, call_id, 0 if found is None else found[0])
 
         await self._write(write)
 
