@@ -21,8 +21,6 @@ from ._log import append, check_fence
 __all__ = ["StepOps"]
 
 _CLAIMED = StepClaim("claimed")
-
-
 _INSERT = (
     "INSERT INTO steps (run_id, name, status, claim_owner, claim_token, started_at) "
     "SELECT id, %s, 'running', lease_owner, lease_token, zincir_now() FROM agent_runs "
