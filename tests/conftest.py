@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import zincir
+from tests.helpers import backend_target
 from tests.postgres_server import PostgresError, PostgresServer, schema_name
 from zincir.store import Store
 from zincir.testing import FakeClock
@@ -106,3 +107,11 @@ def postgres_url(postgres_server: PostgresServer, request: pytest.FixtureRequest
     url = postgres_server.new_schema_url(schema)
     yield url
     postgres_server.drop_schema(schema)
+
+
+@pytest.fixture(params=BACKENDS)
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database on each backend of ``ZINCIR_TEST_BACKENDS``, as the SQLite path or
+    PostgreSQL URL a test opens its own stores on (several, or again after a close) or hands
+    to a child process. A test asks for this or for ``store``, never both."""
+    return backend_target(request, tmp_path)

@@ -1,24 +1,27 @@
-"""A durable setup for the agent tests: a store, a registry served by the agent, a binding."""
+"""A durable setup for the agent tests: a store, a registry served by the agent, a binding.
+
+The ``durable`` fixture stands on ``store``, so each test on it runs once per backend."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 import zincir
 from tests.agent.reference import HANDLERS
 from zincir.agent import Agent, DurableBinding, Handlers, serve
+from zincir.store import Store
 
 
 @dataclass
 class Durable:
-    """One store and the pieces that bind an agent to it."""
+    """One store, where it lives (a SQLite path or a PostgreSQL URL, for ``select``) and
+    the pieces that bind an agent to it."""
 
-    db: Path
-    store: zincir.SQLiteStore
+    target: str
+    store: Store
 
     def binding(
         self,
@@ -35,8 +38,5 @@ class Durable:
 
 
 @pytest.fixture
-async def durable(tmp_path: Path) -> AsyncIterator[Durable]:
-    db = tmp_path / "x.db"
-    store = zincir.open_store(db)
-    yield Durable(db, store)
-    await store.close()
+async def durable(store: Store, store_url: str) -> AsyncIterator[Durable]:
+    yield Durable(store_url, store)

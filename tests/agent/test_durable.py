@@ -12,15 +12,15 @@ import pytest
 import zincir
 from tests.agent.conftest import Durable
 from tests.agent.reference import build, call, lines, parallel
-from tests.helpers import rows, seqs
+from tests.helpers import select
 from zincir.agent import Agent, DurableOperationFailed, FunctionModel, ToolRetriesExhausted
 from zincir.payloads import ModelRequest, ModelResponse, TextPart
 
 
-def operations(db: Path, run_id: str) -> list[tuple[str, int, str, str]]:
+def operations(db: str, run_id: str) -> list[tuple[str, int, str, str]]:
     return [
         (step, seq, kind, handler)
-        for step, seq, kind, handler in rows(
+        for step, seq, kind, handler in select(
             db,
             "SELECT step_id, sequence, kind, handler_id FROM operations WHERE run_id = ? "
             "ORDER BY sequence, step_id",
@@ -29,9 +29,15 @@ def operations(db: Path, run_id: str) -> list[tuple[str, int, str, str]]:
     ]
 
 
-def event_types(db: Path, run_id: str) -> list[str]:
+def event_types(db: str, run_id: str) -> list[str]:
     return [
-        t for (t,) in rows(db, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+        t for (t,) in select(db, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+    ]
+
+
+def seqs(db: str, run_id: str) -> list[int]:
+    return [
+        s for (s,) in select(db, "SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
     ]
 
 
@@ -56,7 +62,7 @@ async def test_each_stored_operation_replays_without_its_handler(
     agent = build(log)
     binding = durable.binding(agent)
     await agent.run("Use both tools.", durable=binding)
-    stored = rows(durable.db, "SELECT record FROM operations WHERE run_id = 'run-1'")
+    stored = select(durable.target, "SELECT record FROM operations WHERE run_id = 'run-1'")
     assert len(stored) == 5
     for (text,) in stored:
         record = zincir.decode_record(text)
@@ -67,7 +73,7 @@ async def test_each_stored_operation_replays_without_its_handler(
 async def test_pinned_identities_sequential(durable: Durable, tmp_path: Path) -> None:
     agent = build(tmp_path / "log")
     await agent.run("Use both tools.", durable=durable.binding(agent))
-    assert operations(durable.db, "run-1") == [
+    assert operations(durable.target, "run-1") == [
         ("model.request", 0, "model_request", "ref-model"),
         ("tool.call", 0, "tool_call", "ref-tools"),
         ("model.request", 1, "model_request", "ref-model"),
@@ -83,14 +89,14 @@ async def test_pinned_identities_two_calls_in_one_response_with_a_namespace(
     binding = durable.binding(agent, namespace="ns")
     result = await agent.run("go", durable=binding)
     assert result.output == "done: first=1 + second=2"
-    assert operations(durable.db, "run-1") == [
+    assert operations(durable.target, "run-1") == [
         ("ns.model.request", 0, "model_request", "ref-model"),
         ("ns.tool.call", 0, "tool_call", "ref-tools"),
         ("ns.model.request", 1, "model_request", "ref-model"),
         ("ns.tool.call", 1, "tool_call", "ref-tools"),
     ]
-    tool_input = rows(
-        durable.db,
+    tool_input = select(
+        durable.target,
         "SELECT input_json FROM operations WHERE step_id = 'ns.tool.call' AND sequence = 1",
     )[0][0]
     assert json.loads(tool_input)["call"]["tool_name"] == "second"
@@ -101,8 +107,8 @@ async def test_input_documents_are_canonical(durable: Durable, tmp_path: Path) -
     for run_id in ("run-a", "run-b"):
         agent = build(tmp_path / run_id)
         await agent.run("Use both tools.", durable=durable.binding(agent, run_id))
-    inputs = rows(
-        durable.db,
+    inputs = select(
+        durable.target,
         "SELECT run_id, step_id, sequence, input_json FROM operations "
         "ORDER BY run_id, step_id, sequence",
     )
@@ -117,7 +123,7 @@ async def test_input_documents_are_canonical(durable: Durable, tmp_path: Path) -
 async def test_the_log_reads_like_an_agent_context_run(durable: Durable, tmp_path: Path) -> None:
     agent = build(tmp_path / "log", script=parallel)
     await agent.run("go", durable=durable.binding(agent))
-    types = [t for t in event_types(durable.db, "run-1") if t != "operation_completed"]
+    types = [t for t in event_types(durable.target, "run-1") if t != "operation_completed"]
     assert types == [
         "state_transition",
         "llm_call",
@@ -129,16 +135,16 @@ async def test_the_log_reads_like_an_agent_context_run(durable: Durable, tmp_pat
         "state_transition",
     ]
     assert types.count("llm_call") == 2
-    found = seqs(durable.db, "run-1")
+    found = seqs(durable.target, "run-1")
     assert found == list(range(found[0], found[0] + len(found)))
-    llm = rows(
-        durable.db,
+    llm = select(
+        durable.target,
         "SELECT payload FROM events WHERE run_id = 'run-1' AND type = 'llm_call' ORDER BY seq",
     )
     first = json.loads(llm[0][0])
     assert [c["id"] for c in first["tool_calls"]] == ["call-a", "call-b"]
     assert json.loads(llm[1][0])["content"] == "done: first=1 + second=2"
-    assert rows(durable.db, "SELECT COUNT(*) FROM open_intents")[0][0] == 0
+    assert select(durable.target, "SELECT COUNT(*) FROM open_intents")[0][0] == 0
 
 
 async def test_two_agents_under_gather_keep_their_identities(
@@ -151,21 +157,21 @@ async def test_two_agents_under_gather_keep_their_identities(
         two.run("go", durable=durable.binding(two, "run-two")),
     )
     assert a.output == b.output == "done: first=1 + second=2"
-    assert [(s, n) for s, n, *_ in operations(durable.db, "run-one")] == [
+    assert [(s, n) for s, n, *_ in operations(durable.target, "run-one")] == [
         ("model.request", 0),
         ("tool.call", 0),
         ("model.request", 1),
         ("model.request", 2),
         ("tool.call", 1000),
     ]
-    assert [(s, n) for s, n, *_ in operations(durable.db, "run-two")] == [
+    assert [(s, n) for s, n, *_ in operations(durable.target, "run-two")] == [
         ("model.request", 0),
         ("tool.call", 0),
         ("model.request", 1),
         ("tool.call", 1),
     ]
     for run_id in ("run-one", "run-two"):
-        found = seqs(durable.db, run_id)
+        found = seqs(durable.target, run_id)
         assert found == list(range(found[0], found[0] + len(found)))
 
 
@@ -181,14 +187,14 @@ async def test_invented_tool_and_bad_arguments_durably(durable: Durable, tmp_pat
     agent = build(log, script=script)
     result = await agent.run("go", durable=durable.binding(agent))
     assert result.output == "ok"
-    assert [(s, n) for s, n, *_ in operations(durable.db, "run-1")] == [
+    assert [(s, n) for s, n, *_ in operations(durable.target, "run-1")] == [
         ("model.request", 0),
         ("model.request", 1),
         ("model.request", 2),
         ("tool.call", 1000),
     ]
-    errors = rows(
-        durable.db,
+    errors = select(
+        durable.target,
         "SELECT tool_call_id, payload FROM events WHERE run_id = 'run-1' AND type = 'tool_result' "
         "ORDER BY seq",
     )
@@ -210,7 +216,7 @@ async def test_exhausted_retries_fail_the_run(durable: Durable, tmp_path: Path) 
         await agent.run("go", durable=durable.binding(agent))
     run = await durable.store.get_run("run-1")
     assert run is not None and run["status"] == "failed"
-    assert rows(durable.db, "SELECT COUNT(*) FROM open_intents")[0][0] == 0
+    assert select(durable.target, "SELECT COUNT(*) FROM open_intents")[0][0] == 0
 
 
 @pytest.mark.parametrize("answer", ["plain text", {"parts": [{"type": "image"}]}])
@@ -221,7 +227,7 @@ async def test_an_invalid_model_response_fails_cleanly(durable: Durable, answer:
     error = caught.value
     assert isinstance(error, zincir.OperationFailed) and error.error == "InvalidModelResponse"
     assert error.run_id == "run-1" and error.record.invocation.step_id == "model.request"
-    assert event_types(durable.db, "run-1").count("llm_call") == 0
+    assert event_types(durable.target, "run-1").count("llm_call") == 0
     run = await durable.store.get_run("run-1")
     assert run is not None and run["status"] == "failed"
 

@@ -10,7 +10,7 @@ import zincir
 import zincir.payloads
 from tests.agent.conftest import Durable
 from tests.agent.reference import HANDLERS, build, lines
-from tests.helpers import count
+from tests.helpers import select
 from zincir.agent import (
     Agent,
     DurableBinding,
@@ -44,9 +44,9 @@ def search(query: str) -> str:
     return query
 
 
-def empty(db: Path) -> None:
+def empty(db: str) -> None:
     for table in ("agent_runs", "events", "operations"):
-        assert count(db, table) == 0, table
+        assert select(db, f"SELECT COUNT(*) FROM {table}") == [(0,)], table
 
 
 def agent_with(*tools: Tool, retry: zincir.RetryPolicy | None = None) -> Agent:
@@ -83,7 +83,7 @@ async def test_a_missing_configuration_fails_first(durable: Durable, case: str) 
     with pytest.raises(zincir.MissingDurableHandler, match=kind) as caught:
         await agent.run("go", durable=binding)
     assert caught.value.run_id == "run-1"
-    empty(durable.db)
+    empty(durable.target)
 
 
 async def test_a_configured_handler_must_be_registered(durable: Durable, tmp_path: Path) -> None:
@@ -93,7 +93,7 @@ async def test_a_configured_handler_must_be_registered(durable: Durable, tmp_pat
     binding = DurableBinding(zincir.LocalRuntime(durable.store, registry), "run-1", HANDLERS)
     with pytest.raises(zincir.MissingDurableHandler, match="'ref-tools' is not registered"):
         await agent.run("go", durable=binding)
-    empty(durable.db)
+    empty(durable.target)
     assert lines(tmp_path / "log") == []
 
 
@@ -101,7 +101,7 @@ async def test_a_dynamic_toolset_must_declare_its_origins(durable: Durable) -> N
     agent = Agent(FunctionModel(answer), toolsets=[Toolset.dynamic(lambda context: [lookup])])
     with pytest.raises(zincir.MissingDurableToolsetOrigins):
         await agent.run("go", durable=durable.binding(agent))
-    empty(durable.db)
+    empty(durable.target)
 
 
 async def test_declared_origins_need_their_handlers(durable: Durable) -> None:
@@ -109,7 +109,7 @@ async def test_declared_origins_need_their_handlers(durable: Durable) -> None:
     agent = Agent(FunctionModel(answer), toolsets=[dynamic])
     with pytest.raises(zincir.MissingDurableHandler, match="mcp_request"):
         await agent.run("go", durable=durable.binding(agent))
-    empty(durable.db)
+    empty(durable.target)
 
 
 async def test_rechecked_before_each_model_request(durable: Durable) -> None:

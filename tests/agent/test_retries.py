@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import zincir
 from tests.agent.conftest import Durable
-from tests.helpers import rows
+from tests.helpers import select
 from zincir.agent import Agent, DurableBinding, FunctionModel, Handlers, serve
 from zincir.agent._retry import jitter_fraction, retry_document
 from zincir.payloads import ModelRequest, ModelResponse, RetryDelay, TextPart
@@ -61,10 +60,10 @@ def bind(
     return DurableBinding(runtime, run_id, HANDLERS)
 
 
-def operations(db: Path, run_id: str = "r") -> list[tuple[str, int, str]]:
+def operations(db: str, run_id: str = "r") -> list[tuple[str, int, str]]:
     return [
         (step, seq, outcome)
-        for step, seq, outcome in rows(
+        for step, seq, outcome in select(
             db,
             "SELECT step_id, sequence, outcome FROM operations WHERE run_id = ? ORDER BY 2, 1",
             (run_id,),
@@ -101,7 +100,7 @@ async def test_an_error_that_clears_on_the_second_attempt_completes_the_run(
     timers: list[RetryDelay] = []
     result = await agent.run("go", durable=bind(durable, agent, timers=timers))
     assert result.output == "answer" and model.calls == 2
-    assert operations(durable.db) == [
+    assert operations(durable.target) == [
         ("model.request", 0, "failure"),
         ("retry.delay", 1, "success"),
         ("model.request", 10**12, "success"),
@@ -119,7 +118,9 @@ async def test_retry_after_is_honoured_and_the_serve_timer_waits(durable: Durabl
     started = loop.time()
     result = await agent.run("go", durable=bind(durable, agent))
     assert result.output == "answer" and loop.time() - started >= 0.2
-    stored = rows(durable.db, "SELECT input_json FROM operations WHERE step_id = 'retry.delay'")
+    stored = select(
+        durable.target, "SELECT input_json FROM operations WHERE step_id = 'retry.delay'"
+    )
     timer = RetryDelay.from_json(stored[0][0])
     assert timer.retry_after_seconds == 0.2 and timer.delay_seconds == 0.2
     assert timer.provider_metadata == {"retry_after_seconds": 0.2}
@@ -155,7 +156,7 @@ async def test_an_error_that_never_clears_fails_the_run_with_its_name(durable: D
     assert timers[1].cumulative_delay_seconds == pytest.approx(
         timers[0].delay_seconds + timers[1].delay_seconds
     )
-    assert [(s, n) for s, n, _ in operations(durable.db)] == [
+    assert [(s, n) for s, n, _ in operations(durable.target)] == [
         ("model.request", 0),
         ("retry.delay", 1),
         ("retry.delay", 2),
@@ -177,7 +178,9 @@ async def test_the_retry_delay_input_is_identical_after_a_replay(durable: Durabl
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    stored = rows(durable.db, "SELECT input_json FROM operations WHERE step_id = 'retry.delay'")
+    stored = select(
+        durable.target, "SELECT input_json FROM operations WHERE step_id = 'retry.delay'"
+    )
     assert len(stored) == 1 and len(timers) == 1
 
     again_model = Scripted(failures=0)
@@ -205,7 +208,7 @@ async def test_a_non_retryable_failure_is_not_retried(durable: Durable) -> None:
     agent = Agent(FunctionModel(model), retry=POLICY)
     with pytest.raises(zincir.OperationFailed, match="BadRequest"):
         await agent.run("go", durable=bind(durable, agent))
-    assert [s for s, _, _ in operations(durable.db)] == ["model.request"]
+    assert [s for s, _, _ in operations(durable.target)] == ["model.request"]
 
 
 async def test_direct_retries_sleep_in_process() -> None:

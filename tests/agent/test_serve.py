@@ -12,7 +12,7 @@ import pytest
 import zincir
 from tests.agent.conftest import Durable
 from tests.agent.reference import call, returns
-from tests.helpers import rows
+from tests.helpers import select
 from zincir.agent import Agent, AgentHooks, FunctionModel, Handlers, ToolOrigin, serve, tool
 from zincir.payloads import (
     ApprovalDecision,
@@ -131,7 +131,9 @@ async def test_mcp_tools_route_through_mcp_request(durable: Durable, tmp_path: P
     handlers = Handlers(model_request="m", mcp_request="p")
     result = await agent.run("go", durable=durable.binding(agent, handlers=handlers))
     assert result.output == "['ABC']"
-    assert rows(durable.db, "SELECT step_id, sequence, kind FROM operations ORDER BY 2, 1") == [
+    assert select(
+        durable.target, "SELECT step_id, sequence, kind FROM operations ORDER BY 2, 1"
+    ) == [
         ("mcp.request", 0, "mcp_request"),
         ("model.request", 0, "model_request"),
         ("model.request", 1, "model_request"),

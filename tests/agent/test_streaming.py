@@ -13,7 +13,7 @@ import pytest
 import zincir
 from tests.agent.conftest import Durable
 from tests.agent.reference import call, request_number, returns
-from tests.helpers import rows
+from tests.helpers import select
 from zincir.agent import (
     Agent,
     AgentHooks,
@@ -139,8 +139,8 @@ async def test_durable_streaming_yields_normalised_parts(durable: Durable) -> No
         "PartEnd",
         "StreamUsage",
     ]
-    steps = rows(
-        durable.db,
+    steps = select(
+        durable.target,
         "SELECT step_id, sequence, kind FROM operations WHERE run_id = 's' ORDER BY 2, 1",
     )
     assert steps == [
@@ -169,9 +169,9 @@ async def test_a_stored_response_replays_identically_under_another_chunking(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert rows(durable.db, "SELECT COUNT(*) FROM operations WHERE step_id = 'model.stream'") == [
-        (1,)
-    ]
+    assert select(
+        durable.target, "SELECT COUNT(*) FROM operations WHERE step_id = 'model.stream'"
+    ) == [(1,)]
 
     # A new agent whose provider chunks by 11 characters replays request 0 from its record.
     again = build(11, ran)

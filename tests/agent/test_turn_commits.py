@@ -4,7 +4,6 @@ the records of concurrent tool calls share a commit."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +15,9 @@ from tests.helpers import rows
 from zincir import DuplicateToolCall
 from zincir.agent import Agent, FunctionModel, tool
 from zincir.payloads import ModelRequest, ModelResponse, TextPart
+
+# About the SQLite writer's group commit (its batch counters): SQLite only.
+pytestmark = pytest.mark.sqlite_only
 
 
 class Counted:
@@ -79,7 +81,7 @@ RESULTS = {
 }
 
 
-def log_of(db: Path, run_id: str) -> list[tuple[int, str, dict[str, Any], str | None]]:
+def log_of(db: str, run_id: str) -> list[tuple[int, str, dict[str, Any], str | None]]:
     return [
         (int(seq), str(kind), json.loads(payload), call_id)
         for seq, kind, payload, call_id in rows(
@@ -90,7 +92,7 @@ def log_of(db: Path, run_id: str) -> list[tuple[int, str, dict[str, Any], str | 
     ]
 
 
-def tool_call_ids(db: Path, run_id: str) -> dict[tuple[str, int], str]:
+def tool_call_ids(db: str, run_id: str) -> dict[tuple[str, int], str]:
     """The call id each tool.call operation ran, by (step id, sequence)."""
     return {
         (step, int(sequence)): json.loads(text)["call"]["tool_call_id"]
@@ -111,9 +113,9 @@ async def test_each_record_is_followed_by_its_entry(durable: Durable) -> None:
     assert counted.model_calls == [0, 1]
     assert sorted(counted.tool_calls) == [("alpha", 1), ("beta", 2), ("gamma", 3)]
 
-    log = log_of(durable.db, "run-turn")
+    log = log_of(durable.target, "run-turn")
     assert [seq for seq, *_ in log] == list(range(1, len(log) + 1))
-    by_operation = tool_call_ids(durable.db, "run-turn")
+    by_operation = tool_call_ids(durable.target, "run-turn")
     assert sorted(by_operation.values()) == ["call-a", "call-b", "call-c"]
     completed = [entry for entry in log if entry[1] == "operation_completed"]
     assert len(completed) == 5  # two model requests, three tool calls
@@ -141,7 +143,7 @@ async def test_each_record_is_followed_by_its_entry(durable: Durable) -> None:
     ]
     assert [kind for _, kind, _, _ in log].count("tool_result") == 3
     assert [kind for _, kind, _, _ in log].count("llm_call") == 2
-    assert rows(durable.db, "SELECT COUNT(*) FROM open_intents")[0][0] == 0
+    assert rows(durable.target, "SELECT COUNT(*) FROM open_intents")[0][0] == 0
 
 
 async def test_the_three_tool_records_share_a_commit(durable: Durable) -> None:
@@ -161,15 +163,15 @@ async def test_replaying_the_finished_run_calls_and_writes_nothing(durable: Dura
     counted = Counted(durable.store, [THREE_CALLS])
     agent = counted.agent()
     first = await agent.run("go", durable=durable.binding(agent, "run-replay"))
-    before = log_of(durable.db, "run-replay")
-    operations = rows(durable.db, "SELECT COUNT(*) FROM operations")
+    before = log_of(durable.target, "run-replay")
+    operations = rows(durable.target, "SELECT COUNT(*) FROM operations")
     replaying = Counted(durable.store, [THREE_CALLS])
     again_agent = replaying.agent()
     again = await again_agent.run("go", durable=durable.binding(again_agent, "run-replay"))
     assert again == first
     assert replaying.model_calls == [] and replaying.tool_calls == []
-    assert log_of(durable.db, "run-replay") == before
-    assert rows(durable.db, "SELECT COUNT(*) FROM operations") == operations
+    assert log_of(durable.target, "run-replay") == before
+    assert rows(durable.target, "SELECT COUNT(*) FROM operations") == operations
     run = await durable.store.get_run("run-replay")
     assert run is not None and run["status"] == "completed"
 
@@ -188,12 +190,12 @@ async def test_a_reused_call_id_fails_the_turn_but_keeps_the_models_record(
     assert counted.model_calls == [0, 1]
     assert counted.tool_calls == [("alpha", 1)]
     stored = rows(
-        durable.db,
+        durable.target,
         "SELECT sequence, status FROM operations WHERE run_id = 'run-dup' "
         "AND step_id = 'model.request' ORDER BY sequence",
     )
     assert stored == [(0, "completed"), (1, "completed")]
-    log = log_of(durable.db, "run-dup")
+    log = log_of(durable.target, "run-dup")
     kinds = [kind for _, kind, _, _ in log]
     assert kinds.count("llm_call") == 1  # the second response did not fit the log
     assert kinds.count("operation_completed") == 3  # but its record's event is there
@@ -206,4 +208,4 @@ async def test_a_reused_call_id_fails_the_turn_but_keeps_the_models_record(
     with pytest.raises(DuplicateToolCall):
         await again_agent.run("go", durable=durable.binding(again_agent, "run-dup"))
     assert rerun.model_calls == [] and rerun.tool_calls == []
-    assert log_of(durable.db, "run-dup") == log
+    assert log_of(durable.target, "run-dup") == log
