@@ -17,7 +17,7 @@ import zincir
 from tests.agent.approval_worker import PROMPT, binding, build
 from tests.agent.reference import call, lines
 from tests.conftest import REPO
-from tests.helpers import rows
+from tests.helpers import select
 from zincir.agent import (
     Agent,
     Approve,
@@ -30,16 +30,17 @@ from zincir.agent import (
     tool,
 )
 from zincir.payloads import ApprovalDecision, ApprovalRequest, ModelRequest, ModelResponse, TextPart
+from zincir.store import Store
 
 WORKER = Path(__file__).with_name("approval_worker.py")
 RUN = "appr-run"
 
 
-def pause_in_subprocess(db: Path, log: Path) -> None:
+def pause_in_subprocess(db: str, log: Path) -> None:
     """A separate process runs the agent until it pauses, then exits."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     done = subprocess.run(
-        [sys.executable, str(WORKER), str(db), str(log), RUN],
+        [sys.executable, str(WORKER), db, str(log), RUN],
         capture_output=True,
         text=True,
         env=env,
@@ -50,8 +51,9 @@ def pause_in_subprocess(db: Path, log: Path) -> None:
 
 
 @pytest.fixture
-async def paused(tmp_path: Path) -> AsyncIterator[tuple[Path, Path, zincir.SQLiteStore]]:
-    db, log = tmp_path / "x.db", tmp_path / "log"
+async def paused(store_target: str, tmp_path: Path) -> AsyncIterator[tuple[str, Path, Store]]:
+    """A separate process paused the run on ``store_target``; a store open on it here."""
+    db, log = store_target, tmp_path / "log"
     pause_in_subprocess(db, log)
     assert sorted(lines(log)) == ["lookup A-17", "model 0", "ship A-17 deferred"]
     store = zincir.open_store(db)
@@ -59,17 +61,17 @@ async def paused(tmp_path: Path) -> AsyncIterator[tuple[Path, Path, zincir.SQLit
     await store.close()
 
 
-def operations(db: Path) -> list[tuple[str, int]]:
+def operations(db: str) -> list[tuple[str, int]]:
     return [
         (step, seq)
-        for step, seq in rows(
+        for step, seq in select(
             db, "SELECT step_id, sequence FROM operations WHERE run_id = ? ORDER BY 2, 1", (RUN,)
         )
     ]
 
 
 async def test_the_paused_run_is_rebuilt_in_a_new_process(
-    paused: tuple[Path, Path, zincir.SQLiteStore],
+    paused: tuple[str, Path, Store],
 ) -> None:
     db, log, store = paused
     agent = build(log)
@@ -87,14 +89,14 @@ async def test_the_paused_run_is_rebuilt_in_a_new_process(
     again = await agent.run(PROMPT, durable=binding(agent, store, RUN))
     assert again.paused == found
     assert len(lines(log)) == 3
-    pending = rows(
+    pending = select(
         db, "SELECT COUNT(*) FROM events WHERE run_id = ? AND type = 'agent_paused'", (RUN,)
     )
     assert pending == [(1,)]
 
 
 async def test_approve_and_external_result_after_a_restart(
-    paused: tuple[Path, Path, zincir.SQLiteStore],
+    paused: tuple[str, Path, Store],
 ) -> None:
     db, log, store = paused
     agent = build(log)
@@ -113,7 +115,7 @@ async def test_approve_and_external_result_after_a_restart(
     )
     assert lines(log)[3:] == ["refund A-17 500", "model 1"]
     assert ("approval.resume", 0) in operations(db) and ("approval.resume", 2) in operations(db)
-    request = rows(
+    request = select(
         db,
         "SELECT input_json FROM operations WHERE step_id = 'approval.resume' AND sequence = 0",
     )[0][0]
@@ -126,7 +128,7 @@ async def test_approve_and_external_result_after_a_restart(
     assert same.output == result.output and lines(log)[3:] == ["refund A-17 500", "model 1"]
 
 
-async def test_deny(paused: tuple[Path, Path, zincir.SQLiteStore]) -> None:
+async def test_deny(paused: tuple[str, Path, Store]) -> None:
     db, log, store = paused
     agent = build(log)
     bound = binding(agent, store, RUN)
@@ -139,7 +141,7 @@ async def test_deny(paused: tuple[Path, Path, zincir.SQLiteStore]) -> None:
     assert not any(line.startswith("refund") for line in lines(log))
 
 
-async def test_override_arguments(paused: tuple[Path, Path, zincir.SQLiteStore]) -> None:
+async def test_override_arguments(paused: tuple[str, Path, Store]) -> None:
     db, log, store = paused
     agent = build(log)
     bound = binding(agent, store, RUN)
@@ -153,14 +155,14 @@ async def test_override_arguments(paused: tuple[Path, Path, zincir.SQLiteStore])
     )
     assert result.paused is None and "{'refunded': 300}" in result.output
     assert "refund A-17 300" in lines(log)
-    tool_input = rows(
+    tool_input = select(
         db, "SELECT input_json FROM operations WHERE step_id = 'tool.call' AND sequence = 0"
     )[0][0]
     sent = json.loads(tool_input)
     assert sent["arguments"] == override and sent["approval"]["decision"] == "approve"
     decided = {  # the calls are decided concurrently: find each by its call id
         body["call_id"]: body
-        for (payload,) in rows(
+        for (payload,) in select(
             db, "SELECT payload FROM events WHERE run_id = ? AND type = 'approval_decided'", (RUN,)
         )
         for body in [json.loads(payload)]
@@ -169,7 +171,7 @@ async def test_override_arguments(paused: tuple[Path, Path, zincir.SQLiteStore])
 
 
 async def test_an_override_that_fails_the_schema_is_refused_with_nothing_stored(
-    paused: tuple[Path, Path, zincir.SQLiteStore],
+    paused: tuple[str, Path, Store],
 ) -> None:
     db, log, store = paused
     agent = build(log)
@@ -184,7 +186,7 @@ async def test_an_override_that_fails_the_schema_is_refused_with_nothing_stored(
     assert operations(db) == before
 
 
-async def test_a_changed_argument_is_refused(paused: tuple[Path, Path, zincir.SQLiteStore]) -> None:
+async def test_a_changed_argument_is_refused(paused: tuple[str, Path, Store]) -> None:
     db, log, store = paused
     agent = build(log)
     bound = binding(agent, store, RUN)
@@ -219,7 +221,7 @@ async def test_a_changed_argument_is_refused(paused: tuple[Path, Path, zincir.SQ
 
 
 async def test_a_conflicting_second_proposal_fails_closed(
-    paused: tuple[Path, Path, zincir.SQLiteStore],
+    paused: tuple[str, Path, Store],
 ) -> None:
     db, log, store = paused
     agent = build(log)
@@ -245,32 +247,28 @@ async def test_a_conflicting_second_proposal_fails_closed(
         await agent.resume(found, {"c-refund": Deny()}, durable=bound)
 
 
-async def test_the_approver_of_serve_decides(tmp_path: Path) -> None:
+async def test_the_approver_of_serve_decides(store: Store, tmp_path: Path) -> None:
     log = tmp_path / "log"
     agent = build(log)
-    store = zincir.open_store(tmp_path / "x.db")
-    try:
 
-        def approver(request: ApprovalRequest) -> ApprovalDecision:
-            if request.execution == "external":
-                return request.proposed
-            return ApprovalDecision(decision="deny", reason="policy: no refunds")
+    def approver(request: ApprovalRequest) -> ApprovalDecision:
+        if request.execution == "external":
+            return request.proposed
+        return ApprovalDecision(decision="deny", reason="policy: no refunds")
 
-        registry = zincir.HandlerRegistry()
-        from tests.agent.approval_worker import HANDLERS
-        from zincir.agent import DurableBinding, serve
+    registry = zincir.HandlerRegistry()
+    from tests.agent.approval_worker import HANDLERS
+    from zincir.agent import DurableBinding, serve
 
-        serve(registry, agent, HANDLERS, approver=approver)
-        bound = DurableBinding(zincir.LocalRuntime(store, registry), "r", HANDLERS)
-        first = await agent.run(PROMPT, durable=bound)
-        assert first.paused is not None
-        result = await agent.resume(
-            first.paused, {"c-refund": Approve(), "c-ship": ExternalResult(2)}, durable=bound
-        )
-        assert "policy: no refunds" in result.output
-        assert not any(line.startswith("refund") for line in lines(log))
-    finally:
-        await store.close()
+    serve(registry, agent, HANDLERS, approver=approver)
+    bound = DurableBinding(zincir.LocalRuntime(store, registry), "r", HANDLERS)
+    first = await agent.run(PROMPT, durable=bound)
+    assert first.paused is not None
+    result = await agent.resume(
+        first.paused, {"c-refund": Approve(), "c-ship": ExternalResult(2)}, durable=bound
+    )
+    assert "policy: no refunds" in result.output
+    assert not any(line.startswith("refund") for line in lines(log))
 
 
 async def test_direct_pause_and_resume(tmp_path: Path) -> None:
@@ -290,7 +288,9 @@ async def test_direct_pause_and_resume(tmp_path: Path) -> None:
     assert lines(log)[3:] == ["refund A-17 500", "model 1"]
 
 
-async def test_a_tool_raising_approval_required_runs_once_approved(tmp_path: Path) -> None:
+async def test_a_tool_raising_approval_required_runs_once_approved(
+    store: Store, store_url: str
+) -> None:
     ran: list[Any] = []
 
     @tool
@@ -313,34 +313,30 @@ async def test_a_tool_raising_approval_required_runs_once_approved(tmp_path: Pat
     assert (await agent.resume(first.paused, {"t1": Approve()})).output == "ok"
     assert ran == [(500, "approve")]
 
-    store = zincir.open_store(tmp_path / "x.db")
-    try:
-        from zincir.agent import DurableBinding, Handlers, serve
+    from zincir.agent import DurableBinding, Handlers, serve
 
-        handlers = Handlers(model_request="m", tool_call="t", approval_resume="a")
-        registry = zincir.HandlerRegistry()
-        serve(registry, agent, handlers)
-        bound = DurableBinding(zincir.LocalRuntime(store, registry), "rr", handlers)
-        paused_run = (await agent.run("go", durable=bound)).paused
-        assert isinstance(paused_run, PausedRun) and paused_run.calls[0].sequence == 0
-        assert (await agent.resume(paused_run, {"t1": Approve()}, durable=bound)).output == "ok"
-        assert ran == [(500, "approve"), (500, "approve")]
-        steps = rows(
-            tmp_path / "x.db",
-            "SELECT step_id, sequence FROM operations WHERE run_id = 'rr' ORDER BY 2, 1",
-        )
-        assert steps == [
-            ("approval.resume", 0),
-            ("model.request", 0),
-            ("tool.call", 0),
-            ("model.request", 1),
-            ("tool.call", 10**12),
-        ]
-    finally:
-        await store.close()
+    handlers = Handlers(model_request="m", tool_call="t", approval_resume="a")
+    registry = zincir.HandlerRegistry()
+    serve(registry, agent, handlers)
+    bound = DurableBinding(zincir.LocalRuntime(store, registry), "rr", handlers)
+    paused_run = (await agent.run("go", durable=bound)).paused
+    assert isinstance(paused_run, PausedRun) and paused_run.calls[0].sequence == 0
+    assert (await agent.resume(paused_run, {"t1": Approve()}, durable=bound)).output == "ok"
+    assert ran == [(500, "approve"), (500, "approve")]
+    steps = select(
+        store_url,
+        "SELECT step_id, sequence FROM operations WHERE run_id = 'rr' ORDER BY 2, 1",
+    )
+    assert steps == [
+        ("approval.resume", 0),
+        ("model.request", 0),
+        ("tool.call", 0),
+        ("model.request", 1),
+        ("tool.call", 10**12),
+    ]
 
 
-async def test_two_pauses_in_one_run_keep_the_first_decisions(tmp_path: Path) -> None:
+async def test_two_pauses_in_one_run_keep_the_first_decisions(store: Store) -> None:
     ran: list[str] = []
 
     @tool(requires_approval=True)
@@ -355,20 +351,16 @@ async def test_two_pauses_in_one_run_keep_the_first_decisions(tmp_path: Path) ->
         return ModelResponse(parts=[TextPart(text=f"done {len(ran)}")])
 
     agent = Agent(FunctionModel(model), tools=[act])
-    store = zincir.open_store(tmp_path / "x.db")
-    try:
-        from zincir.agent import DurableBinding, Handlers, serve
+    from zincir.agent import DurableBinding, Handlers, serve
 
-        handlers = Handlers(model_request="m", tool_call="t", approval_resume="a")
-        registry = zincir.HandlerRegistry()
-        serve(registry, agent, handlers)
-        bound = DurableBinding(zincir.LocalRuntime(store, registry), "two", handlers)
-        first = (await agent.run("go", durable=bound)).paused
-        assert first is not None and first.request_number == 0
-        second = (await agent.resume(first, {"a0": Deny("not now")}, durable=bound)).paused
-        assert second is not None and second.request_number == 1
-        assert await agent.paused_run(durable=bound) == second
-        done = await agent.resume(second, {"a1": Approve()}, durable=bound)
-        assert done.output == "done 1" and ran == ["act 1"]
-    finally:
-        await store.close()
+    handlers = Handlers(model_request="m", tool_call="t", approval_resume="a")
+    registry = zincir.HandlerRegistry()
+    serve(registry, agent, handlers)
+    bound = DurableBinding(zincir.LocalRuntime(store, registry), "two", handlers)
+    first = (await agent.run("go", durable=bound)).paused
+    assert first is not None and first.request_number == 0
+    second = (await agent.resume(first, {"a0": Deny("not now")}, durable=bound)).paused
+    assert second is not None and second.request_number == 1
+    assert await agent.paused_run(durable=bound) == second
+    done = await agent.resume(second, {"a1": Approve()}, durable=bound)
+    assert done.output == "done 1" and ran == ["act 1"]

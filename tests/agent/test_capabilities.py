@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import zincir
-from tests.helpers import count
+from tests.helpers import select
 from zincir.agent import Agent, DurableBinding, FunctionModel, Handlers, serve, tool
 from zincir.payloads import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from zincir.store import Store
 
 HANDLERS = Handlers(model_request="cap-model", tool_call="cap-tools")
 
@@ -64,41 +64,35 @@ async def test_a_capability_is_offered_once_loaded() -> None:
     assert result.output == "done: [{'loaded': 'billing'}, {'refunded': 'A-17'}]"
 
 
-async def test_a_durable_run_with_a_capability_replays_without_calls(tmp_path: Path) -> None:
-    store = zincir.open_store(tmp_path / "cap.db")
-    try:
-        ran: list[str] = []
-        offered: list[list[str]] = []
-        agent = build(ran, offered)
-        registry = zincir.HandlerRegistry()
-        serve(registry, agent, HANDLERS)
-        binding = DurableBinding(zincir.LocalRuntime(store, registry), "cap-run", HANDLERS)
-        first = await agent.run("Refund A-17.", durable=binding)
-        assert ran == ["refund A-17"] and len(offered) == 3
-        # load_capability runs in the agent process: no operation of its own.
-        steps = [
-            event.payload["step_id"]
-            for event in await store.list_events("cap-run")
-            if event.type == "operation_completed"
-        ]
-        assert steps.count("tool.call") == 1 and steps.count("model.request") == 3
-        again = await agent.run("Refund A-17.", durable=binding)
-        assert again.output == first.output and ran == ["refund A-17"] and len(offered) == 3
-    finally:
-        await store.close()
+async def test_a_durable_run_with_a_capability_replays_without_calls(store: Store) -> None:
+    ran: list[str] = []
+    offered: list[list[str]] = []
+    agent = build(ran, offered)
+    registry = zincir.HandlerRegistry()
+    serve(registry, agent, HANDLERS)
+    binding = DurableBinding(zincir.LocalRuntime(store, registry), "cap-run", HANDLERS)
+    first = await agent.run("Refund A-17.", durable=binding)
+    assert ran == ["refund A-17"] and len(offered) == 3
+    # load_capability runs in the agent process: no operation of its own.
+    steps = [
+        event.payload["step_id"]
+        for event in await store.list_events("cap-run")
+        if event.type == "operation_completed"
+    ]
+    assert steps.count("tool.call") == 1 and steps.count("model.request") == 3
+    again = await agent.run("Refund A-17.", durable=binding)
+    assert again.output == first.output and ran == ["refund A-17"] and len(offered) == 3
 
 
-async def test_preflight_covers_capabilities_before_they_are_loaded(tmp_path: Path) -> None:
-    store = zincir.open_store(tmp_path / "pre.db")
-    try:
-        agent = build([], [])
-        registry = zincir.HandlerRegistry()
-        handlers = Handlers(model_request="cap-model")  # no tool handler for the capability
-        serve(registry, agent, handlers)
-        binding = DurableBinding(zincir.LocalRuntime(store, registry), "pre-run", handlers)
-        with pytest.raises(zincir.MissingDurableHandler, match="tool_call"):
-            await agent.run("Refund A-17.", durable=binding)
-    finally:
-        await store.close()
-    assert count(tmp_path / "pre.db", "agent_runs") == 0
-    assert count(tmp_path / "pre.db", "operations") == 0
+async def test_preflight_covers_capabilities_before_they_are_loaded(
+    store: Store, store_url: str
+) -> None:
+    agent = build([], [])
+    registry = zincir.HandlerRegistry()
+    handlers = Handlers(model_request="cap-model")  # no tool handler for the capability
+    serve(registry, agent, handlers)
+    binding = DurableBinding(zincir.LocalRuntime(store, registry), "pre-run", handlers)
+    with pytest.raises(zincir.MissingDurableHandler, match="tool_call"):
+        await agent.run("Refund A-17.", durable=binding)
+    assert select(store_url, "SELECT COUNT(*) FROM agent_runs") == [(0,)]
+    assert select(store_url, "SELECT COUNT(*) FROM operations") == [(0,)]

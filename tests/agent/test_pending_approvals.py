@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import START, FakeClock
-from tests.helpers import rows
+from tests.helpers import select
 from zincir import (
     ApprovalDecided,
     ApprovalExpired,
     ApprovalMismatch,
     ApprovalNotFound,
     InvalidInput,
-    SQLiteStore,
 )
 from zincir.agent import (
     APPROVAL_TOPIC,
@@ -31,7 +29,7 @@ from zincir.agent import (
     pending_approvals,
 )
 from zincir.payloads import ApprovalDecision
-from zincir.store import NewApproval
+from zincir.store import NewApproval, Store
 
 TTL = timedelta(seconds=30)
 REFUND = {"order_id": "A-17", "amount_cents": 4200}
@@ -58,13 +56,13 @@ def call(
     )
 
 
-async def pause(store: SQLiteStore, run_id: str, *calls: NewApproval) -> None:
+async def pause(store: Store, run_id: str, *calls: NewApproval) -> None:
     lease = await store.create_run(run_id, name="support", owner="agent", ttl=TTL)
     await store.open_approvals(lease, list(calls))
 
 
 async def test_pending_approvals_lists_what_waits_oldest_first(
-    fake_store: SQLiteStore, clock: FakeClock
+    fake_store: Store, clock: FakeClock
 ) -> None:
     await pause(
         fake_store,
@@ -118,7 +116,7 @@ async def test_pending_approvals_lists_what_waits_oldest_first(
 
 
 async def test_decide_records_each_kind_once_and_wakes_the_run(
-    store: SQLiteStore, db_path: Path
+    store: Store, store_url: str
 ) -> None:
     await pause(
         store,
@@ -144,7 +142,7 @@ async def test_decide_records_each_kind_once_and_wakes_the_run(
     denied = await decide(store, "run-1/delete", Deny("not today"))
     assert denied.decision == ApprovalDecision(decision="deny", reason="not today")
     assert await pending_approvals(store) == []
-    assert rows(db_path, "SELECT topic, payload FROM messages ORDER BY id") == [
+    assert select(store_url, "SELECT topic, payload FROM messages ORDER BY id") == [
         (APPROVAL_TOPIC, '{"approval_id":"run-1/refund","call_id":"refund"}'),
         (APPROVAL_TOPIC, '{"approval_id":"run-1/ship","call_id":"ship"}'),
         (APPROVAL_TOPIC, '{"approval_id":"run-1/delete","call_id":"delete"}'),
@@ -153,7 +151,7 @@ async def test_decide_records_each_kind_once_and_wakes_the_run(
         await decide(store, "run-1/refund", Deny())
 
 
-async def test_a_decision_must_fit_the_call(store: SQLiteStore, db_path: Path) -> None:
+async def test_a_decision_must_fit_the_call(store: Store, store_url: str) -> None:
     await pause(
         store,
         "run-1",
@@ -176,7 +174,7 @@ async def test_a_decision_must_fit_the_call(store: SQLiteStore, db_path: Path) -
         await decide(store, "run-1/nope", Deny())
     with pytest.raises(InvalidInput):
         await decide(store, "", Deny())
-    assert rows(db_path, "SELECT COUNT(*) FROM messages") == [(0,)]
+    assert select(store_url, "SELECT COUNT(*) FROM messages") == [(0,)]
     assert [item.call_id for item in await pending_approvals(store)] == ["refund", "ship"]
     assert (await decide(store, "run-1/ship", Deny("no carrier"))).decision == ApprovalDecision(
         decision="deny", reason="no carrier"

@@ -18,7 +18,7 @@ import zincir
 from tests.agent.approval_worker import PROMPT, binding, build
 from tests.agent.reference import lines
 from tests.conftest import REPO
-from tests.helpers import rows
+from tests.helpers import select
 from zincir.agent import (
     Approve,
     DurableBinding,
@@ -30,6 +30,7 @@ from zincir.agent import (
 )
 from zincir.payloads import ToolReturnPart
 from zincir.restart import FileRestartStore, RestartStore, SQLRestartStore
+from zincir.store import Store
 
 WORKER = Path(__file__).with_name("approval_worker.py")
 RUN = "ckpt-run"
@@ -38,16 +39,16 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
 
 @dataclass
 class Paused:
-    db: Path
+    db: str
     log: Path
-    store: zincir.SQLiteStore
+    store: Store
     restart: RestartStore
     kind: str
 
 
-def pause_in_subprocess(db: Path, log: Path, kind: str, timeout: float | None = None) -> str:
+def pause_in_subprocess(db: str, log: Path, kind: str, timeout: float | None = None) -> str:
     """A separate process runs the agent until it pauses, saves the pause and exits."""
-    argv = [sys.executable, str(WORKER), str(db), str(log), RUN, kind]
+    argv = [sys.executable, str(WORKER), db, str(log), RUN, kind]
     if timeout is not None:
         argv.append(str(timeout))
     done = subprocess.run(argv, capture_output=True, text=True, env=ENV, timeout=60)
@@ -55,9 +56,9 @@ def pause_in_subprocess(db: Path, log: Path, kind: str, timeout: float | None = 
     return done.stdout
 
 
-def zincir_cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def zincir_cli(db: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "zincir", "approvals", *args, "--db", str(db)],
+        [sys.executable, "-m", "zincir", "approvals", *args, "--db", db],
         capture_output=True,
         text=True,
         env=ENV,
@@ -66,8 +67,10 @@ def zincir_cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(params=["sql", "file"])
-async def paused(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Paused]:
-    db, log = tmp_path / "x.db", tmp_path / "log"
+async def paused(
+    request: pytest.FixtureRequest, store_target: str, tmp_path: Path
+) -> AsyncIterator[Paused]:
+    db, log = store_target, tmp_path / "log"
     kind = "sql" if request.param == "sql" else str(tmp_path / "pauses")
     assert pause_in_subprocess(db, log, kind) == "saved 1\n"
     store = zincir.open_store(db)
@@ -169,11 +172,11 @@ async def test_a_person_decides_and_a_resume_worker_finishes_the_run(paused: Pau
         await decide(paused.store, approval.approval_id, decision)
     assert await worker.run_once(handler) == 1
     assert len(finished) == 1 and "refunded" in finished[0]
-    assert rows(paused.db, "SELECT status FROM agent_runs") == [("completed",)]
+    assert select(paused.db, "SELECT status FROM agent_runs") == [("completed",)]
 
 
-async def test_an_approval_that_expires_denies_its_call(tmp_path: Path) -> None:
-    db, log = tmp_path / "x.db", tmp_path / "log"
+async def test_an_approval_that_expires_denies_its_call(store_target: str, tmp_path: Path) -> None:
+    db, log = store_target, tmp_path / "log"
     assert pause_in_subprocess(db, log, "sql", timeout=0.3) == "saved 1\n"
     store = zincir.open_store(db)
     try:
@@ -231,7 +234,9 @@ async def test_a_decided_call_leaves_the_list_and_its_message_wakes_nothing_late
     assert lines(paused.log).count("refund A-17 500") == 1
 
 
-async def test_resume_checkpoint_stream_yields_the_rest_of_a_streamed_run(tmp_path: Path) -> None:
+async def test_resume_checkpoint_stream_yields_the_rest_of_a_streamed_run(
+    store_target: str, tmp_path: Path
+) -> None:
     log = tmp_path / "log"
     agent = build(log)
     handlers = Handlers(
@@ -240,7 +245,7 @@ async def test_resume_checkpoint_stream_yields_the_rest_of_a_streamed_run(tmp_pa
         tool_call="appr-tools",
         approval_resume="appr-approvals",
     )
-    async with zincir.open_store(tmp_path / "x.db") as store:
+    async with zincir.open_store(store_target) as store:
 
         def bind() -> DurableBinding:
             registry = zincir.HandlerRegistry()
