@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import zincir
-from tests.helpers import count, rows, seqs
+from tests.helpers import select
 from tests.runtime_conformance import Calls, make_invocation, never_called, registry_with
 from zincir import (
     AgentContext,
@@ -32,6 +31,19 @@ from zincir.store import LogEntry, OperationOutcome, ResponseEntry, ToolResultEn
 TTL = timedelta(seconds=30)
 
 
+def count(target: str, table: str) -> int:
+    return int(select(target, f"SELECT COUNT(*) FROM {table}")[0][0])
+
+
+def seqs(target: str, run_id: str) -> list[int]:
+    return [
+        s
+        for (s,) in select(
+            target, "SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+    ]
+
+
 def finished(run_id: str, sequence: int = 0, output: str = '"ok"') -> OperationOutcome:
     record = Record.for_invocation(make_invocation(run_id, sequence=sequence), Success(output))
     return stored_outcome(record, encode_record(record))
@@ -41,37 +53,37 @@ def asks_for(run_id: str, *call_ids: str, content: str = "thinking") -> Response
     return response_entry(run_id, content, [ToolCall(call_id, "lookup") for call_id in call_ids])
 
 
-def events(db_path: Path, run_id: str) -> list[tuple[int, str, str | None]]:
+def events(target: str, run_id: str) -> list[tuple[int, str, str | None]]:
     return [
         (int(seq), str(kind), call_id)
-        for seq, kind, call_id in rows(
-            db_path,
+        for seq, kind, call_id in select(
+            target,
             "SELECT seq, type, tool_call_id FROM events WHERE run_id = ? ORDER BY seq",
             (run_id,),
         )
     ]
 
 
-def open_intents(db_path: Path, run_id: str) -> list[str]:
+def open_intents(target: str, run_id: str) -> list[str]:
     return [
         str(call_id)
-        for (call_id,) in rows(
-            db_path,
+        for (call_id,) in select(
+            target,
             "SELECT tool_call_id FROM open_intents WHERE run_id = ? ORDER BY seq",
             (run_id,),
         )
     ]
 
 
-def last_seq(db_path: Path, run_id: str) -> int:
-    return int(rows(db_path, "SELECT last_seq FROM agent_runs WHERE id = ?", (run_id,))[0][0])
+def last_seq(target: str, run_id: str) -> int:
+    return int(select(target, "SELECT last_seq FROM agent_runs WHERE id = ?", (run_id,))[0][0])
 
 
 # -- finish_operation(log=...) ---------------------------------------------------------------
 
 
 async def test_the_entries_follow_operation_completed_in_one_write(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     ctx = await AgentContext.create(store, name="log", run_id="run-log")
     try:
@@ -94,7 +106,7 @@ async def test_the_entries_follow_operation_completed_in_one_write(
         )
     finally:
         await ctx.close()
-    assert events(db_path, "run-log") == [
+    assert events(store_url, "run-log") == [
         (1, "state_transition", None),
         (2, "operation_completed", None),
         (3, "llm_call", None),
@@ -103,8 +115,8 @@ async def test_the_entries_follow_operation_completed_in_one_write(
         (6, "operation_completed", None),
         (7, "tool_result", "call-1"),
     ]
-    assert last_seq(db_path, "run-log") == 7
-    assert open_intents(db_path, "run-log") == ["call-2"]
+    assert last_seq(store_url, "run-log") == 7
+    assert open_intents(store_url, "run-log") == ["call-2"]
     listed = await store.list_events("run-log")
     assert listed[1].payload["step_id"] == "model.request"
     assert listed[2].payload["tool_calls"][0]["id"] == "call-1"
@@ -115,7 +127,7 @@ async def test_the_entries_follow_operation_completed_in_one_write(
 
 
 async def test_several_entries_are_written_in_their_order(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     ctx = await AgentContext.create(store, name="log", run_id="run-order")
     try:
@@ -130,22 +142,24 @@ async def test_several_entries_are_written_in_their_order(
         )
     finally:
         await ctx.close()
-    assert events(db_path, "run-order")[3:] == [
+    assert events(store_url, "run-order")[3:] == [
         (4, "operation_completed", None),
         (5, "tool_result", "call-1"),
         (6, "llm_call", None),
         (7, "tool_call", "call-2"),
         (8, "tool_call", "call-3"),
     ]
-    assert last_seq(db_path, "run-order") == 8
-    assert open_intents(db_path, "run-order") == ["call-2", "call-3"]
+    assert last_seq(store_url, "run-order") == 8
+    assert open_intents(store_url, "run-order") == ["call-2", "call-3"]
     # the open intents point at their own events
-    assert rows(
-        db_path, "SELECT tool_call_id, seq FROM open_intents WHERE run_id = 'run-order'"
+    assert select(
+        store_url, "SELECT tool_call_id, seq FROM open_intents WHERE run_id = 'run-order'"
     ) == [("call-2", 7), ("call-3", 8)]
 
 
-async def test_a_result_may_follow_its_intent_in_one_log(store: SQLiteStore, db_path: Path) -> None:
+async def test_a_result_may_follow_its_intent_in_one_log(
+    store: SQLiteStore, store_url: str
+) -> None:
     """The entries are appended in order: a result after the response asking for it fits."""
     ctx = await AgentContext.create(store, name="log", run_id="run-same-log")
     try:
@@ -159,19 +173,19 @@ async def test_a_result_may_follow_its_intent_in_one_log(store: SQLiteStore, db_
         )
     finally:
         await ctx.close()
-    assert [kind for _, kind, _ in events(db_path, "run-same-log")] == [
+    assert [kind for _, kind, _ in events(store_url, "run-same-log")] == [
         "state_transition",
         "operation_completed",
         "llm_call",
         "tool_call",
         "tool_result",
     ]
-    assert open_intents(db_path, "run-same-log") == []
+    assert open_intents(store_url, "run-same-log") == []
 
 
 @pytest.mark.parametrize("opened", ["before", "in_the_log"])
 async def test_two_results_for_one_call_in_one_log_store_nothing(
-    store: SQLiteStore, db_path: Path, opened: str
+    store: SQLiteStore, store_url: str, opened: str
 ) -> None:
     ctx = await AgentContext.create(store, name="log", run_id="run-two")
     try:
@@ -183,26 +197,26 @@ async def test_two_results_for_one_call_in_one_log_store_nothing(
             await ctx.record_response("first", [ToolCall("call-1", "lookup")])
         else:
             log.insert(0, asks_for("run-two", "call-1"))
-        before = events(db_path, "run-two")
-        intents = open_intents(db_path, "run-two")
+        before = events(store_url, "run-two")
+        intents = open_intents(store_url, "run-two")
         operation = new_operation(make_invocation("run-two"))
         with pytest.raises(DuplicateToolCall, match="already has a result"):
             await store.finish_operation(
                 operation, finished("run-two"), owner="a/1", lease=ctx.lease, log=log
             )
-        assert events(db_path, "run-two") == before
-        assert open_intents(db_path, "run-two") == intents
+        assert events(store_url, "run-two") == before
+        assert open_intents(store_url, "run-two") == intents
         assert await store.get_operation(operation.key) is None
     finally:
         await ctx.close()
 
 
 async def test_a_result_for_an_unknown_call_stores_nothing(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     ctx = await AgentContext.create(store, name="log", run_id="run-unknown")
     try:
-        before = events(db_path, "run-unknown")
+        before = events(store_url, "run-unknown")
         operation = new_operation(make_invocation("run-unknown"))
         with pytest.raises(UnknownToolCall, match="call-x"):
             await store.finish_operation(
@@ -212,24 +226,24 @@ async def test_a_result_for_an_unknown_call_stores_nothing(
                 lease=ctx.lease,
                 log=[ToolResultEntry("call-x", '{"id":"call-x","result":1,"is_error":false}')],
             )
-        assert events(db_path, "run-unknown") == before
-        assert last_seq(db_path, "run-unknown") == len(before)
+        assert events(store_url, "run-unknown") == before
+        assert last_seq(store_url, "run-unknown") == len(before)
         assert await store.get_operation(operation.key) is None
-        assert count(db_path, "operations") == 0
+        assert count(store_url, "operations") == 0
         # the run's log goes on as if the refused finish had never been tried
         await ctx.record_response("next", [])
     finally:
         await ctx.close()
-    assert seqs(db_path, "run-unknown") == list(range(1, len(before) + 2))
+    assert seqs(store_url, "run-unknown") == list(range(1, len(before) + 2))
 
 
 async def test_a_response_reusing_a_call_id_stores_nothing(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     ctx = await AgentContext.create(store, name="log", run_id="run-dup")
     try:
         await ctx.record_response("first", [ToolCall("call-1", "lookup")])
-        before = events(db_path, "run-dup")
+        before = events(store_url, "run-dup")
         operation = new_operation(make_invocation("run-dup"))
         with pytest.raises(DuplicateToolCall):
             await store.finish_operation(
@@ -239,12 +253,12 @@ async def test_a_response_reusing_a_call_id_stores_nothing(
                 lease=ctx.lease,
                 log=[asks_for("run-dup", "call-2", "call-1")],
             )
-        assert events(db_path, "run-dup") == before
-        assert open_intents(db_path, "run-dup") == ["call-1"]
+        assert events(store_url, "run-dup") == before
+        assert open_intents(store_url, "run-dup") == ["call-1"]
         assert await store.get_operation(operation.key) is None
         # the same holds once the reused call has its result: its intent is in the log
         await ctx.record_tool_result("call-1", "done")
-        before = events(db_path, "run-dup")
+        before = events(store_url, "run-dup")
         with pytest.raises(DuplicateToolCall):
             await store.finish_operation(
                 operation,
@@ -253,18 +267,20 @@ async def test_a_response_reusing_a_call_id_stores_nothing(
                 lease=ctx.lease,
                 log=[asks_for("run-dup", "call-1")],
             )
-        assert events(db_path, "run-dup") == before
+        assert events(store_url, "run-dup") == before
         assert await store.get_operation(operation.key) is None
     finally:
         await ctx.close()
 
 
-async def test_a_second_result_for_a_call_stores_nothing(store: SQLiteStore, db_path: Path) -> None:
+async def test_a_second_result_for_a_call_stores_nothing(
+    store: SQLiteStore, store_url: str
+) -> None:
     ctx = await AgentContext.create(store, name="log", run_id="run-twice")
     try:
         await ctx.record_response("first", [ToolCall("call-1", "lookup")])
         await ctx.record_tool_result("call-1", "done")
-        before = events(db_path, "run-twice")
+        before = events(store_url, "run-twice")
         operation = new_operation(make_invocation("run-twice"))
         with pytest.raises(DuplicateToolCall, match="already has a result"):
             await store.finish_operation(
@@ -274,19 +290,19 @@ async def test_a_second_result_for_a_call_stores_nothing(store: SQLiteStore, db_
                 lease=ctx.lease,
                 log=[tool_result_entry("run-twice", "call-1", "again")],
             )
-        assert events(db_path, "run-twice") == before
+        assert events(store_url, "run-twice") == before
         assert await store.get_operation(operation.key) is None
     finally:
         await ctx.close()
 
 
 async def test_one_bad_entry_undoes_the_good_ones_before_it(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     ctx = await AgentContext.create(store, name="log", run_id="run-partial")
     try:
         await ctx.record_response("first", [ToolCall("call-1", "lookup")])
-        before = events(db_path, "run-partial")
+        before = events(store_url, "run-partial")
         operation = new_operation(make_invocation("run-partial"))
         claim = await store.claim_operation(operation, owner="a/1", ttl=TTL, lease=ctx.lease)
         assert claim.claimed
@@ -302,8 +318,8 @@ async def test_one_bad_entry_undoes_the_good_ones_before_it(
                     tool_result_entry("run-partial", "call-3", 3),
                 ],
             )
-        assert events(db_path, "run-partial") == before
-        assert open_intents(db_path, "run-partial") == ["call-1"]
+        assert events(store_url, "run-partial") == before
+        assert open_intents(store_url, "run-partial") == ["call-1"]
         row = await store.get_operation(operation.key)
         assert row is not None and (row.status, row.record, row.attempts) == ("claimed", None, 1)
         # the claim is still its owner's: the record can be stored without the entries
@@ -317,18 +333,18 @@ async def test_one_bad_entry_undoes_the_good_ones_before_it(
         await ctx.close()
     row = await store.get_operation(operation.key)
     assert row is not None and row.status == "completed"
-    assert [kind for _, kind, _ in events(db_path, "run-partial")][len(before) :] == [
+    assert [kind for _, kind, _ in events(store_url, "run-partial")][len(before) :] == [
         "operation_completed"
     ]
 
 
 async def test_entries_without_a_lease_are_refused_before_any_write(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     ctx = await AgentContext.create(store, name="log", run_id="run-nolease")
     try:
         await ctx.record_response("first", [ToolCall("call-1", "lookup")])
-        before = events(db_path, "run-nolease")
+        before = events(store_url, "run-nolease")
         operation = new_operation(make_invocation("run-nolease"))
         with pytest.raises(InvalidInput, match="lease"):
             await store.finish_operation(
@@ -337,20 +353,20 @@ async def test_entries_without_a_lease_are_refused_before_any_write(
                 owner="a/1",
                 log=[tool_result_entry("run-nolease", "call-1", 1)],
             )
-        assert events(db_path, "run-nolease") == before
+        assert events(store_url, "run-nolease") == before
         assert await store.get_operation(operation.key) is None
-        assert count(db_path, "operations") == 0
+        assert count(store_url, "operations") == 0
     finally:
         await ctx.close()
 
 
-async def test_entries_under_a_lost_lease_store_nothing(db_path: Path) -> None:
-    old_store, new_store = zincir.open_store(db_path), zincir.open_store(db_path)
+async def test_entries_under_a_lost_lease_store_nothing(store_target: str) -> None:
+    old_store, new_store = zincir.open_store(store_target), zincir.open_store(store_target)
     try:
         old_ctx = await AgentContext.create(old_store, "log", run_id="run-lost")
         await old_ctx.record_response("first", [ToolCall("call-1", "lookup")])
         new_ctx = await AgentContext.force_recover(new_store, "run-lost")
-        before = events(db_path, "run-lost")
+        before = events(store_target, "run-lost")
         operation = new_operation(make_invocation("run-lost"))
         with pytest.raises(FencedOut):
             await old_store.finish_operation(
@@ -360,8 +376,8 @@ async def test_entries_under_a_lost_lease_store_nothing(db_path: Path) -> None:
                 lease=old_ctx.lease,
                 log=[tool_result_entry("run-lost", "call-1", 1)],
             )
-        assert events(db_path, "run-lost") == before
-        assert count(db_path, "operations") == 0
+        assert events(store_target, "run-lost") == before
+        assert count(store_target, "operations") == 0
         await new_ctx.close()
         await old_ctx.close()
     finally:
@@ -404,7 +420,7 @@ def response_of(run_id: str, *call_ids: str) -> Logger:
     )
 
 
-async def test_a_new_record_is_stored_with_its_entries(store: SQLiteStore, db_path: Path) -> None:
+async def test_a_new_record_is_stored_with_its_entries(store: SQLiteStore, store_url: str) -> None:
     ctx = await AgentContext.create(store, name="log", run_id="run-new")
     handler = Calls()
     log = response_of("run-new", "call-1")
@@ -416,7 +432,7 @@ async def test_a_new_record_is_stored_with_its_entries(store: SQLiteStore, db_pa
     assert logged is True
     assert handler.count == 1 and log.records == [record]
     assert record.invocation == invocation and isinstance(record.outcome, Success)
-    assert [kind for _, kind, _ in events(db_path, "run-new")] == [
+    assert [kind for _, kind, _ in events(store_url, "run-new")] == [
         "state_transition",
         "operation_completed",
         "llm_call",
@@ -424,12 +440,12 @@ async def test_a_new_record_is_stored_with_its_entries(store: SQLiteStore, db_pa
     ]
     listed = await store.list_events("run-new")
     assert listed[2].payload["content"] == record.outcome.output_json
-    assert open_intents(db_path, "run-new") == ["call-1"]
+    assert open_intents(store_url, "run-new") == ["call-1"]
     row = await store.get_operation(new_operation(invocation).key)
     assert row is not None and row.record == encode_record(record)
 
 
-async def test_a_replay_writes_no_entries(store: SQLiteStore, db_path: Path) -> None:
+async def test_a_replay_writes_no_entries(store: SQLiteStore, store_url: str) -> None:
     ctx = await AgentContext.create(store, name="log", run_id="run-replay")
     try:
         invocation = make_invocation("run-replay")
@@ -437,27 +453,27 @@ async def test_a_replay_writes_no_entries(store: SQLiteStore, db_path: Path) -> 
             invocation, response_of("run-replay", "call-1")
         )
         assert logged
-        before = events(db_path, "run-replay")
+        before = events(store_url, "run-replay")
         log = response_of("run-replay", "call-2")
         again, logged = await runtime(store, never_called).execute_and_log(invocation, log)
         assert (again, logged) == (first, False)
         assert log.count == 0
-        assert events(db_path, "run-replay") == before
+        assert events(store_url, "run-replay") == before
     finally:
         await ctx.close()
 
 
-async def test_without_the_runs_lease_no_entries_are_written(db_path: Path) -> None:
-    owner_store, other_store = zincir.open_store(db_path), zincir.open_store(db_path)
+async def test_without_the_runs_lease_no_entries_are_written(store_target: str) -> None:
+    owner_store, other_store = zincir.open_store(store_target), zincir.open_store(store_target)
     try:
         ctx = await AgentContext.create(owner_store, "log", run_id="run-elsewhere")
-        before = events(db_path, "run-elsewhere")
+        before = events(store_target, "run-elsewhere")
         handler = Calls()
         log = response_of("run-elsewhere", "call-1")
         invocation = make_invocation("run-elsewhere")
         record, logged = await runtime(other_store, handler).execute_and_log(invocation, log)
         assert (logged, handler.count) == (False, 1)
-        assert events(db_path, "run-elsewhere") == before
+        assert events(store_target, "run-elsewhere") == before
         row = await other_store.get_operation(new_operation(invocation).key)
         assert row is not None and row.record == encode_record(record)
         await ctx.close()
@@ -465,7 +481,7 @@ async def test_without_the_runs_lease_no_entries_are_written(db_path: Path) -> N
         second = make_invocation("run-elsewhere", sequence=1)
         record, logged = await runtime(owner_store, handler).execute_and_log(second, log)
         assert (logged, handler.count) == (False, 2)
-        assert events(db_path, "run-elsewhere") == before
+        assert events(store_target, "run-elsewhere") == before
         row = await owner_store.get_operation(new_operation(second).key)
         assert row is not None and row.record == encode_record(record)
     finally:
@@ -473,7 +489,7 @@ async def test_without_the_runs_lease_no_entries_are_written(db_path: Path) -> N
         await other_store.close()
 
 
-async def test_a_failing_log_still_stores_the_record(store: SQLiteStore, db_path: Path) -> None:
+async def test_a_failing_log_still_stores_the_record(store: SQLiteStore, store_url: str) -> None:
     ctx = await AgentContext.create(store, name="log", run_id="run-raises")
 
     def broken(record: Record) -> Sequence[LogEntry]:
@@ -487,7 +503,7 @@ async def test_a_failing_log_still_stores_the_record(store: SQLiteStore, db_path
         assert (logged, handler.count, log.count) == (False, 1, 1)
         row = await store.get_operation(new_operation(invocation).key)
         assert row is not None and (row.status, row.record) == ("completed", encode_record(record))
-        kinds = [kind for _, kind, _ in events(db_path, "run-raises")]
+        kinds = [kind for _, kind, _ in events(store_url, "run-raises")]
         assert kinds == ["state_transition", "operation_completed"]
         again, logged = await runtime(store, never_called).execute_and_log(invocation, log)
         assert (again, logged, log.count) == (record, False, 1)
@@ -497,13 +513,13 @@ async def test_a_failing_log_still_stores_the_record(store: SQLiteStore, db_path
 
 @pytest.mark.parametrize("misfit", ["unknown_call", "reused_call"])
 async def test_entries_that_do_not_fit_leave_the_record_stored_without_them(
-    store: SQLiteStore, db_path: Path, misfit: str
+    store: SQLiteStore, store_url: str, misfit: str
 ) -> None:
     ctx = await AgentContext.create(store, name="log", run_id="run-misfit")
     handler = Calls()
     try:
         await ctx.record_response("first", [ToolCall("call-1", "lookup")])
-        before = events(db_path, "run-misfit")
+        before = events(store_url, "run-misfit")
         if misfit == "unknown_call":
             log = Logger(lambda record: [tool_result_entry("run-misfit", "call-9", "x")])
         else:
@@ -513,10 +529,10 @@ async def test_entries_that_do_not_fit_leave_the_record_stored_without_them(
         assert (logged, handler.count, log.count) == (False, 1, 1)
         row = await store.get_operation(new_operation(invocation).key)
         assert row is not None and (row.status, row.record) == ("completed", encode_record(record))
-        after = events(db_path, "run-misfit")
+        after = events(store_url, "run-misfit")
         assert after[: len(before)] == before
         assert [kind for _, kind, _ in after[len(before) :]] == ["operation_completed"]
-        assert open_intents(db_path, "run-misfit") == ["call-1"]
+        assert open_intents(store_url, "run-misfit") == ["call-1"]
         listed = await store.list_events("run-misfit")
         assert listed[-1].payload["outcome"] == "success"
         assert listed[-1].payload["input_digest"] == invocation.input_digest()
@@ -524,7 +540,7 @@ async def test_entries_that_do_not_fit_leave_the_record_stored_without_them(
         await ctx.close()
 
 
-async def test_no_entries_mean_nothing_was_logged(store: SQLiteStore, db_path: Path) -> None:
+async def test_no_entries_mean_nothing_was_logged(store: SQLiteStore, store_url: str) -> None:
     ctx = await AgentContext.create(store, name="log", run_id="run-empty")
     try:
         log = Logger(lambda record: [])
@@ -532,7 +548,7 @@ async def test_no_entries_mean_nothing_was_logged(store: SQLiteStore, db_path: P
             make_invocation("run-empty"), log
         )
         assert (logged, log.count) == (False, 1)
-        assert [kind for _, kind, _ in events(db_path, "run-empty")] == [
+        assert [kind for _, kind, _ in events(store_url, "run-empty")] == [
             "state_transition",
             "operation_completed",
         ]
@@ -540,7 +556,7 @@ async def test_no_entries_mean_nothing_was_logged(store: SQLiteStore, db_path: P
         await ctx.close()
 
 
-async def test_concurrent_callers_log_once(store: SQLiteStore, db_path: Path) -> None:
+async def test_concurrent_callers_log_once(store: SQLiteStore, store_url: str) -> None:
     ctx = await AgentContext.create(store, name="log", run_id="run-shared")
     handler = Calls()
     shared = runtime(store, handler)
@@ -554,7 +570,7 @@ async def test_concurrent_callers_log_once(store: SQLiteStore, db_path: Path) ->
     assert len({record for record, _ in results}) == 1
     assert sorted(logged for _, logged in results) == [False] * 4 + [True]
     assert sum(log.count for log in logs) == 1
-    kinds = [kind for _, kind, _ in events(db_path, "run-shared")]
+    kinds = [kind for _, kind, _ in events(store_url, "run-shared")]
     assert kinds.count("llm_call") == 1 and kinds.count("operation_completed") == 1
 
 
@@ -575,16 +591,16 @@ async def write_turn(ctx: AgentContext, *, durable: bool) -> None:
     await ctx.record_response("done", durable=durable)
 
 
-def log_of(db_path: Path, run_id: str) -> list[tuple[Any, ...]]:
-    return rows(
-        db_path,
+def log_of(target: str, run_id: str) -> list[tuple[Any, ...]]:
+    return select(
+        target,
         "SELECT seq, type, payload, tool_call_id FROM events WHERE run_id = ? ORDER BY seq",
         (run_id,),
     )
 
 
-async def test_non_durable_writes_store_the_same_events(db_path: Path) -> None:
-    store = zincir.open_store(db_path)
+async def test_non_durable_writes_store_the_same_events(store_target: str) -> None:
+    store = zincir.open_store(store_target)
     try:
         for run_id, durable in (("run-durable", True), ("run-fast", False)):
             ctx = await AgentContext.create(store, name="turn", run_id=run_id)
@@ -603,11 +619,11 @@ async def test_non_durable_writes_store_the_same_events(db_path: Path) -> None:
             await ctx.close()
     finally:
         await store.close()
-    durable_log, fast_log = log_of(db_path, "run-durable"), log_of(db_path, "run-fast")
+    durable_log, fast_log = log_of(store_target, "run-durable"), log_of(store_target, "run-fast")
     assert len(fast_log) == 7
     assert [row[1:] for row in fast_log[1:]] == [row[1:] for row in durable_log[1:]]
     assert [row[0] for row in fast_log] == list(range(1, 8))
-    reopened = zincir.open_store(db_path)
+    reopened = zincir.open_store(store_target)
     try:
         fast = await reopened.list_events("run-fast")
         assert fast[1].payload == {
@@ -626,12 +642,12 @@ async def test_non_durable_writes_store_the_same_events(db_path: Path) -> None:
 
 
 async def test_non_durable_writes_refuse_what_durable_ones_refuse(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     ctx = await AgentContext.create(store, name="turn", run_id="run-refused")
     try:
         await ctx.record_response("first", [ToolCall("call-1", "lookup")], durable=False)
-        before = log_of(db_path, "run-refused")
+        before = log_of(store_url, "run-refused")
         with pytest.raises(DuplicateToolCall):
             await ctx.record_response("again", [ToolCall("call-1", "lookup")], durable=False)
         with pytest.raises(UnknownToolCall):
@@ -639,7 +655,7 @@ async def test_non_durable_writes_refuse_what_durable_ones_refuse(
         await ctx.record_tool_result("call-1", 1, durable=False)
         with pytest.raises(DuplicateToolCall):
             await ctx.record_tool_result("call-1", 2, durable=False)
-        after = log_of(db_path, "run-refused")
+        after = log_of(store_url, "run-refused")
         assert after[: len(before)] == before
         assert [row[1] for row in after[len(before) :]] == ["tool_result"]
     finally:
