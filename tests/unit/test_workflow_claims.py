@@ -10,7 +10,7 @@ import apsw
 import pytest
 
 import zincir
-from tests.helpers import event_types, rows
+from tests.helpers import rows, select
 from zincir import (
     AgentContext,
     NotJsonSerializable,
@@ -20,6 +20,15 @@ from zincir import (
     StoreUnavailable,
 )
 from zincir.workflow import WorkflowContext
+
+
+def event_types(target: Path | str, run_id: str) -> list[str]:
+    return [
+        t
+        for (t,) in select(
+            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+    ]
 
 
 @pytest.fixture
@@ -43,7 +52,7 @@ class Lock:
 
 
 async def test_a_fenced_owner_whose_body_raises_leaves_its_claim(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     gate = asyncio.Event()
     entered = asyncio.Event()
@@ -63,7 +72,7 @@ async def test_a_fenced_owner_whose_body_raises_leaves_its_claim(
     with pytest.raises(ConnectionError):
         await task
     # The fenced owner could not drop its claim: the new owner must recover() first.
-    assert rows(db_path, "SELECT status, claim_token FROM steps") == [("running", 1)]
+    assert select(store_url, "SELECT status, claim_token FROM steps") == [("running", 1)]
     with pytest.raises(StepInProgress):
         await new.step("effect", lambda: runs.append("new") or "new")
     assert runs == ["old"]
@@ -71,9 +80,10 @@ async def test_a_fenced_owner_whose_body_raises_leaves_its_claim(
     assert await new.step("effect", lambda: "new") == "new"
     await new.close()
     await old.close()
-    assert event_types(db_path, "wf") == ["state_transition", "steps_recovered", "step_completed"]
+    assert event_types(store_url, "wf") == ["state_transition", "steps_recovered", "step_completed"]
 
 
+# SQLite only: another connection holds the file's write lock past the store's busy_timeout.
 async def test_a_failed_result_write_leaves_a_claim_the_same_context_runs_again(
     impatient_store: SQLiteStore, db_path: Path
 ) -> None:
@@ -101,6 +111,7 @@ async def test_a_failed_result_write_leaves_a_claim_the_same_context_runs_again(
     assert event_types(db_path, "wf") == ["state_transition", "step_completed"]
 
 
+# SQLite only: another connection holds the file's write lock past the store's busy_timeout.
 async def test_concurrent_calls_after_a_failed_write_still_run_the_body_once(
     impatient_store: SQLiteStore, db_path: Path
 ) -> None:
@@ -132,6 +143,7 @@ async def test_concurrent_calls_after_a_failed_write_still_run_the_body_once(
     assert bodies == ["slow"]
 
 
+# SQLite only: another connection holds the file's write lock past the store's busy_timeout.
 async def test_recover_releases_this_contexts_stale_claims_but_not_running_ones(
     impatient_store: SQLiteStore, db_path: Path
 ) -> None:
@@ -168,17 +180,18 @@ async def test_recover_releases_this_contexts_stale_claims_but_not_running_ones(
 
 
 async def test_a_result_with_a_lone_surrogate_drops_the_claim(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     async with await WorkflowContext.open(store, "wf") as wf:
         with pytest.raises(NotJsonSerializable):
             await wf.step("s", lambda: {"text": "lone \ud800"})
         with pytest.raises(NotJsonSerializable):
             await wf.step("t", lambda: {"\udc80": 1})
-        assert rows(db_path, "SELECT COUNT(*) FROM steps") == [(0,)]
+        assert select(store_url, "SELECT COUNT(*) FROM steps") == [(0,)]
         assert await wf.step("s", lambda: "fine") == "fine"
 
 
+# SQLite only: another connection holds the file's write lock past the store's busy_timeout.
 async def test_store_errors_are_zincir_errors(impatient_store: SQLiteStore, db_path: Path) -> None:
     async with await WorkflowContext.open(impatient_store, "wf") as wf:
         lock = Lock(db_path)
