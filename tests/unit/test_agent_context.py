@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 import zincir
-from tests.helpers import count, event_types, rows, seqs
+from tests.helpers import select
 from zincir import (
     AgentContext,
     CheckpointCandidate,
@@ -30,6 +29,28 @@ from zincir import (
 )
 
 
+def count(target: str, table: str) -> int:
+    return int(select(target, f"SELECT COUNT(*) FROM {table}")[0][0])
+
+
+def event_types(target: str, run_id: str) -> list[str]:
+    return [
+        t
+        for (t,) in select(
+            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+    ]
+
+
+def seqs(target: str, run_id: str) -> list[int]:
+    return [
+        s
+        for (s,) in select(
+            target, "SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+    ]
+
+
 async def accept(candidate: CheckpointCandidate) -> Verification:
     return Verification(True, {"checked": list(candidate.completed)})
 
@@ -38,14 +59,14 @@ async def reject(candidate: CheckpointCandidate) -> Verification:
     return Verification(False, {"reason": "missing artifact"})
 
 
-async def test_create_records_run_and_transition(store: SQLiteStore, db_path: Path) -> None:
+async def test_create_records_run_and_transition(store: SQLiteStore, store_url: str) -> None:
     ctx = await AgentContext.create(store, name="research", provider="p", config={"goal": "g"})
     try:
         run = await store.get_run(ctx.run_id)
         assert run is not None
         assert run["status"] == "running" and run["provider"] == "p"
         assert run["lease_owner"] == ctx.lease_owner and run["lease_token"] == ctx.lease_token == 1
-        assert event_types(db_path, ctx.run_id) == ["state_transition"]
+        assert event_types(store_url, ctx.run_id) == ["state_transition"]
         events = await store.list_events(ctx.run_id)
         assert events[0].payload == {"from": "pending", "to": "running"}
     finally:
@@ -68,12 +89,12 @@ async def test_create_records_run_and_transition(store: SQLiteStore, db_path: Pa
     ],
 )
 async def test_create_rejects_bad_input_and_stores_nothing(
-    store: SQLiteStore, db_path: Path, kwargs: dict[str, object], error: type[Exception]
+    store: SQLiteStore, store_url: str, kwargs: dict[str, object], error: type[Exception]
 ) -> None:
     with pytest.raises(error):
         await AgentContext.create(store, **kwargs)  # type: ignore[arg-type]
-    assert count(db_path, "agent_runs") == 0
-    assert count(db_path, "events") == 0
+    assert count(store_url, "agent_runs") == 0
+    assert count(store_url, "events") == 0
 
 
 async def test_create_accepts_exactly_30ms(store: SQLiteStore) -> None:
@@ -81,13 +102,13 @@ async def test_create_accepts_exactly_30ms(store: SQLiteStore) -> None:
     await ctx.close()
 
 
-async def test_create_existing_id_raises(store: SQLiteStore, db_path: Path) -> None:
+async def test_create_existing_id_raises(store: SQLiteStore, store_url: str) -> None:
     ctx = await AgentContext.create(store, name="n", run_id="fixed")
     await ctx.close()
     with pytest.raises(RunExists) as raised:
         await AgentContext.create(store, name="other", run_id="fixed")
     assert raised.value.run_id == "fixed" and "fixed" in str(raised.value)
-    assert seqs(db_path, "fixed") == [1]
+    assert seqs(store_url, "fixed") == [1]
 
 
 async def test_recover_errors(store: SQLiteStore) -> None:
@@ -104,7 +125,7 @@ async def test_recover_errors(store: SQLiteStore) -> None:
         await AgentContext.force_recover(store, ctx.run_id)
 
 
-async def test_recover_after_release_bumps_token(store: SQLiteStore, db_path: Path) -> None:
+async def test_recover_after_release_bumps_token(store: SQLiteStore, store_url: str) -> None:
     first = await AgentContext.create(store, name="n")
     await first.release()
     run = await store.get_run(first.run_id)
@@ -120,7 +141,7 @@ async def test_recover_after_release_bumps_token(store: SQLiteStore, db_path: Pa
 
 
 async def test_record_response_writes_llm_call_and_intents(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     ctx = await AgentContext.create(store, name="n")
     seq = await ctx.record_response(
@@ -130,7 +151,7 @@ async def test_record_response_writes_llm_call_and_intents(
         usage={"input_tokens": 10, "output_tokens": 5},
     )
     assert seq == 2
-    assert event_types(db_path, ctx.run_id) == [
+    assert event_types(store_url, ctx.run_id) == [
         "state_transition",
         "llm_call",
         "tool_call",
@@ -143,24 +164,24 @@ async def test_record_response_writes_llm_call_and_intents(
 
 
 async def test_duplicate_tool_call_in_response_stores_nothing(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     ctx = await AgentContext.create(store, name="n")
     with pytest.raises(DuplicateToolCall) as raised:
         await ctx.record_response("x", [ToolCall("a", "t"), ToolCall("a", "t")])
     assert raised.value.run_id == ctx.run_id
-    assert seqs(db_path, ctx.run_id) == [1]
+    assert seqs(store_url, ctx.run_id) == [1]
     await ctx.close()
 
 
 async def test_duplicate_tool_call_across_responses_stores_nothing(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     ctx = await AgentContext.create(store, name="n")
     await ctx.record_response("x", [ToolCall("a", "t")])
     with pytest.raises(DuplicateToolCall):
         await ctx.record_response("y", [ToolCall("b", "t"), ToolCall("a", "t")])
-    assert event_types(db_path, ctx.run_id) == ["state_transition", "llm_call", "tool_call"]
+    assert event_types(store_url, ctx.run_id) == ["state_transition", "llm_call", "tool_call"]
     run = await store.get_run(ctx.run_id)
     assert run is not None and run["last_seq"] == 3
     await ctx.close()
@@ -178,65 +199,65 @@ async def test_duplicate_tool_call_across_responses_stores_nothing(
     ],
 )
 async def test_bad_tool_calls_rejected(
-    store: SQLiteStore, db_path: Path, calls: list[object]
+    store: SQLiteStore, store_url: str, calls: list[object]
 ) -> None:
     ctx = await AgentContext.create(store, name="n")
     with pytest.raises(InvalidInput):
         await ctx.record_response("x", calls)  # type: ignore[arg-type]
-    assert seqs(db_path, ctx.run_id) == [1]
+    assert seqs(store_url, ctx.run_id) == [1]
     await ctx.close()
 
 
-async def test_tool_results(store: SQLiteStore, db_path: Path) -> None:
+async def test_tool_results(store: SQLiteStore, store_url: str) -> None:
     ctx = await AgentContext.create(store, name="n")
     await ctx.record_response("x", [ToolCall("a", "t"), ToolCall("b", "t")])
     with pytest.raises(UnknownToolCall):
         await ctx.record_tool_result("zzz", 1)
     with pytest.raises(NotJsonSerializable):
         await ctx.record_tool_result("a", {1, 2})
-    assert seqs(db_path, ctx.run_id) == [1, 2, 3, 4]
+    assert seqs(store_url, ctx.run_id) == [1, 2, 3, 4]
     await ctx.record_tool_result("b", {"ok": True})
     assert [c.id for c in await ctx.pending_tools()] == ["a"]
     with pytest.raises(DuplicateToolCall):
         await ctx.record_tool_result("b", {"ok": False})
     await ctx.record_tool_result("a", "done", is_error=False)
     assert await ctx.pending_tools() == []
-    assert rows(db_path, "SELECT COUNT(*) FROM events WHERE type='tool_result'")[0][0] == 2
+    assert select(store_url, "SELECT COUNT(*) FROM events WHERE type='tool_result'")[0][0] == 2
     await ctx.close()
 
 
 async def test_checkpoint_persists_candidate_before_verify(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     ctx = await AgentContext.create(store, name="n")
     await ctx.record_response("x")
     seen: list[list[tuple[object, ...]]] = []
 
     async def verify(candidate: CheckpointCandidate) -> Verification:
-        seen.append(rows(db_path, "SELECT status, lineage_seq FROM checkpoints"))
+        seen.append(select(store_url, "SELECT status, lineage_seq FROM checkpoints"))
         return Verification(True, {"ok": 1})
 
     outcome = await ctx.checkpoint({"completed": ["a"], "remaining": ["b"]}, verify)
     assert seen == [[("proposed", 2)]]
     assert outcome.accepted and outcome.round == 1 and outcome.evidence == {"ok": 1}
-    assert rows(db_path, "SELECT status, evidence, decided_seq FROM checkpoints") == [
+    assert select(store_url, "SELECT status, evidence, decided_seq FROM checkpoints") == [
         ("accepted", '{"ok":1}', 4)
     ]
-    assert event_types(db_path, ctx.run_id)[-2:] == ["checkpoint_proposed", "checkpoint_accepted"]
+    assert event_types(store_url, ctx.run_id)[-2:] == ["checkpoint_proposed", "checkpoint_accepted"]
     await ctx.close()
 
 
-async def test_rejected_checkpoint(store: SQLiteStore, db_path: Path) -> None:
+async def test_rejected_checkpoint(store: SQLiteStore, store_url: str) -> None:
     ctx = await AgentContext.create(store, name="n")
     outcome = await ctx.checkpoint(CheckpointCandidate(completed=["a"]), reject)
     assert not outcome.accepted
-    assert event_types(db_path, ctx.run_id)[-1] == "checkpoint_rejected"
+    assert event_types(store_url, ctx.run_id)[-1] == "checkpoint_rejected"
     assert (await ctx.state()).checkpoint is None
     await ctx.close()
 
 
 async def test_interrupted_verification_is_pending_then_decided_once(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     ctx = await AgentContext.create(store, name="n")
 
@@ -253,12 +274,12 @@ async def test_interrupted_verification_is_pending_then_decided_once(
     assert outcome is not None and outcome.accepted
     assert outcome.checkpoint_id == pending.checkpoint_id
     assert await ctx.pending_checkpoint() is None
-    assert rows(db_path, "SELECT COUNT(*) FROM checkpoints")[0][0] == 1
-    assert event_types(db_path, ctx.run_id).count("checkpoint_accepted") == 1
+    assert select(store_url, "SELECT COUNT(*) FROM checkpoints")[0][0] == 1
+    assert event_types(store_url, ctx.run_id).count("checkpoint_accepted") == 1
     await ctx.close()
 
 
-async def test_bad_checkpoint_input(store: SQLiteStore, db_path: Path) -> None:
+async def test_bad_checkpoint_input(store: SQLiteStore, store_url: str) -> None:
     ctx = await AgentContext.create(store, name="n")
     with pytest.raises(InvalidInput):
         await ctx.checkpoint({"completed": [], "bogus": 1}, accept)
@@ -270,7 +291,7 @@ async def test_bad_checkpoint_input(store: SQLiteStore, db_path: Path) -> None:
 
     with pytest.raises(InvalidInput):
         await ctx.checkpoint({"completed": ["a"]}, wrong)
-    assert rows(db_path, "SELECT status FROM checkpoints") == [("proposed",)]
+    assert select(store_url, "SELECT status FROM checkpoints") == [("proposed",)]
     await ctx.close()
 
 
@@ -296,7 +317,7 @@ async def test_state_starts_from_latest_accepted_checkpoint(store: SQLiteStore) 
     await ctx.close()
 
 
-async def test_complete_clears_lease_and_blocks_writes(store: SQLiteStore, db_path: Path) -> None:
+async def test_complete_clears_lease_and_blocks_writes(store: SQLiteStore, store_url: str) -> None:
     ctx = await AgentContext.create(store, name="n")
     await ctx.complete({"answer": 42})
     run = await store.get_run(ctx.run_id)
@@ -306,7 +327,7 @@ async def test_complete_clears_lease_and_blocks_writes(store: SQLiteStore, db_pa
         None,
         '{"answer":42}',
     )
-    assert event_types(db_path, ctx.run_id)[-1] == "state_transition"
+    assert event_types(store_url, ctx.run_id)[-1] == "state_transition"
     with pytest.raises(RunTerminal):
         await ctx.record_response("late")
     await ctx.close()
@@ -322,28 +343,28 @@ async def test_heartbeat_keeps_lease_alive(store: SQLiteStore) -> None:
 
 
 async def test_heartbeat_failure_raises_lease_lost_before_writing(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     ctx = await AgentContext.create(store, name="n", lease_ttl=timedelta(milliseconds=60))
     thief = await AgentContext.force_recover(store, ctx.run_id)
     await asyncio.sleep(0.15)
-    before = seqs(db_path, ctx.run_id)
+    before = seqs(store_url, ctx.run_id)
     with pytest.raises(LeaseLost) as raised:
         await ctx.record_response("lost")
     assert raised.value.run_id == ctx.run_id
-    assert seqs(db_path, ctx.run_id) == before
+    assert seqs(store_url, ctx.run_id) == before
     await thief.close()
     await ctx.close()
 
 
-async def test_paused_owner_is_fenced_out(store: SQLiteStore, db_path: Path) -> None:
+async def test_paused_owner_is_fenced_out(store: SQLiteStore, store_url: str) -> None:
     old = await AgentContext.create(store, name="n", lease_ttl=timedelta(milliseconds=50))
     await old.record_response("before pause", [ToolCall("t1", "tool")])
     await old._heartbeat.stop()  # the process stalls: no renewals
     await asyncio.sleep(0.12)
     new = await AgentContext.recover(store, old.run_id)
     assert new.lease_token == old.lease_token + 1
-    before = rows(db_path, "SELECT seq, type, payload FROM events ORDER BY seq")
+    before = select(store_url, "SELECT seq, type, payload FROM events ORDER BY seq")
     for write in (
         old.record_response("after pause", [ToolCall("t2", "tool")]),
         old.record_tool_result("t1", "stale"),
@@ -352,8 +373,8 @@ async def test_paused_owner_is_fenced_out(store: SQLiteStore, db_path: Path) -> 
     ):
         with pytest.raises(FencedOut):
             await write
-    assert rows(db_path, "SELECT seq, type, payload FROM events ORDER BY seq") == before
-    assert count(db_path, "checkpoints") == 0
+    assert select(store_url, "SELECT seq, type, payload FROM events ORDER BY seq") == before
+    assert count(store_url, "checkpoints") == 0
     run = await store.get_run(old.run_id)
     assert run is not None and run["status"] == "running" and run["lease_owner"] == new.lease_owner
     await new.record_tool_result("t1", "fresh")
@@ -361,10 +382,10 @@ async def test_paused_owner_is_fenced_out(store: SQLiteStore, db_path: Path) -> 
     await old.close()
 
 
-async def test_two_contexts_race_for_one_run(db_path: Path) -> None:
+async def test_two_contexts_race_for_one_run(store_target: str) -> None:
     """Two stores (two connections, as two processes would have) recover one run at once."""
-    first_store = zincir.open_store(db_path)
-    second_store = zincir.open_store(db_path)
+    first_store = zincir.open_store(store_target)
+    second_store = zincir.open_store(store_target)
     try:
         for _ in range(20):
             ctx = await AgentContext.create(first_store, name="race")
@@ -400,17 +421,17 @@ async def test_errors_name_the_run(store: SQLiteStore) -> None:
 
 
 async def test_oversized_payloads_are_refused_before_any_write(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     from zincir._json import MAX_DOCUMENT_BYTES
 
     huge = "x" * (MAX_DOCUMENT_BYTES + 1)
     with pytest.raises(zincir.PayloadTooLarge):
         await AgentContext.create(store, name="n", config={"blob": huge})
-    assert count(db_path, "agent_runs") == 0
+    assert count(store_url, "agent_runs") == 0
     ctx = await AgentContext.create(store, name="n")
     await ctx.record_response("x", [ToolCall("a", "t")])
-    before = rows(db_path, "SELECT seq, payload FROM events ORDER BY seq")
+    before = select(store_url, "SELECT seq, payload FROM events ORDER BY seq")
     with pytest.raises(zincir.PayloadTooLarge, match="limit") as raised:
         await ctx.record_response(huge)
     assert raised.value.run_id == ctx.run_id
@@ -418,7 +439,7 @@ async def test_oversized_payloads_are_refused_before_any_write(
         await ctx.record_tool_result("a", huge)
     with pytest.raises(zincir.PayloadTooLarge):
         await ctx.checkpoint({"completed": [huge]}, accept)
-    assert rows(db_path, "SELECT seq, payload FROM events ORDER BY seq") == before
+    assert select(store_url, "SELECT seq, payload FROM events ORDER BY seq") == before
     assert [call.id for call in await ctx.pending_tools()] == ["a"]
     await ctx.record_response("é" * (MAX_DOCUMENT_BYTES // 4))  # under the limit in bytes
     await ctx.close()
