@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import event_types, rows
+from tests.helpers import select
 from zincir import AgentContext, InvalidInput, RunExists, RunNotFound, SQLiteStore
 from zincir.workflow import ChildResult, WorkflowContext, WorkflowSuspended
 
 
-async def test_spawn_is_idempotent_under_replay(store: SQLiteStore, db_path: Path) -> None:
+def event_types(target: str, run_id: str) -> list[str]:
+    return [
+        t
+        for (t,) in select(
+            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+    ]
+
+
+async def test_spawn_is_idempotent_under_replay(store: SQLiteStore, store_url: str) -> None:
     ids = []
     for _ in range(3):  # the parent restarts and replays its code each time
         async with await WorkflowContext.open(store, "parent") as parent:
@@ -25,15 +33,15 @@ async def test_spawn_is_idempotent_under_replay(store: SQLiteStore, db_path: Pat
     assert ids[0] == ids[1] == ids[2]
     research, review = ids[0]
     assert research != review
-    assert rows(
-        db_path,
+    assert select(
+        store_url,
         "SELECT id, parent_id, spawn_name, name, status, config, lease_owner "
         "FROM agent_runs WHERE parent_id IS NOT NULL ORDER BY spawn_name",
     ) == [
         (research, "parent", "research", "research", "pending", '{"topic":"tides"}', None),
         (review, "parent", "review", "reviewer", "pending", "{}", None),
     ]
-    assert event_types(db_path, "parent").count("child_spawned") == 2
+    assert event_types(store_url, "parent").count("child_spawned") == 2
     events = [e.payload for e in await store.list_events("parent") if e.type == "child_spawned"]
     assert events == [
         {"name": "research", "child_id": research},
@@ -86,13 +94,13 @@ async def test_join_reports_a_failed_child(store: SQLiteStore) -> None:
     )
 
 
-async def test_suspended_join_records_the_wait(store: SQLiteStore, db_path: Path) -> None:
+async def test_suspended_join_records_the_wait(store: SQLiteStore, store_url: str) -> None:
     async with await WorkflowContext.open(store, "parent", suspend_waits=True) as parent:
         child_id = await parent.spawn("slow")
         with pytest.raises(WorkflowSuspended) as suspended:
             await parent.join(child_id)
         assert (suspended.value.kind, suspended.value.ref) == ("child", child_id)
-    assert rows(db_path, "SELECT wait_kind, wait_ref FROM agent_runs WHERE id = 'parent'") == [
+    assert select(store_url, "SELECT wait_kind, wait_ref FROM agent_runs WHERE id = 'parent'") == [
         ("child", child_id)
     ]
     async with await WorkflowContext.open(store, child_id) as child:
@@ -100,4 +108,4 @@ async def test_suspended_join_records_the_wait(store: SQLiteStore, db_path: Path
     async with await WorkflowContext.open(store, "parent", suspend_waits=True) as parent:
         outcome = await parent.join(child_id)
     assert (outcome.status, outcome.result) == ("completed", "done")
-    assert rows(db_path, "SELECT wait_kind FROM agent_runs WHERE id = 'parent'") == [(None,)]
+    assert select(store_url, "SELECT wait_kind FROM agent_runs WHERE id = 'parent'") == [(None,)]

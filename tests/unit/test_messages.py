@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 import zincir
 from tests.conftest import START, FakeClock
-from tests.helpers import event_types, rows
+from tests.helpers import select
 from zincir import FencedOut, InvalidInput, NotJsonSerializable, RunNotFound, SQLiteStore
 from zincir.workflow import WorkflowContext, WorkflowSuspended, send_message
+
+
+def event_types(target: str, run_id: str) -> list[str]:
+    return [
+        t
+        for (t,) in select(
+            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+    ]
 
 
 async def make_runs(store: SQLiteStore, *run_ids: str) -> None:
@@ -20,7 +28,7 @@ async def make_runs(store: SQLiteStore, *run_ids: str) -> None:
         await (await WorkflowContext.open(store, run_id)).close()
 
 
-async def test_send_and_receive_in_order_once(store: SQLiteStore, db_path: Path) -> None:
+async def test_send_and_receive_in_order_once(store: SQLiteStore, store_url: str) -> None:
     await make_runs(store, "receiver")
     async with await WorkflowContext.open(store, "sender") as sender:
         first = await sender.send("receiver", "jobs", {"n": 1})
@@ -33,9 +41,9 @@ async def test_send_and_receive_in_order_once(store: SQLiteStore, db_path: Path)
         assert message is not None
         assert (message.id, message.payload, message.from_run_id) == (second, {"n": 2}, "sender")
         assert await receiver.recv("jobs", timeout=0.05) is None
-    assert event_types(db_path, "sender") == ["state_transition"] + ["message_sent"] * 3
-    assert event_types(db_path, "receiver").count("message_received") == 2
-    assert rows(db_path, "SELECT topic, received_by FROM messages ORDER BY id") == [
+    assert event_types(store_url, "sender") == ["state_transition"] + ["message_sent"] * 3
+    assert event_types(store_url, "receiver").count("message_received") == 2
+    assert select(store_url, "SELECT topic, received_by FROM messages ORDER BY id") == [
         ("jobs", "jobs#1"),
         ("jobs", "jobs#2"),
         ("other", None),
@@ -43,7 +51,7 @@ async def test_send_and_receive_in_order_once(store: SQLiteStore, db_path: Path)
 
 
 async def test_replayed_send_after_restart_does_not_duplicate(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     await make_runs(store, "receiver")
     ids = []
@@ -57,8 +65,8 @@ async def test_replayed_send_after_restart_does_not_duplicate(
                 )
             )
     assert ids[0] == ids[1] == ids[2]
-    assert rows(db_path, "SELECT COUNT(*) FROM messages") == [(3,)]
-    assert event_types(db_path, "sender").count("message_sent") == 3
+    assert select(store_url, "SELECT COUNT(*) FROM messages") == [(3,)]
+    assert event_types(store_url, "sender").count("message_sent") == 3
 
 
 async def test_replayed_recv_returns_the_same_message(store: SQLiteStore) -> None:
@@ -75,7 +83,7 @@ async def test_replayed_recv_returns_the_same_message(store: SQLiteStore) -> Non
 
 
 async def test_recv_deadline_is_stored_and_a_timeout_replays(
-    fake_store: SQLiteStore, clock: FakeClock, db_path: Path
+    fake_store: SQLiteStore, clock: FakeClock, store_url: str
 ) -> None:
     await make_runs(fake_store, "receiver")
     started = asyncio.Event()
@@ -92,7 +100,7 @@ async def test_recv_deadline_is_stored_and_a_timeout_replays(
         await waiting
     await first.close()
     deadline = START + timedelta(seconds=30)
-    assert rows(db_path, "SELECT wait_kind, wait_ref, wait_until FROM agent_runs") == [
+    assert select(store_url, "SELECT wait_kind, wait_ref, wait_until FROM agent_runs") == [
         ("message", "approval", deadline.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
     ]
 
@@ -106,10 +114,10 @@ async def test_recv_deadline_is_stored_and_a_timeout_replays(
     async with await WorkflowContext.open(fake_store, "receiver") as third:
         assert await third.recv("approval", timeout=30) is None  # the timeout replays
         assert await third.recv("approval", timeout=30) == "too late"
-    assert event_types(db_path, "receiver").count("recv_timed_out") == 1
+    assert event_types(store_url, "receiver").count("recv_timed_out") == 1
 
 
-async def test_external_keyed_send_is_deduplicated(store: SQLiteStore, db_path: Path) -> None:
+async def test_external_keyed_send_is_deduplicated(store: SQLiteStore, store_url: str) -> None:
     await make_runs(store, "run")
     first = await send_message(store, "run", "approval", {"ok": True}, key="click-1")
     assert await send_message(store, "run", "approval", {"ok": True}, key="click-1") == first
@@ -123,10 +131,10 @@ async def test_external_keyed_send_is_deduplicated(store: SQLiteStore, db_path: 
         await send_message(store, "run", "approval", {1, 2})
     with pytest.raises(InvalidInput):
         await send_message(store, "run", "", 1)
-    assert rows(db_path, "SELECT COUNT(*) FROM messages") == [(2,)]
+    assert select(store_url, "SELECT COUNT(*) FROM messages") == [(2,)]
 
 
-async def test_workflow_send_errors_store_nothing(store: SQLiteStore, db_path: Path) -> None:
+async def test_workflow_send_errors_store_nothing(store: SQLiteStore, store_url: str) -> None:
     await make_runs(store, "receiver")
     async with await WorkflowContext.open(store, "sender") as sender:
         with pytest.raises(RunNotFound):
@@ -146,7 +154,7 @@ async def test_workflow_send_errors_store_nothing(store: SQLiteStore, db_path: P
         await old.send("sender", "t", 1)
     await taker.close()
     await old.close()
-    assert rows(db_path, "SELECT COUNT(*), COUNT(received_at) FROM messages") == [(1, 0)]
+    assert select(store_url, "SELECT COUNT(*), COUNT(received_at) FROM messages") == [(1, 0)]
 
 
 async def test_message_arriving_while_waiting_is_received(store: SQLiteStore) -> None:
@@ -159,7 +167,7 @@ async def test_message_arriving_while_waiting_is_received(store: SQLiteStore) ->
         assert await asyncio.wait_for(waiting, 2) == {"go": True}
 
 
-async def test_suspended_recv_resumes_with_the_message(store: SQLiteStore, db_path: Path) -> None:
+async def test_suspended_recv_resumes_with_the_message(store: SQLiteStore, store_url: str) -> None:
     await make_runs(store, "receiver")
     async with await WorkflowContext.open(store, "receiver", suspend_waits=True) as receiver:
         with pytest.raises(WorkflowSuspended) as suspended:
@@ -168,4 +176,4 @@ async def test_suspended_recv_resumes_with_the_message(store: SQLiteStore, db_pa
     await send_message(store, "receiver", "approval", "yes")
     async with await WorkflowContext.open(store, "receiver", suspend_waits=True) as receiver:
         assert await receiver.recv("approval") == "yes"
-    assert rows(db_path, "SELECT wait_kind FROM agent_runs WHERE id = 'receiver'") == [(None,)]
+    assert select(store_url, "SELECT wait_kind FROM agent_runs WHERE id = 'receiver'") == [(None,)]

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 
 import zincir
 from tests.conftest import START, FakeClock
-from tests.helpers import event_types, rows
+from tests.helpers import select
 from zincir import FencedOut, InvalidInput, SQLiteStore
 from zincir.workflow import WorkflowContext, WorkflowSuspended
+
+
+def event_types(target: str, run_id: str) -> list[str]:
+    return [
+        t
+        for (t,) in select(
+            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+    ]
 
 
 def stamp(moment: datetime) -> str:
@@ -20,12 +28,12 @@ def stamp(moment: datetime) -> str:
 
 
 async def test_sleep_stores_the_wake_time_before_waiting(
-    fake_store: SQLiteStore, clock: FakeClock, db_path: Path
+    fake_store: SQLiteStore, clock: FakeClock, store_url: str
 ) -> None:
     seen_before_wait: list[object] = []
 
     async def sleeper(seconds: float) -> None:
-        seen_before_wait.append(rows(db_path, "SELECT wake_at, completed_at FROM timers"))
+        seen_before_wait.append(select(store_url, "SELECT wake_at, completed_at FROM timers"))
         await clock.sleep(seconds)
 
     async with await WorkflowContext.open(fake_store, "wf", sleeper=sleeper) as wf:
@@ -33,16 +41,16 @@ async def test_sleep_stores_the_wake_time_before_waiting(
     wake = stamp(START + timedelta(seconds=60))
     assert seen_before_wait == [[(wake, None)]]
     assert clock.slept == [60.0]
-    assert rows(db_path, "SELECT name, wake_at, completed_at FROM timers") == [
+    assert select(store_url, "SELECT name, wake_at, completed_at FROM timers") == [
         ("backoff", wake, wake)
     ]
-    assert event_types(db_path, "wf") == ["state_transition", "timer_set", "timer_completed"]
+    assert event_types(store_url, "wf") == ["state_transition", "timer_set", "timer_completed"]
     events = await fake_store.list_events("wf")
     assert events[1].payload == {"name": "backoff", "wake_at": wake}
 
 
 async def test_restarted_sleep_waits_only_the_remaining_time(
-    fake_store: SQLiteStore, clock: FakeClock, db_path: Path
+    fake_store: SQLiteStore, clock: FakeClock, store_url: str
 ) -> None:
     started = asyncio.Event()
 
@@ -63,14 +71,14 @@ async def test_restarted_sleep_waits_only_the_remaining_time(
         await second.sleep("nap", 999)  # the stored wake time wins over the new duration
     assert clock.slept == [40.0]
     assert clock.now == START + timedelta(seconds=60)
-    assert rows(db_path, "SELECT COUNT(*), MAX(completed_at) FROM timers") == [
+    assert select(store_url, "SELECT COUNT(*), MAX(completed_at) FROM timers") == [
         (1, stamp(START + timedelta(seconds=60)))
     ]
-    assert event_types(db_path, "wf").count("timer_set") == 1
+    assert event_types(store_url, "wf").count("timer_set") == 1
 
 
 async def test_a_due_timer_returns_at_once_and_is_completed(
-    fake_store: SQLiteStore, clock: FakeClock, db_path: Path
+    fake_store: SQLiteStore, clock: FakeClock, store_url: str
 ) -> None:
     async def never(seconds: float) -> None:
         raise AssertionError("a due timer must not wait")
@@ -84,14 +92,14 @@ async def test_a_due_timer_returns_at_once_and_is_completed(
         await wf.sleep("nap", 30)
         await wf.sleep("nap", 30)  # completed: a replay returns at once as well
         await wf.sleep("zero", 0)
-    assert rows(db_path, "SELECT name, completed_at FROM timers ORDER BY name") == [
+    assert select(store_url, "SELECT name, completed_at FROM timers ORDER BY name") == [
         ("nap", stamp(START + timedelta(seconds=45))),
         ("zero", stamp(START + timedelta(seconds=45))),
     ]
 
 
 async def test_suspended_sleep_records_the_wait_and_reopen_clears_it(
-    fake_store: SQLiteStore, clock: FakeClock, db_path: Path
+    fake_store: SQLiteStore, clock: FakeClock, store_url: str
 ) -> None:
     async with await WorkflowContext.open(fake_store, "wf", suspend_waits=True) as wf:
         with pytest.raises(WorkflowSuspended) as suspended:
@@ -99,14 +107,14 @@ async def test_suspended_sleep_records_the_wait_and_reopen_clears_it(
         assert suspended.value.kind == "timer" and suspended.value.ref == "nap"
         assert not isinstance(suspended.value, Exception)  # `except Exception` cannot eat it
     wake = stamp(START + timedelta(minutes=5))
-    assert rows(db_path, "SELECT wait_kind, wait_ref, wait_until FROM agent_runs") == [
+    assert select(store_url, "SELECT wait_kind, wait_ref, wait_until FROM agent_runs") == [
         ("timer", "nap", wake)
     ]
     async with await WorkflowContext.open(fake_store, "wf", sleeper=clock.sleep) as wf:
-        assert rows(db_path, "SELECT wait_kind FROM agent_runs") == [(None,)]
+        assert select(store_url, "SELECT wait_kind FROM agent_runs") == [(None,)]
         await wf.sleep("nap", timedelta(minutes=5))
     assert clock.slept == [300.0]
-    assert rows(db_path, "SELECT wait_kind, wait_ref, wait_until FROM agent_runs") == [
+    assert select(store_url, "SELECT wait_kind, wait_ref, wait_until FROM agent_runs") == [
         (None, None, None)
     ]
 
@@ -126,13 +134,13 @@ async def test_sleep_accepts_seconds_and_rejects_bad_input(
 
 
 async def test_sleep_of_a_fenced_owner_stores_nothing(
-    fake_store: SQLiteStore, clock: FakeClock, db_path: Path
+    fake_store: SQLiteStore, clock: FakeClock, store_url: str
 ) -> None:
     old = await WorkflowContext.open(fake_store, "wf", sleeper=clock.sleep)
     new = await zincir.AgentContext.force_recover(fake_store, "wf")
     with pytest.raises(FencedOut):
         await old.sleep("nap", 10)
-    assert rows(db_path, "SELECT COUNT(*) FROM timers") == [(0,)]
+    assert select(store_url, "SELECT COUNT(*) FROM timers") == [(0,)]
     await new.close()
     await old.close()
 

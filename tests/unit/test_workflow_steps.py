@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import event_types, rows
+from tests.helpers import select
 from zincir import (
     AgentContext,
     FencedOut,
@@ -23,7 +22,16 @@ from zincir import (
 from zincir.workflow import WorkflowContext
 
 
-async def test_open_creates_the_run_with_a_transition(store: SQLiteStore, db_path: Path) -> None:
+def event_types(target: str, run_id: str) -> list[str]:
+    return [
+        t
+        for (t,) in select(
+            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+    ]
+
+
+async def test_open_creates_the_run_with_a_transition(store: SQLiteStore, store_url: str) -> None:
     async with await WorkflowContext.open(store, "wf-1", config={"goal": "g"}) as wf:
         assert wf.run_id == "wf-1" and wf.lease_token == 1
         run = await store.get_run("wf-1")
@@ -34,11 +42,11 @@ async def test_open_creates_the_run_with_a_transition(store: SQLiteStore, db_pat
         assert [(e.type, e.payload) for e in events] == [
             ("state_transition", {"from": "pending", "to": "running"})
         ]
-    assert rows(db_path, "SELECT lease_owner FROM agent_runs") == [(None,)]
+    assert select(store_url, "SELECT lease_owner FROM agent_runs") == [(None,)]
 
 
 async def test_open_takes_a_new_token_each_time_and_refuses_a_live_lease(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     first = await WorkflowContext.open(store, "wf-1")
     with pytest.raises(LeaseHeld) as held:
@@ -50,7 +58,7 @@ async def test_open_takes_a_new_token_each_time_and_refuses_a_live_lease(
         async with await WorkflowContext.open(store, "wf-1") as again:
             tokens.append(again.lease_token)
     assert tokens == [2, 3, 4]
-    assert event_types(db_path, "wf-1") == ["state_transition"]  # created once
+    assert event_types(store_url, "wf-1") == ["state_transition"]  # created once
 
 
 async def test_open_refuses_terminal_runs_and_bad_input(store: SQLiteStore) -> None:
@@ -68,7 +76,7 @@ async def test_open_refuses_terminal_runs_and_bad_input(store: SQLiteStore) -> N
 
 
 async def test_step_runs_once_and_replays_the_stored_value(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     calls: list[str] = []
 
@@ -89,15 +97,15 @@ async def test_step_runs_once_and_replays_the_stored_value(
         assert await wf.step("fetch", fetch) == first
         assert await wf.step("compute", compute) == 42
     assert calls == ["fetch", "compute"]
-    assert rows(db_path, "SELECT name, status, result FROM steps ORDER BY name") == [
+    assert select(store_url, "SELECT name, status, result FROM steps ORDER BY name") == [
         ("compute", "completed", "42"),
         ("fetch", "completed", '{"pair":[1,2],"text":"ü"}'),
     ]
-    assert event_types(db_path, "wf") == ["state_transition", "step_completed", "step_completed"]
+    assert event_types(store_url, "wf") == ["state_transition", "step_completed", "step_completed"]
 
 
 async def test_failing_step_stores_nothing_and_can_be_retried(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     attempts = 0
 
@@ -111,14 +119,14 @@ async def test_failing_step_stores_nothing_and_can_be_retried(
     async with await WorkflowContext.open(store, "wf") as wf:
         with pytest.raises(ConnectionError):
             await wf.step("call", flaky)
-        assert rows(db_path, "SELECT COUNT(*) FROM steps") == [(0,)]
+        assert select(store_url, "SELECT COUNT(*) FROM steps") == [(0,)]
         assert await wf.step("call", flaky) == "ok"
     assert attempts == 2
-    assert event_types(db_path, "wf").count("step_completed") == 1
+    assert event_types(store_url, "wf").count("step_completed") == 1
 
 
 async def test_unserialisable_result_is_a_clear_error_and_stores_nothing(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     async with await WorkflowContext.open(store, "wf") as wf:
         with pytest.raises(NotJsonSerializable) as error:
@@ -126,9 +134,9 @@ async def test_unserialisable_result_is_a_clear_error_and_stores_nothing(
         assert "bad" in str(error.value) and error.value.run_id == "wf"
         with pytest.raises(NotJsonSerializable):
             await wf.step("nan", lambda: float("nan"))
-        assert rows(db_path, "SELECT COUNT(*) FROM steps") == [(0,)]
+        assert select(store_url, "SELECT COUNT(*) FROM steps") == [(0,)]
         assert await wf.step("bad", lambda: {"when": "now"}) == {"when": "now"}
-    assert event_types(db_path, "wf") == ["state_transition", "step_completed"]
+    assert event_types(store_url, "wf") == ["state_transition", "step_completed"]
 
 
 async def test_bad_step_arguments(store: SQLiteStore) -> None:
@@ -162,7 +170,7 @@ async def test_a_running_step_refuses_a_second_execution(store: SQLiteStore) -> 
 
 
 async def test_claim_of_a_fenced_owner_blocks_until_recover(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     gate = asyncio.Event()
     entered = asyncio.Event()
@@ -187,7 +195,7 @@ async def test_claim_of_a_fenced_owner_blocks_until_recover(
     gate.set()
     with pytest.raises(FencedOut):  # the old owner's result is rejected
         await task
-    assert rows(db_path, "SELECT status FROM steps") == [("running",)]
+    assert select(store_url, "SELECT status FROM steps") == [("running",)]
     assert await new.recover() == ["effect"]
     assert await new.step("effect", lambda: "new owner") == "new owner"
     with pytest.raises(FencedOut):
@@ -195,26 +203,26 @@ async def test_claim_of_a_fenced_owner_blocks_until_recover(
     await new.close()
     await old.close()
     assert runs == ["body"]
-    assert rows(db_path, "SELECT name, result FROM steps") == [("effect", '"new owner"')]
-    assert event_types(db_path, "wf") == ["state_transition", "steps_recovered", "step_completed"]
+    assert select(store_url, "SELECT name, result FROM steps") == [("effect", '"new owner"')]
+    assert event_types(store_url, "wf") == ["state_transition", "steps_recovered", "step_completed"]
 
 
-async def test_from_agent_shares_one_lease(store: SQLiteStore, db_path: Path) -> None:
+async def test_from_agent_shares_one_lease(store: SQLiteStore, store_url: str) -> None:
     agent = await AgentContext.create(store, name="agent", run_id="shared")
     wf = WorkflowContext.from_agent(agent)
     assert wf.agent is agent and wf.lease_token == agent.lease_token
     await agent.record_response("thinking", [])
     await wf.step("s", lambda: 1)
     await wf.close()
-    assert rows(db_path, "SELECT lease_owner FROM agent_runs") == [(None,)]
+    assert select(store_url, "SELECT lease_owner FROM agent_runs") == [(None,)]
     with pytest.raises(FencedOut):
         await agent.record_response("after close", [])
-    assert event_types(db_path, "shared") == ["state_transition", "llm_call", "step_completed"]
+    assert event_types(store_url, "shared") == ["state_transition", "llm_call", "step_completed"]
     with pytest.raises(InvalidInput):
         WorkflowContext.from_agent("not a context")  # type: ignore[arg-type]
 
 
-async def test_pending_run_opened_becomes_running(store: SQLiteStore, db_path: Path) -> None:
+async def test_pending_run_opened_becomes_running(store: SQLiteStore) -> None:
     async with await WorkflowContext.open(store, "parent") as parent:
         child_id = await parent.spawn("child")
     async with await WorkflowContext.open(store, child_id, lease_ttl=timedelta(seconds=5)):
@@ -224,12 +232,12 @@ async def test_pending_run_opened_becomes_running(store: SQLiteStore, db_path: P
     assert [e.payload for e in events] == [{"from": "pending", "to": "running"}]
 
 
-async def test_oversized_step_result_stores_nothing(store: SQLiteStore, db_path: Path) -> None:
+async def test_oversized_step_result_stores_nothing(store: SQLiteStore, store_url: str) -> None:
     from zincir import PayloadTooLarge
     from zincir._json import MAX_DOCUMENT_BYTES
 
     async with await WorkflowContext.open(store, "big") as wf:
         with pytest.raises(PayloadTooLarge):
             await wf.step("huge", lambda: "x" * (MAX_DOCUMENT_BYTES + 1))
-        assert rows(db_path, "SELECT COUNT(*) FROM steps") == [(0,)]
+        assert select(store_url, "SELECT COUNT(*) FROM steps") == [(0,)]
         assert await wf.step("huge", lambda: "fits") == "fits"
