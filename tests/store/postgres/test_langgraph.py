@@ -160,14 +160,25 @@ async def test_writes_racing_a_takeover_are_stored_exactly_when_they_succeed(
     old = await holder.acquire_thread_lease("t", owner="holder", ttl=TTL)
     await holder.put_graph_checkpoint(_checkpoint("t", "base"), lease=old)
     writers = stores[2:]
+    some_done = asyncio.Event()  # the takeover lands once a few writes have committed
+    committed = 0
+
+    def one_more() -> None:
+        nonlocal committed
+        committed += 1
+        if committed >= 5:
+            some_done.set()
 
     async def checkpoint(n: int) -> str:
+        await asyncio.sleep(n * 0.004)  # spread out, so the takeover lands among them
         await writers[n % len(writers)].put_graph_checkpoint(
             _checkpoint("t", f"c{n:03}", "base"), lease=old
         )
+        one_more()
         return f"c{n:03}"
 
     async def writes(n: int) -> str:
+        await asyncio.sleep(n * 0.004)
         await writers[n % len(writers)].put_graph_writes(
             "t",
             "",
@@ -175,10 +186,11 @@ async def test_writes_racing_a_takeover_are_stored_exactly_when_they_succeed(
             [_write(f"task{n:03}", 0, "v"), _write(f"task{n:03}", -1, "e")],
             lease=old,
         )
+        one_more()
         return f"task{n:03}"
 
     async def take_over() -> ThreadLease:
-        await asyncio.sleep(0.02)
+        await some_done.wait()
         return await taker.acquire_thread_lease("t", owner="taker", ttl=TTL, force=True)
 
     outcomes = await _outcomes(

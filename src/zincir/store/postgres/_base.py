@@ -12,6 +12,10 @@ pins ``zincir_now()`` to that clock in each of its transactions instead.
 The transaction contract: a transaction function receives a psycopg connection inside an
 open transaction, runs on a worker thread, must touch only that connection, and may run
 more than once (the transaction is run again after a deadlock or serialization failure).
+Writes run in pipeline mode: a statement whose result is not fetched travels with the next
+one, so ``BEGIN`` and an append's ``INSERT`` cost no round trip of their own; an error then
+surfaces at the next fetch (or the commit), so code that must catch a statement's own error
+fetches its result, or syncs with a nested ``conn.pipeline()`` block.
 Driver errors become zincir errors at :meth:`PostgresBase._write` / :meth:`_read`.
 
 Waiters (a workflow's recv and join, a ResumeWorker between polls) are woken by
@@ -43,18 +47,36 @@ from .._records import Lease
 from ._errors import DRIVER_ERRORS, RETRYABLE, translate, translating
 from ._wake import Listener
 
-__all__ = ["Conn", "PostgresBase", "migrations", "one", "split_schema"]
+__all__ = [
+    "CHECK_FAILED",
+    "CheckFailed",
+    "Conn",
+    "PostgresBase",
+    "migrations",
+    "one",
+    "split_schema",
+]
 
 T = TypeVar("T")
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 DEFAULT_SCHEMA = "zincir"
+CHECK_FAILED = "ZC001"
+"""The SQLSTATE of ``zincir_fail(reason)``: a single-statement write's check failed."""
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _RETRIES = 8  # a transaction aborted by a deadlock or serialization failure runs again
 _MIGRATIONS_TABLE = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("
     "version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)"
 )
+
+
+class CheckFailed(Exception):
+    """A single-statement write called ``zincir_fail(reason)``: nothing was stored."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def one(conn: Conn, query: str, params: tuple[object, ...] | dict[str, object] = ()) -> Any:
@@ -142,6 +164,7 @@ class PostgresBase:
         self._offset = timedelta(0)
         self.clock: Clock = clock or self._server_clock
         self._leases: dict[str, Lease] = {}
+        self._in_flight = 0
         self._closed = False
         self._lock = threading.Lock()
         params = conninfo_to_dict(self._conninfo)
@@ -151,10 +174,18 @@ class PostgresBase:
             "options": f"{params.get('options') or ''} {options}".strip(),
             "connect_timeout": max(1, int(seconds)),
             "application_name": params.get("application_name") or "zincir",
+            # A server that goes silent (a partition) fails the call instead of hanging it.
+            "tcp_user_timeout": 10_000,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 2,
         }
         self._migrate()
         self._writers = self._pool("zincir-writers", pool_size, seconds, read_only=False)
         self._readers = self._pool("zincir-readers", pool_size, seconds, read_only=True)
+        self._unsynced = self._pool(
+            "zincir-unsynced", max(2, pool_size // 2), seconds, read_only=False, synced=False
+        )
         self._executor = ThreadPoolExecutor(
             max_workers=2 * pool_size, thread_name_prefix="zincir-postgres"
         )
@@ -168,12 +199,14 @@ class PostgresBase:
         return conn
 
     def _pool(
-        self, name: str, size: int, timeout: float, *, read_only: bool
+        self, name: str, size: int, timeout: float, *, read_only: bool, synced: bool = True
     ) -> psycopg_pool.ConnectionPool[Conn]:
         def configure(conn: Conn) -> None:
             if read_only:
                 conn.read_only = True
                 conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            if not synced:
+                conn.execute("SET synchronous_commit = off")
 
         def reset(conn: Conn) -> None:
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -182,7 +215,7 @@ class PostgresBase:
         pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
             self._conninfo,
             kwargs=self._connect_kwargs,
-            min_size=1,
+            min_size=1 if synced else 0,
             max_size=size,
             timeout=timeout,
             name=name,
@@ -268,13 +301,64 @@ class PostgresBase:
     # -- transactions -------------------------------------------------------------------
 
     async def _write(self, fn: Callable[[Conn], T], *, durable: bool = True) -> T:
-        """Run ``fn(connection)`` in one write transaction on a worker thread.
+        """Run ``fn(connection)`` in one write transaction.
 
         ``durable=False`` (marks such as step claims) commits with ``synchronous_commit``
         off: the write survives a crash of this process but maybe not of the server.
         """
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._write_now, fn, durable)
+        return await self._run(self._write_now, fn, durable)
+
+    async def _write_one(
+        self, query: str, params: tuple[object, ...] | dict[str, object], *, durable: bool = True
+    ) -> tuple[Any, ...] | None:
+        """Run one statement as its own transaction (autocommit: no ``BEGIN``/``COMMIT``
+        round trips) and return its first row. The statement must be atomic on its own:
+        its fence and its effects in one ``WITH`` (``zincir_fail`` aborts it)."""
+        if self._pinned is not None:  # the pinned clock needs a transaction to set it in
+            return await self._write(
+                lambda conn: conn.execute(query, params).fetchone(), durable=durable
+            )
+        return await self._run(self._write_one_now, query, params, durable)
+
+    def _write_one_now(
+        self, query: str, params: tuple[object, ...] | dict[str, object], durable: bool
+    ) -> tuple[Any, ...] | None:
+        pool = self._writers if durable else self._unsynced
+        attempt = 0
+        while True:
+            try:
+                if self._closed:
+                    raise StoreError(f"the store at {self.path} is closed")
+                with pool.connection() as conn:
+                    return conn.execute(query, params).fetchone()
+            except psycopg.Error as error:
+                if error.sqlstate == CHECK_FAILED:
+                    raise CheckFailed(error.diag.message_primary or "") from None
+                if isinstance(error, RETRYABLE):
+                    attempt += 1
+                    if attempt < _RETRIES:
+                        time.sleep(0.001 * attempt)
+                        continue
+                raise translate(error, self.path) from None
+            except DRIVER_ERRORS as error:
+                raise translate(error, self.path) from None
+
+    async def _run(self, blocking: Callable[..., T], *args: Any) -> T:
+        """Call ``blocking(*args)``: on the calling thread when nothing else of this store is
+        in flight (a thread hop costs more than a loopback round trip), else on a worker
+        thread so that concurrent callers overlap. An inline call yields to the event loop
+        once it returns, and connections time out a silent server (``tcp_user_timeout``), so
+        no caller can hold the event loop for long."""
+        self._in_flight += 1
+        try:
+            if self._in_flight > 1:
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(self._executor, blocking, *args)
+            result = blocking(*args)
+        finally:
+            self._in_flight -= 1
+        await asyncio.sleep(0)  # let other tasks (a heartbeat, other runs) in between calls
+        return result
 
     def _write_now(self, fn: Callable[[Conn], T], durable: bool = True) -> T:
         """Blocking :meth:`_write`, for code without an event loop."""
@@ -284,7 +368,11 @@ class PostgresBase:
                 with self._writers.connection() as conn, conn.transaction():
                     self._start(conn, durable=durable)
                     return fn(conn)
-            except RETRYABLE as error:
+            except psycopg.Error as error:
+                if error.sqlstate == CHECK_FAILED:
+                    raise CheckFailed(error.diag.message_primary or "") from None
+                if not isinstance(error, RETRYABLE):
+                    raise translate(error, self.path) from None
                 attempt += 1
                 if attempt >= _RETRIES:
                     raise translate(error, self.path) from None
@@ -292,11 +380,13 @@ class PostgresBase:
             except DRIVER_ERRORS as error:
                 raise translate(error, self.path) from None
 
-    async def _read(self, fn: Callable[[Conn], T], *, offload: bool = True) -> T:
-        """Run ``fn(connection)`` in one read-only, repeatable-read snapshot on a worker
-        thread (``offload`` is accepted for the SQLite backend's signature)."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._read_now, fn)
+    async def _read(self, fn: Callable[[Conn], T], *, offload: bool = False) -> T:
+        """Run ``fn(connection)`` in one read-only, repeatable-read snapshot; ``offload``
+        (a read that may scan) always runs on a worker thread."""
+        if offload:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, self._read_now, fn)
+        return await self._run(self._read_now, fn)
 
     def _read_now(self, fn: Callable[[Conn], T]) -> T:
         """Blocking :meth:`_read`."""
@@ -355,3 +445,4 @@ class PostgresBase:
         self._executor.shutdown(wait=True)
         self._writers.close()
         self._readers.close()
+        self._unsynced.close()

@@ -15,8 +15,8 @@ from ..._errors import StepInProgress
 from ..._json import encode_checked, loads_strict
 from .._records import Lease, NewEvent
 from .._workflow_records import StepClaim
-from ._base import Conn, PostgresBase
-from ._log import append, check_fence
+from ._base import CheckFailed, Conn, PostgresBase
+from ._log import append, check_fence, diagnose
 
 __all__ = ["StepOps"]
 
@@ -30,6 +30,28 @@ _INSERT = (
 )
 """A claim fenced in one statement: the run's row, still this lease's, is locked (shared)
 until COMMIT, so a takeover waits for the claim or the claim sees the new token."""
+
+_FINISH = (
+    "WITH run AS ("
+    " UPDATE agent_runs SET last_seq = last_seq + 1,"
+    " lease_expires_at = zincir_now() + %(ttl)s::interval, updated_at = zincir_now()"
+    " WHERE id = %(run)s AND lease_owner = %(owner)s AND lease_token = %(token)s"
+    " AND status IN ('pending', 'running') RETURNING last_seq),"
+    " step AS ("
+    " UPDATE steps SET status = 'completed', result = %(result)s, completed_at = zincir_now()"
+    " WHERE run_id = %(run)s AND name = %(name)s AND status = 'running'"
+    " AND claim_owner = %(owner)s AND claim_token = %(token)s AND EXISTS (SELECT 1 FROM run)"
+    " RETURNING 1),"
+    " event AS ("
+    " INSERT INTO events (run_id, seq, type, payload, created_at, tool_call_id)"
+    " SELECT %(run)s, last_seq, 'step_completed', %(payload)s, zincir_now(), NULL FROM run"
+    " RETURNING seq)"
+    " SELECT last_seq, CASE WHEN NOT EXISTS (SELECT 1 FROM step)"
+    " THEN zincir_fail('step claim released') END FROM run"
+)
+"""A step's result as one statement (its own transaction): the fenced append of
+``step_completed`` (the run's row locked until COMMIT) and the result, all or nothing. No
+row: the fence failed. ``zincir_fail`` aborts it all when the claim was released."""
 
 
 def _claim(conn: Conn, lease: Lease, name: str) -> StepClaim | None:
@@ -59,6 +81,11 @@ def _claim(conn: Conn, lease: Lease, name: str) -> StepClaim | None:
     return _CLAIMED if again is not None else None
 
 
+def _raise_fenced(conn: Conn, lease: Lease) -> None:
+    """Raise why ``lease`` can no longer write its run (FencedOut, RunTerminal, ...)."""
+    raise diagnose(conn, lease.run_id, lease.token)
+
+
 class StepOps(PostgresBase):
     """Claim, finish, abandon and recover durable steps."""
 
@@ -77,6 +104,11 @@ class StepOps(PostgresBase):
                 if found is not None:
                     return found
 
+        # The common case, a new claim, is the fenced INSERT alone as its own transaction;
+        # anything else (a result, a holder, a fence) is judged in a full transaction.
+        params = (name, lease.run_id, lease.owner, lease.token)
+        if await self._write_one(_INSERT, params, durable=False) is not None:
+            return _CLAIMED
         return await self._write(write, durable=False)
 
     async def finish_step(self, lease: Lease, name: str, result_json: str) -> int:
@@ -84,25 +116,28 @@ class StepOps(PostgresBase):
 
         StepInProgress if the claim was released (``recover()``) meanwhile; returns the seq.
         """
-        event = NewEvent("step_completed", encode_checked({"name": name}))
-
-        def write(conn: Conn) -> int:
-            seq = append(conn, lease, [event])
-            stored = conn.execute(
-                "UPDATE steps SET status = 'completed', result = %s, completed_at = zincir_now() "
-                "WHERE run_id = %s AND name = %s AND status = 'running' "
-                "AND claim_owner = %s AND claim_token = %s RETURNING 1",
-                (result_json, lease.run_id, name, lease.owner, lease.token),
-            ).fetchone()
-            if stored is None:
-                raise StepInProgress(
-                    f"the claim on step {name!r} was released (recover()) while its body ran; "
-                    "its result was not stored",
-                    run_id=lease.run_id,
-                )
-            return seq
-
-        return await self._write(write)
+        payload = encode_checked({"name": name})
+        params = {
+            "run": lease.run_id,
+            "name": name,
+            "owner": lease.owner,
+            "token": lease.token,
+            "ttl": lease.ttl,
+            "result": result_json,
+            "payload": payload,
+        }
+        try:
+            row = await self._write_one(_FINISH, params)
+        except CheckFailed:
+            raise StepInProgress(
+                f"the claim on step {name!r} was released (recover()) while its body ran; "
+                "its result was not stored",
+                run_id=lease.run_id,
+            ) from None
+        if row is None:  # the fence failed: nothing was stored; say why
+            await self._read(lambda conn: _raise_fenced(conn, lease))
+        assert row is not None
+        return int(row[0])
 
     async def abandon_step(self, lease: Lease, name: str) -> bool:
         """Drop this lease's running claim on ``name`` so the step can be retried.
