@@ -12,10 +12,9 @@ pins ``zincir_now()`` to that clock in each of its transactions instead.
 The transaction contract: a transaction function receives a psycopg connection inside an
 open transaction, runs on a worker thread, must touch only that connection, and may run
 more than once (the transaction is run again after a deadlock or serialization failure).
-Writes run in pipeline mode: a statement whose result is not fetched travels with the next
-one, so ``BEGIN`` and an append's ``INSERT`` cost no round trip of their own; an error then
-surfaces at the next fetch (or the commit), so code that must catch a statement's own error
-fetches its result, or syncs with a nested ``conn.pipeline()`` block.
+The hottest writes (a step's claim and result) are single statements run as their own
+autocommit transactions (:meth:`PostgresBase._write_one`): no ``BEGIN``/``COMMIT`` round
+trips, their fence and checks inside the statement (``zincir_fail`` aborts it).
 Driver errors become zincir errors at :meth:`PostgresBase._write` / :meth:`_read`.
 
 Waiters (a workflow's recv and join, a ResumeWorker between polls) are woken by

@@ -11,7 +11,6 @@ anything is stored. :func:`insert_run` is the one way a run's row is created.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 from datetime import datetime
 
 from ..._errors import FencedOut, RunExists, RunNotFound, RunTerminal
@@ -129,14 +128,11 @@ def append_checked(conn: Conn, items: Sequence[tuple[str, int, Sequence[NewEvent
         for run_id, before, events in items
         for i, (kind, payload, call_id) in enumerate(events)
     ]
-    # An intent's unique index may refuse the insert: sync then (a nested pipeline block), so
-    # the violation reaches the caller's handler instead of a later statement.
-    with conn.pipeline() if any(row[2] == "tool_call" for row in rows) else nullcontext():
-        if len(rows) == 1:
-            conn.execute(_INSERT, rows[0])
-        elif rows:
-            with conn.cursor() as cursor:
-                cursor.executemany(_INSERT, rows)
+    if len(rows) == 1:
+        conn.execute(_INSERT, rows[0])
+    elif rows:
+        with conn.cursor() as cursor:
+            cursor.executemany(_INSERT, rows)
 
 
 def insert_run(
