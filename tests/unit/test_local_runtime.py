@@ -6,13 +6,12 @@ import asyncio
 import json
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import zincir
-from tests.helpers import count, rows, seqs
+from tests.helpers import select
 from tests.runtime_conformance import (
     Calls,
     MakeRuntime,
@@ -58,14 +57,27 @@ class TestLocalRuntime(RuntimeConformance):
         return make
 
 
+def count(target: str, table: str) -> int:
+    return int(select(target, f"SELECT COUNT(*) FROM {table}")[0][0])
+
+
+def seqs(target: str, run_id: str) -> list[int]:
+    return [
+        s
+        for (s,) in select(
+            target, "SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+    ]
+
+
 def runtime_for(store: SQLiteStore, handler: Any, **options: Any) -> LocalRuntime:
     options.setdefault("poll_interval", 0.01)
     return LocalRuntime(store, registry_with(handler), **options)
 
 
-def operation_rows(db_path: Path) -> list[tuple[Any, ...]]:
-    return rows(
-        db_path,
+def operation_rows(target: str) -> list[tuple[Any, ...]]:
+    return select(
+        target,
         "SELECT run_id, step_id, sequence, kind, handler_id, input_digest, "
         "input_json, status, outcome, record, claim_expires_at, attempts "
         "FROM operations ORDER BY run_id, step_id, sequence",
@@ -76,11 +88,11 @@ def operation_rows(db_path: Path) -> list[tuple[Any, ...]]:
 
 
 async def test_the_record_is_stored_before_execute_returns(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     invocation = make_invocation("run-1", request={"order": "A1"})
     record = await runtime_for(store, Calls()).execute(invocation)
-    [row] = operation_rows(db_path)
+    [row] = operation_rows(store_url)
     assert row == (
         "run-1",
         "tool.call",
@@ -97,15 +109,15 @@ async def test_the_record_is_stored_before_execute_returns(
     )
 
 
-async def test_replay_after_reopening_the_store(db_path: Path) -> None:
+async def test_replay_after_reopening_the_store(store_target: str) -> None:
     handler = Calls()
     invocation = make_invocation("run-reopen")
-    first_store = zincir.open_store(db_path)
+    first_store = zincir.open_store(store_target)
     try:
         record = await runtime_for(first_store, handler).execute(invocation)
     finally:
         await first_store.close()
-    reopened = zincir.open_store(db_path)
+    reopened = zincir.open_store(store_target)
     try:
         replay = await LocalRuntime(reopened, HandlerRegistry()).execute(invocation)
         assert replay == record
@@ -136,18 +148,18 @@ async def test_a_waiting_caller_with_other_input_gets_input_drift(store: SQLiteS
     assert handler.count == 1
 
 
-async def test_kind_or_handler_change_is_input_drift(store: SQLiteStore, db_path: Path) -> None:
+async def test_kind_or_handler_change_is_input_drift(store: SQLiteStore, store_url: str) -> None:
     registry = registry_with(Calls())
     registry.register(OperationKind.TOOL_CALL, "other-tools", Calls())
     registry.register(OperationKind.MCP_REQUEST, "conformance-tools", Calls())
     runtime = LocalRuntime(store, registry)
     await runtime.execute(make_invocation("run-kind"))
-    before = operation_rows(db_path)
+    before = operation_rows(store_url)
     with pytest.raises(InputDrift, match="other-tools"):
         await runtime.execute(make_invocation("run-kind", handler_id="other-tools"))
     with pytest.raises(InputDrift, match="mcp_request"):
         await runtime.execute(make_invocation("run-kind", kind=OperationKind.MCP_REQUEST))
-    assert operation_rows(db_path) == before
+    assert operation_rows(store_url) == before
 
 
 @pytest.mark.parametrize(
@@ -163,7 +175,7 @@ async def test_kind_or_handler_change_is_input_drift(store: SQLiteStore, db_path
     ],
 )
 async def test_invalid_invocations_store_nothing(
-    store: SQLiteStore, db_path: Path, broken: dict[str, Any], limit: int | None
+    store: SQLiteStore, store_url: str, broken: dict[str, Any], limit: int | None
 ) -> None:
     handler = Calls()
     options: dict[str, Any] = {} if limit is None else {"max_input_bytes": limit}
@@ -174,7 +186,7 @@ async def test_invalid_invocations_store_nothing(
     with pytest.raises(InvalidInvocation):
         await runtime.execute({"run_id": "run-invalid"})  # type: ignore[arg-type]
     assert handler.count == 0
-    assert count(db_path, "operations") == 0
+    assert count(store_url, "operations") == 0
 
 
 def test_constructor_rejects_bad_options(store: SQLiteStore) -> None:
@@ -192,8 +204,8 @@ def test_constructor_rejects_bad_options(store: SQLiteStore) -> None:
     assert isinstance(LocalRuntime(store, registry, claim_ttl=1.5), DurableRuntime)
 
 
-async def test_a_closed_store_raises_store_error(db_path: Path) -> None:
-    opened = zincir.open_store(db_path)
+async def test_a_closed_store_raises_store_error(store_target: str) -> None:
+    opened = zincir.open_store(store_target)
     runtime = runtime_for(opened, Calls())
     await runtime.execute(make_invocation("run-closed", sequence=0))
     await opened.close()
@@ -251,7 +263,7 @@ async def test_a_message_with_lone_surrogates_is_escaped(store: SQLiteStore) -> 
 
 
 async def test_a_record_for_another_invocation_is_refused_and_not_stored(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     invocation = make_invocation("run-foreign", sequence=0)
     foreign = Record.for_invocation(make_invocation("run-foreign", sequence=9), Success("1"))
@@ -259,7 +271,7 @@ async def test_a_record_for_another_invocation_is_refused_and_not_stored(
     runtime = runtime_for(store, handler)
     with pytest.raises(DigestMismatch):
         await runtime.execute(invocation)
-    assert count(db_path, "operations") == 0
+    assert count(store_url, "operations") == 0
     # the refused identity is free: a correct answer is stored next time
     handler.answer = lambda i, r: Record.for_invocation(i, Success('"ok"'))
     assert (await runtime.execute(invocation)).outcome == Success('"ok"')
@@ -270,7 +282,7 @@ async def test_a_record_for_another_invocation_is_refused_and_not_stored(
 
 
 async def test_retryable_failures_are_retried_then_success_is_stored(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     def flaky(invocation: Invocation, request: Any) -> Any:
         if handler.count < 3:
@@ -283,10 +295,10 @@ async def test_retryable_failures_are_retried_then_success_is_stored(
     assert time.monotonic() - started >= 0.02 + 0.04  # the policy's delays were slept
     assert record.outcome == Success('{"ok":true}')
     assert handler.count == 3
-    assert [row[-1] for row in operation_rows(db_path)] == [3]
+    assert [row[-1] for row in operation_rows(store_url)] == [3]
 
 
-async def test_exhausted_retries_store_the_last_failure(store: SQLiteStore, db_path: Path) -> None:
+async def test_exhausted_retries_store_the_last_failure(store: SQLiteStore, store_url: str) -> None:
     def always(invocation: Invocation, request: Any) -> Any:
         raise OperationFailed("Unavailable", retryable=True, message=f"try {handler.count}")
 
@@ -296,14 +308,14 @@ async def test_exhausted_retries_store_the_last_failure(store: SQLiteStore, db_p
     record = await runtime.execute(invocation)
     assert record.outcome == Failure("Unavailable", True, "try 3")
     assert handler.count == 3
-    assert [(row[8], row[-1]) for row in operation_rows(db_path)] == [("failure", 3)]
+    assert [(row[8], row[-1]) for row in operation_rows(store_url)] == [("failure", 3)]
     assert await runtime.execute(invocation) == record  # a persisted failure replays
     assert handler.count == 3
 
 
 @pytest.mark.parametrize("exception", [OperationFailed("Denied"), KeyError("sku")])
 async def test_non_retryable_failures_are_stored_at_once(
-    store: SQLiteStore, db_path: Path, exception: Exception
+    store: SQLiteStore, store_url: str, exception: Exception
 ) -> None:
     def fail(invocation: Invocation, request: Any) -> Any:
         raise exception
@@ -312,14 +324,14 @@ async def test_non_retryable_failures_are_stored_at_once(
     record = await runtime_for(store, handler, retry=FAST).execute(make_invocation("run-deny"))
     assert isinstance(record.outcome, Failure) and not record.outcome.retryable
     assert handler.count == 1
-    assert [row[-1] for row in operation_rows(db_path)] == [1]
+    assert [row[-1] for row in operation_rows(store_url)] == [1]
 
 
 # -- inline callables --------------------------------------------------------------------
 
 
 async def test_inline_callables_run_instead_of_a_registered_handler(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     runtime = LocalRuntime(store, HandlerRegistry())
     calls: list[Any] = []
@@ -332,7 +344,7 @@ async def test_inline_callables_run_instead_of_a_registered_handler(
     record = await runtime.execute(invocation, inline=body)
     assert record.outcome == Success('{"value":"A1"}')
     # the stored row is data only; a replay ignores whatever callable is passed
-    [row] = operation_rows(db_path)
+    [row] = operation_rows(store_url)
     assert row[9] == encode_record(record)
     assert await runtime.execute(invocation, inline=never_called) == record
     assert await runtime.execute(invocation) == record
@@ -363,18 +375,18 @@ async def test_sync_inline_callables_and_their_failures(store: SQLiteStore) -> N
     assert len(set(gathered)) == 1
 
 
-async def test_inline_must_be_callable(store: SQLiteStore, db_path: Path) -> None:
+async def test_inline_must_be_callable(store: SQLiteStore, store_url: str) -> None:
     runtime = runtime_for(store, Calls())
     with pytest.raises(InvalidInput):
         await runtime.execute(make_invocation("run-x"), inline="not callable")  # type: ignore[arg-type]
-    assert count(db_path, "operations") == 0
+    assert count(store_url, "operations") == 0
 
 
 # -- the run's event log -----------------------------------------------------------------
 
 
 async def test_operations_append_events_to_an_existing_run(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     ctx = await AgentContext.create(store, name="ops", run_id="run-events")
 
@@ -404,7 +416,7 @@ async def test_operations_append_events_to_an_existing_run(
         "operation_completed",
         "llm_call",
     ]
-    assert seqs(db_path, "run-events") == list(range(1, 8))
+    assert seqs(store_url, "run-events") == list(range(1, 8))
     assert events[3].payload == {
         "step_id": "tool.call",
         "sequence": 0,
@@ -419,12 +431,12 @@ async def test_operations_append_events_to_an_existing_run(
 
 
 async def test_operations_of_unknown_runs_write_no_events(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     await runtime_for(store, Calls()).execute(make_invocation("no-such-run"))
-    assert count(db_path, "events") == 0
-    assert count(db_path, "agent_runs") == 0
-    assert count(db_path, "operations") == 1
+    assert count(store_url, "events") == 0
+    assert count(store_url, "agent_runs") == 0
+    assert count(store_url, "operations") == 1
 
 
 # -- claims: renewal, takeover, fencing ----------------------------------------------------
@@ -445,9 +457,9 @@ class Gated:
         return self.answer
 
 
-async def test_the_claim_is_renewed_while_a_long_handler_runs(db_path: Path) -> None:
+async def test_the_claim_is_renewed_while_a_long_handler_runs(store_target: str) -> None:
     """A second runtime (its own store, as another process would be) waits past claim_ttl."""
-    first_store, second_store = zincir.open_store(db_path), zincir.open_store(db_path)
+    first_store, second_store = zincir.open_store(store_target), zincir.open_store(store_target)
     try:
         slow, other = Gated({"slow": True}), Calls()
         first = runtime_for(first_store, slow, claim_ttl=0.4)
@@ -466,7 +478,7 @@ async def test_the_claim_is_renewed_while_a_long_handler_runs(db_path: Path) -> 
 
 
 async def test_a_cancelled_execution_is_taken_over_at_once_in_its_runtime(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     blocked, handler = Gated(), Calls()
     runtime = runtime_for(store, blocked, claim_ttl=30)
@@ -476,16 +488,16 @@ async def test_a_cancelled_execution_is_taken_over_at_once_in_its_runtime(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert [row[7] for row in operation_rows(db_path)] == ["claimed"]
+    assert [row[7] for row in operation_rows(store_url)] == ["claimed"]
     started = time.monotonic()
     record = await runtime.execute(invocation, inline=handler)
     assert time.monotonic() - started < 5  # not the 30 s claim_ttl
     assert isinstance(record.outcome, Success) and handler.count == 1
-    assert [row[-1] for row in operation_rows(db_path)] == [2]
+    assert [row[-1] for row in operation_rows(store_url)] == [2]
 
 
-async def test_another_runtime_takes_over_an_expired_claim(db_path: Path) -> None:
-    first_store, second_store = zincir.open_store(db_path), zincir.open_store(db_path)
+async def test_another_runtime_takes_over_an_expired_claim(store_target: str) -> None:
+    first_store, second_store = zincir.open_store(store_target), zincir.open_store(store_target)
     try:
         blocked = Gated()
         invocation = make_invocation("run-expire")
@@ -512,12 +524,12 @@ def later_clock(offset: timedelta) -> Any:
 
 @pytest.mark.parametrize("first_to_finish", ["taker", "original"])
 async def test_the_final_write_is_fenced_on_the_stored_record(
-    db_path: Path, first_to_finish: str
+    store_target: str, first_to_finish: str
 ) -> None:
     """An owner whose claim was taken over returns the record stored first, never its own."""
-    original_store = zincir.open_store(db_path)
+    original_store = zincir.open_store(store_target)
     # the taker's clock runs an hour ahead, so it finds the original's claim expired
-    taker_store = zincir.open_store(db_path, clock=later_clock(timedelta(hours=1)))
+    taker_store = zincir.open_store(store_target, clock=later_clock(timedelta(hours=1)))
     try:
         invocation = make_invocation("run-fence")
         handlers = {"original": Gated("original"), "taker": Gated("taker")}
@@ -532,7 +544,7 @@ async def test_the_final_write_is_fenced_on_the_stored_record(
         handlers[second_to_finish].release.set()
         assert await tasks[second_to_finish] == first
         assert first.outcome == Success(json.dumps(first_to_finish))
-        [row] = operation_rows(db_path)
+        [row] = operation_rows(store_target)
         assert row[9] == encode_record(first) and row[-1] == 2
     finally:
         await original_store.close()
@@ -548,10 +560,10 @@ async def operation_events(store: SQLiteStore, run_id: str) -> list[Any]:
 
 @pytest.mark.parametrize("new_owner", ["holds", "finishes"])
 async def test_a_taken_over_owner_stores_no_record_and_no_event(
-    db_path: Path, new_owner: str
+    store_target: str, new_owner: str
 ) -> None:
     """The old owner's late finish is refused whole; the new owner runs the handler again."""
-    old_store, new_store = zincir.open_store(db_path), zincir.open_store(db_path)
+    old_store, new_store = zincir.open_store(store_target), zincir.open_store(store_target)
     try:
         old_ctx = await AgentContext.create(old_store, "fenced", run_id="run-fenced")
         slow = Gated({"by": "old"})
@@ -574,13 +586,13 @@ async def test_a_taken_over_owner_stores_no_record_and_no_event(
             await running
         assert await new_store.list_events("run-fenced") == before
         if new_owner == "holds":
-            [row] = operation_rows(db_path)
+            [row] = operation_rows(store_target)
             assert (row[7], row[9]) == ("claimed", None)  # left for the new owner
             assert await operation_events(new_store, "run-fenced") == []
             record = await runtime_for(new_store, fresh, claim_ttl=0.3).execute(invocation)
             await new_ctx.complete()
         assert record.outcome == Success('{"by":"new"}') and fresh.count == 1
-        [row] = operation_rows(db_path)
+        [row] = operation_rows(store_target)
         assert (row[7], row[9], row[-1]) == ("completed", encode_record(record), 2)
         [event] = await operation_events(new_store, "run-fenced")
         assert event.payload["attempts"] == 2
@@ -592,8 +604,8 @@ async def test_a_taken_over_owner_stores_no_record_and_no_event(
         await new_store.close()
 
 
-async def test_a_claim_under_a_lost_lease_is_refused_before_any_write(db_path: Path) -> None:
-    old_store, new_store = zincir.open_store(db_path), zincir.open_store(db_path)
+async def test_a_claim_under_a_lost_lease_is_refused_before_any_write(store_target: str) -> None:
+    old_store, new_store = zincir.open_store(store_target), zincir.open_store(store_target)
     try:
         old_ctx = await AgentContext.create(old_store, "fenced", run_id="run-late")
         new_ctx = await AgentContext.force_recover(new_store, "run-late")
@@ -601,12 +613,12 @@ async def test_a_claim_under_a_lost_lease_is_refused_before_any_write(db_path: P
         with pytest.raises(FencedOut):
             await runtime_for(old_store, handler).execute(make_invocation("run-late"))
         assert handler.count == 0
-        assert count(db_path, "operations") == 0
+        assert count(store_target, "operations") == 0
         assert await operation_events(new_store, "run-late") == []
         await new_ctx.complete()
         with pytest.raises(RunTerminal):
             await runtime_for(old_store, handler).execute(make_invocation("run-late"))
-        assert count(db_path, "operations") == 0
+        assert count(store_target, "operations") == 0
         await old_ctx.close()
     finally:
         await old_store.close()
@@ -614,10 +626,10 @@ async def test_a_claim_under_a_lost_lease_is_refused_before_any_write(db_path: P
 
 
 async def test_without_a_lease_the_record_is_stored_and_no_log_is_written(
-    db_path: Path,
+    store_target: str,
 ) -> None:
     """A run owned by another process (or by nobody) gets no event from a leaseless runtime."""
-    owner_store, other_store = zincir.open_store(db_path), zincir.open_store(db_path)
+    owner_store, other_store = zincir.open_store(store_target), zincir.open_store(store_target)
     try:
         ctx = await AgentContext.create(owner_store, "owned", run_id="run-owned")
         before = await owner_store.list_events("run-owned")
@@ -627,7 +639,7 @@ async def test_without_a_lease_the_record_is_stored_and_no_log_is_written(
             make_invocation("run-owned", sequence=1)
         )  # the lease is released: none held
         assert await owner_store.list_events("run-owned") == before
-        assert [row[9] for row in operation_rows(db_path)] == [
+        assert [row[9] for row in operation_rows(store_target)] == [
             encode_record(record),
             encode_record(record_2),
         ]
@@ -636,9 +648,9 @@ async def test_without_a_lease_the_record_is_stored_and_no_log_is_written(
         await other_store.close()
 
 
-async def test_a_replay_under_a_fenced_lease_returns_the_stored_record(db_path: Path) -> None:
+async def test_a_replay_under_a_fenced_lease_returns_the_stored_record(store_target: str) -> None:
     """Reading a completed record writes nothing, so it needs no fence."""
-    old_store, new_store = zincir.open_store(db_path), zincir.open_store(db_path)
+    old_store, new_store = zincir.open_store(store_target), zincir.open_store(store_target)
     try:
         old_ctx = await AgentContext.create(old_store, "replay", run_id="run-replay")
         invocation = make_invocation("run-replay")
@@ -673,25 +685,27 @@ async def abandoned_leased_claim(
     return ctx
 
 
-def claim_columns(db_path: Path) -> list[tuple[Any, ...]]:
-    return rows(
-        db_path, "SELECT status, claim_lease_owner, claim_lease_token, attempts FROM operations"
+def claim_columns(target: str) -> list[tuple[Any, ...]]:
+    return select(
+        target, "SELECT status, claim_lease_owner, claim_lease_token, attempts FROM operations"
     )
 
 
 @pytest.mark.parametrize("lost", ["force_recover", "released", "finished", "expired"])
-async def test_a_claim_under_a_lost_lease_is_taken_over_at_once(db_path: Path, lost: str) -> None:
+async def test_a_claim_under_a_lost_lease_is_taken_over_at_once(
+    store_target: str, lost: str
+) -> None:
     """The dead owner's claim (30 s claim_ttl) passes to the run's next owner, or to anyone
     once nobody holds the run, without waiting for its expiry: it runs the handler again."""
-    old_store = zincir.open_store(db_path)
+    old_store = zincir.open_store(store_target)
     # "expired": the taker's clock is ten minutes ahead, past the lease (30 s) but not the
     # claim (an hour), so only the lease's expiry frees it
     offset = timedelta(minutes=10) if lost == "expired" else timedelta(0)
-    new_store = zincir.open_store(db_path, clock=later_clock(offset))
+    new_store = zincir.open_store(store_target, clock=later_clock(offset))
     try:
         claim_ttl = timedelta(hours=1) if lost == "expired" else 30
         old_ctx = await abandoned_leased_claim(old_store, "run-lost", claim_ttl)
-        assert claim_columns(db_path) == [("claimed", old_ctx.lease_owner, 1, 1)]
+        assert claim_columns(store_target) == [("claimed", old_ctx.lease_owner, 1, 1)]
         new_ctx = None
         if lost == "released":
             await old_ctx.close()
@@ -710,7 +724,7 @@ async def test_a_claim_under_a_lost_lease_is_taken_over_at_once(db_path: Path, l
         assert time.monotonic() - started < 5  # not the 30 s claim_ttl
         assert isinstance(record.outcome, Success) and handler.count == 1
         lease = (None, None) if new_ctx is None else (new_ctx.lease_owner, 2)
-        assert claim_columns(db_path) == [("completed", *lease, 2)]
+        assert claim_columns(store_target) == [("completed", *lease, 2)]
         events = await operation_events(new_store, "run-lost")
         if new_ctx is not None:  # the new owner's record commits with its event
             assert [e.payload["attempts"] for e in events] == [2]
@@ -723,11 +737,11 @@ async def test_a_claim_under_a_lost_lease_is_taken_over_at_once(db_path: Path, l
         await new_store.close()
 
 
-async def test_a_waiter_takes_over_once_the_owner_is_fenced(db_path: Path) -> None:
+async def test_a_waiter_takes_over_once_the_owner_is_fenced(store_target: str) -> None:
     """A leaseless runtime polling the owner's live claim takes it over as soon as another
     process recovers the run: its next poll finds the claim fenced."""
-    old_store, new_store = zincir.open_store(db_path), zincir.open_store(db_path)
-    waiter_store = zincir.open_store(db_path)
+    old_store, new_store = zincir.open_store(store_target), zincir.open_store(store_target)
+    waiter_store = zincir.open_store(store_target)
     try:
         old_ctx = await AgentContext.create(old_store, "leased", run_id="run-poll")
         slow = Gated({"by": "old"})
@@ -751,7 +765,7 @@ async def test_a_waiter_takes_over_once_the_owner_is_fenced(db_path: Path) -> No
         # the new owner and the old one replay the stored record
         assert await runtime_for(new_store, never_called).execute(invocation) == record
         assert await runtime_for(old_store, never_called).execute(invocation) == record
-        assert claim_columns(db_path) == [("completed", None, None, 2)]
+        assert claim_columns(store_target) == [("completed", None, None, 2)]
         await new_ctx.complete()
         await old_ctx.close()
     finally:
@@ -761,7 +775,7 @@ async def test_a_waiter_takes_over_once_the_owner_is_fenced(db_path: Path) -> No
 
 
 async def test_two_runtimes_of_one_live_lease_share_one_execution(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     """Same process, same lease: the second runtime waits for the first one's record, past
     several claim_ttls (the claim is renewed and its token is current)."""
@@ -775,7 +789,7 @@ async def test_two_runtimes_of_one_live_lease_share_one_execution(
             runtime_for(store, other, claim_ttl=0.3).execute(invocation)
         )
         await asyncio.sleep(1.0)
-        assert claim_columns(db_path) == [("claimed", ctx.lease_owner, 1, 1)]
+        assert claim_columns(store_url) == [("claimed", ctx.lease_owner, 1, 1)]
         slow.release.set()
         assert await waiting == await running
         assert (slow.count, other.count) == (1, 0)
@@ -785,10 +799,10 @@ async def test_two_runtimes_of_one_live_lease_share_one_execution(
 
 
 async def test_a_claim_without_a_lease_waits_for_its_expiry_even_for_the_runs_owner(
-    db_path: Path,
+    store_target: str,
 ) -> None:
     """A leaseless runtime's claim carries no token: a new owner of the run waits for it."""
-    leaseless_store, owner_store = zincir.open_store(db_path), zincir.open_store(db_path)
+    leaseless_store, owner_store = zincir.open_store(store_target), zincir.open_store(store_target)
     try:
         await (await AgentContext.create(owner_store, "leaseless", run_id="run-free")).close()
         blocked = Gated()
@@ -802,7 +816,7 @@ async def test_a_claim_without_a_lease_waits_for_its_expiry_even_for_the_runs_ow
         with pytest.raises(asyncio.CancelledError):
             await task
         abandoned = time.monotonic()
-        assert claim_columns(db_path) == [("claimed", None, None, 1)]
+        assert claim_columns(store_target) == [("claimed", None, None, 1)]
         ctx = await AgentContext.force_recover(owner_store, "run-free")
         handler = Calls()
         record = await runtime_for(owner_store, handler, claim_ttl=0.6).execute(
@@ -810,7 +824,7 @@ async def test_a_claim_without_a_lease_waits_for_its_expiry_even_for_the_runs_ow
         )
         assert time.monotonic() - abandoned >= 0.5  # it waited for the claim's expiry
         assert isinstance(record.outcome, Success) and handler.count == 1
-        assert claim_columns(db_path) == [("completed", ctx.lease_owner, 2, 2)]
+        assert claim_columns(store_target) == [("completed", ctx.lease_owner, 2, 2)]
         await ctx.complete()
     finally:
         await leaseless_store.close()
