@@ -17,6 +17,7 @@ from zincir.durable import CommandHandler, HandlerRegistry, LocalRuntime, RetryP
 BAD_DURATIONS = [1e20, -1e20, timedelta.max, float("inf"), float("nan"), "1", None, True, [1]]
 
 
+# The constructor's own checks (no store call): one backend is enough, db_path keeps it on SQLite.
 @pytest.mark.parametrize("option", ["claim_ttl", "poll_interval"])
 @pytest.mark.parametrize("value", [*BAD_DURATIONS, 0, timedelta(0), -1])
 def test_runtime_durations(store: SQLiteStore, db_path: Path, option: str, value: Any) -> None:
