@@ -7,7 +7,6 @@ import asyncio
 import hashlib
 import json
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 import zincir
 import zincir.agent
 from tests.conftest import START, FakeClock
-from tests.helpers import event_types, rows
+from tests.helpers import select
 from zincir import (
     ApprovalDecided,
     ApprovalExpired,
@@ -31,6 +30,15 @@ from zincir.store._restart_records import APPROVAL_TOPIC, approval_run_id
 
 TTL = timedelta(seconds=30)
 APPROVE = '{"decision":"approve"}'
+
+
+def event_types(target: str, run_id: str) -> list[str]:
+    return [
+        t
+        for (t,) in select(
+            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+    ]
 
 
 def digest(arguments: dict[str, Any]) -> str:
@@ -78,7 +86,7 @@ def test_approval_ids_are_readable_and_never_shared() -> None:
 
 
 async def test_open_logs_the_pause_and_opens_one_row_per_call(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     lease = await new_run(store)
     opened = await store.open_approvals(
@@ -90,7 +98,7 @@ async def test_open_logs_the_pause_and_opens_one_row_per_call(
     ]
     assert all(row.decision_json is None and row.decided_at is None for row in opened)
     assert opened[0].args_sha256 == digest({"order_id": "A-17"})
-    assert event_types(db_path, "r1") == ["state_transition", "agent_paused"]
+    assert event_types(store_url, "r1") == ["state_transition", "agent_paused"]
     listed = await store.list_approvals()
     assert [row.approval_id for row in listed] == ["r1/c1", "r1/c2"]  # same instant: by id
     assert await store.get_approval("r1/c2") == opened[0]
@@ -110,17 +118,17 @@ async def test_reopening_a_pause_keeps_its_rows_and_decisions(store: SQLiteStore
     assert [row.call_id for row in await store.list_approvals()] == ["c2"]
 
 
-async def test_a_fenced_owner_opens_nothing(store: SQLiteStore, db_path: Path) -> None:
+async def test_a_fenced_owner_opens_nothing(store: SQLiteStore, store_url: str) -> None:
     stale = await new_run(store)
     await store.acquire_run("r1", owner="recoverer", ttl=TTL, force=True)
     with pytest.raises(FencedOut, match=r"\[run r1\]"):
         await store.open_approvals(stale, [paused_call("r1", "c1")], [PAUSED])
-    assert rows(db_path, "SELECT COUNT(*) FROM approvals") == [(0,)]
-    assert event_types(db_path, "r1") == ["state_transition"]
+    assert select(store_url, "SELECT COUNT(*) FROM approvals") == [(0,)]
+    assert event_types(store_url, "r1") == ["state_transition"]
 
 
 async def test_opening_refuses_bad_input_and_stores_nothing(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     lease = await new_run(store)
     await new_run(store, "other")
@@ -136,11 +144,11 @@ async def test_opening_refuses_bad_input_and_stores_nothing(
     for approvals in bad:
         with pytest.raises(InvalidInput, match=r"\[run r1\]"):
             await store.open_approvals(lease, approvals, [PAUSED])
-    assert rows(db_path, "SELECT COUNT(*) FROM approvals") == [(0,)]
-    assert event_types(db_path, "r1") == ["state_transition"]
+    assert select(store_url, "SELECT COUNT(*) FROM approvals") == [(0,)]
+    assert event_types(store_url, "r1") == ["state_transition"]
 
 
-async def test_a_decision_is_recorded_once(store: SQLiteStore, db_path: Path) -> None:
+async def test_a_decision_is_recorded_once(store: SQLiteStore, store_url: str) -> None:
     lease = await new_run(store)
     await store.open_approvals(lease, [paused_call("r1", "c1")])
     decided = await store.decide_approval("r1/c1", APPROVE)
@@ -150,11 +158,11 @@ async def test_a_decision_is_recorded_once(store: SQLiteStore, db_path: Path) ->
         await store.decide_approval("r1/c1", '{"decision":"deny","reason":"changed my mind"}')
     assert (await store.get_approval("r1/c1")) == decided
     assert await store.list_approvals() == []
-    assert rows(db_path, "SELECT COUNT(*) FROM messages") == [(1,)]
+    assert select(store_url, "SELECT COUNT(*) FROM messages") == [(1,)]
 
 
 async def test_an_expired_approval_is_refused_but_still_listed(
-    fake_store: SQLiteStore, clock: FakeClock, db_path: Path
+    fake_store: SQLiteStore, clock: FakeClock, store_url: str
 ) -> None:
     lease = await new_run(fake_store)
     await fake_store.open_approvals(
@@ -169,7 +177,7 @@ async def test_an_expired_approval_is_refused_but_still_listed(
         await fake_store.decide_approval("r1/c1", APPROVE)
     assert [row.call_id for row in await fake_store.list_approvals("r1")] == ["c1", "c2"]
     assert (await fake_store.decide_approval("r1/c2", APPROVE)).decision_json == APPROVE
-    assert rows(db_path, "SELECT COUNT(*) FROM messages") == [(1,)]
+    assert select(store_url, "SELECT COUNT(*) FROM messages") == [(1,)]
 
 
 async def test_a_decision_binds_the_arguments_digest(store: SQLiteStore) -> None:
@@ -185,7 +193,7 @@ async def test_a_decision_binds_the_arguments_digest(store: SQLiteStore) -> None
 
 
 async def test_unknown_and_malformed_decisions_store_nothing(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     lease = await new_run(store)
     await store.open_approvals(lease, [paused_call("r1", "c1")])
@@ -200,8 +208,8 @@ async def test_unknown_and_malformed_decisions_store_nothing(
     ]:
         with pytest.raises(InvalidInput):
             await store.decide_approval(aid, decision, args_sha256=sha)
-    assert rows(db_path, "SELECT decision FROM approvals") == [(None,)]
-    assert rows(db_path, "SELECT COUNT(*) FROM messages") == [(0,)]
+    assert select(store_url, "SELECT decision FROM approvals") == [(None,)]
+    assert select(store_url, "SELECT COUNT(*) FROM messages") == [(0,)]
 
 
 async def test_a_finished_run_cannot_be_decided_and_is_not_pending(store: SQLiteStore) -> None:
@@ -215,7 +223,7 @@ async def test_a_finished_run_cannot_be_decided_and_is_not_pending(store: SQLite
 
 
 async def test_a_decision_wakes_a_run_parked_on_the_approval_topic(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     lease = await new_run(store)
     await store.open_approvals(lease, [paused_call("r1", "c1")], [PAUSED])
@@ -231,8 +239,8 @@ async def test_a_decision_wakes_a_run_parked_on_the_approval_topic(
     assert await worker.run_once(handler) == 0 and claimed == []
 
     await store.decide_approval("r1/c1", '{"decision":"deny","reason":"no"}')
-    assert rows(
-        db_path,
+    assert select(
+        store_url,
         "SELECT to_run_id, topic, payload, from_run_id, send_key, received_at FROM messages",
     ) == [("r1", APPROVAL_TOPIC, '{"approval_id":"r1/c1","call_id":"c1"}', None, None, None)]
     assert await store.message_ready("r1", APPROVAL_TOPIC)
@@ -240,11 +248,11 @@ async def test_a_decision_wakes_a_run_parked_on_the_approval_topic(
 
 
 async def test_two_processes_deciding_at_once_record_one_decision(
-    store: SQLiteStore, db_path: Path
+    store: SQLiteStore, store_url: str
 ) -> None:
     lease = await new_run(store)
     await store.open_approvals(lease, [paused_call("r1", "c1")])
-    other = zincir.open_store(db_path)
+    other = zincir.open_store(store_url)
     try:
         outcomes = await asyncio.gather(
             store.decide_approval("r1/c1", APPROVE),
@@ -256,5 +264,5 @@ async def test_two_processes_deciding_at_once_record_one_decision(
     decided = [o for o in outcomes if not isinstance(o, BaseException)]
     refused = [o for o in outcomes if isinstance(o, BaseException)]
     assert len(decided) == 1 and len(refused) == 1 and isinstance(refused[0], ApprovalDecided)
-    assert rows(db_path, "SELECT decision FROM approvals") == [(decided[0].decision_json,)]
-    assert rows(db_path, "SELECT COUNT(*) FROM messages") == [(1,)]
+    assert select(store_url, "SELECT decision FROM approvals") == [(decided[0].decision_json,)]
+    assert select(store_url, "SELECT COUNT(*) FROM messages") == [(1,)]

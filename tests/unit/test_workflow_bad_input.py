@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import zincir
 import zincir._validate
-from tests.helpers import event_types, rows
+from tests.helpers import select
 from zincir import InvalidInput, SQLiteStore
 from zincir.workflow import WorkflowContext, send_message
 
@@ -29,17 +28,26 @@ BAD_DURATIONS = [
 ]
 
 
-def nothing_stored(db_path: Path) -> None:
-    assert rows(db_path, "SELECT COUNT(*) FROM steps") == [(0,)]
-    assert rows(db_path, "SELECT COUNT(*) FROM timers") == [(0,)]
-    assert rows(db_path, "SELECT COUNT(*) FROM messages") == [(0,)]
-    assert rows(db_path, "SELECT id FROM agent_runs ORDER BY id") == [("other",), ("wf",)]
-    assert event_types(db_path, "wf") == ["state_transition"]
+def event_types(target: str, run_id: str) -> list[str]:
+    return [
+        t
+        for (t,) in select(
+            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+    ]
+
+
+def nothing_stored(target: str) -> None:
+    assert select(target, "SELECT COUNT(*) FROM steps") == [(0,)]
+    assert select(target, "SELECT COUNT(*) FROM timers") == [(0,)]
+    assert select(target, "SELECT COUNT(*) FROM messages") == [(0,)]
+    assert select(target, "SELECT id FROM agent_runs ORDER BY id") == [("other",), ("wf",)]
+    assert event_types(target, "wf") == ["state_transition"]
 
 
 @pytest.mark.parametrize("bad", BAD_NAMES)
 async def test_every_name_refuses_control_characters_and_lone_surrogates(
-    store: SQLiteStore, db_path: Path, bad: Any
+    store: SQLiteStore, store_url: str, bad: Any
 ) -> None:
     await (await WorkflowContext.open(store, "other")).close()
     async with await WorkflowContext.open(store, "wf") as wf:
@@ -65,12 +73,12 @@ async def test_every_name_refuses_control_characters_and_lone_surrogates(
             with pytest.raises(InvalidInput) as error:
                 await call()
             assert isinstance(error.value, zincir.ZincirError), number
-        nothing_stored(db_path)
+        nothing_stored(store_url)
 
 
 @pytest.mark.parametrize("bad", BAD_DURATIONS)
 async def test_every_duration_is_bounded_and_typed(
-    store: SQLiteStore, db_path: Path, bad: Any
+    store: SQLiteStore, store_url: str, bad: Any
 ) -> None:
     await (await WorkflowContext.open(store, "other")).close()
     async with await WorkflowContext.open(store, "wf", poll_interval=0.01) as wf:
@@ -84,7 +92,7 @@ async def test_every_duration_is_bounded_and_typed(
             await WorkflowContext.open(store, "new", poll_interval=bad)
         with pytest.raises(InvalidInput):
             await WorkflowContext.open(store, "new", lease_ttl=bad)
-        nothing_stored(db_path)
+        nothing_stored(store_url)
 
 
 async def test_poll_interval_and_sleeper_are_checked(store: SQLiteStore) -> None:
@@ -102,12 +110,12 @@ async def test_poll_interval_and_sleeper_are_checked(store: SQLiteStore) -> None
         await wf.sleep("now", 0)
 
 
-async def test_the_longest_duration_is_stored(store: SQLiteStore, db_path: Path) -> None:
+async def test_the_longest_duration_is_stored(store: SQLiteStore, store_url: str) -> None:
     async with await WorkflowContext.open(store, "wf", suspend_waits=True) as wf:
         with pytest.raises(zincir.WorkflowSuspended) as suspended:
             await wf.sleep("century", zincir._validate.MAX_DURATION)
         assert suspended.value.until is not None
-    assert rows(db_path, "SELECT COUNT(*) FROM timers") == [(1,)]
+    assert select(store_url, "SELECT COUNT(*) FROM timers") == [(1,)]
 
 
 def test_the_default_poll_interval_is_the_one_timedelta() -> None:
