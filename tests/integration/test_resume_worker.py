@@ -17,7 +17,7 @@ import pytest
 
 import zincir
 from tests.conftest import REPO, START, FakeClock
-from tests.helpers import event_types, rows
+from tests.helpers import select
 from zincir import AgentContext, SQLiteStore
 from zincir.runs._worker import ResumeWorker
 from zincir.workflow import WorkflowContext, send_message
@@ -26,15 +26,24 @@ CHILD = REPO / "tests" / "crash" / "workflow_child.py"
 ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
 
 
+def event_types(target: str, run_id: str) -> list[str]:
+    return [
+        t
+        for (t,) in select(
+            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+    ]
+
+
 def an_hour_later() -> datetime:
     """A clock on which every lease taken in the last hour has expired."""
     return datetime.now(UTC) + timedelta(hours=1)
 
 
-def abandon_runs(db: Path, prefix: str, count: int) -> None:
+def abandon_runs(db: str, prefix: str, count: int) -> None:
     """A real process creates ``count`` runs with 30 s leases and is SIGKILLed."""
     process = subprocess.Popen(
-        [sys.executable, str(CHILD), "abandon", str(db), prefix, str(count), "30"],
+        [sys.executable, str(CHILD), "abandon", db, prefix, str(count), "30"],
         env=ENV,
         text=True,
         stdout=subprocess.PIPE,
@@ -49,9 +58,10 @@ def abandon_runs(db: Path, prefix: str, count: int) -> None:
     process.stderr.close()
 
 
-async def test_sixteen_workers_claim_each_expired_run_exactly_once(db_path: Path) -> None:
-    abandon_runs(db_path, "lost-", 200)
-    store = zincir.open_store(db_path)
+async def test_sixteen_workers_claim_each_expired_run_exactly_once(store_target: str) -> None:
+    db = store_target
+    abandon_runs(db, "lost-", 200)
+    store = zincir.open_store(db)
     live = [
         await AgentContext.create(
             store, name="live", run_id=f"live-{i}", lease_ttl=timedelta(hours=2)
@@ -77,7 +87,7 @@ async def test_sixteen_workers_claim_each_expired_run_exactly_once(db_path: Path
                 await asyncio.sleep(0.01)
 
         async def serve() -> None:
-            own = zincir.open_store(db_path, clock=an_hour_later)
+            own = zincir.open_store(db, clock=an_hour_later)
             try:
                 worker = (
                     ResumeWorker(own, lease_ttl=timedelta(seconds=30))
@@ -96,8 +106,8 @@ async def test_sixteen_workers_claim_each_expired_run_exactly_once(db_path: Path
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            done_count = rows(
-                db_path,
+            done_count = select(
+                db,
                 "SELECT COUNT(*) FROM agent_runs WHERE id LIKE 'lost-%' AND status = 'completed'",
             )
             if done_count == [(200,)]:
@@ -112,12 +122,12 @@ async def test_sixteen_workers_claim_each_expired_run_exactly_once(db_path: Path
     per_run = Counter(run_id for _, run_id in dispatched)
     assert set(per_run) == {f"lost-{i:04d}" for i in range(200)}  # no live or terminal run
     assert set(per_run.values()) == {1}
-    claims = rows(
-        db_path, "SELECT run_id, COUNT(*) FROM events WHERE type = 'run_claimed' GROUP BY run_id"
+    claims = select(
+        db, "SELECT run_id, COUNT(*) FROM events WHERE type = 'run_claimed' GROUP BY run_id"
     )
     assert len(claims) == 200 and {n for _, n in claims} == {1}
-    assert rows(
-        db_path,
+    assert select(
+        db,
         "SELECT DISTINCT status, attempts, lease_token FROM agent_runs WHERE id LIKE 'lost-%'",
     ) == [("completed", 1, 2)]
     for ctx in live:  # never stolen: the owners still write with their first token
@@ -127,9 +137,9 @@ async def test_sixteen_workers_claim_each_expired_run_exactly_once(db_path: Path
     await store.close()
 
 
-async def test_claiming_a_thousand_expired_runs_is_fast(db_path: Path) -> None:
-    abandon_runs(db_path, "bulk-", 1000)
-    store = zincir.open_store(db_path, clock=an_hour_later)
+async def test_claiming_a_thousand_expired_runs_is_fast(store_target: str) -> None:
+    abandon_runs(store_target, "bulk-", 1000)
+    store = zincir.open_store(store_target, clock=an_hour_later)
     try:
         worker = ResumeWorker(store, lease_ttl=timedelta(seconds=30))
         began = time.perf_counter()
@@ -147,9 +157,7 @@ async def make_idle_run(store: SQLiteStore, run_id: str) -> None:
     await (await AgentContext.create(store, name="idle", run_id=run_id)).close()
 
 
-async def test_attempts_backoff_and_max_attempts(
-    fake_store: SQLiteStore, clock: FakeClock, db_path: Path
-) -> None:
+async def test_attempts_backoff_and_max_attempts(fake_store: SQLiteStore, clock: FakeClock) -> None:
     await make_idle_run(fake_store, "flaky")
     calls = 0
 
@@ -283,7 +291,7 @@ async def test_timer_waits_never_wake_early_or_twice(
 
 
 async def test_message_and_child_waits_are_claimed_when_satisfied(
-    fake_store: SQLiteStore, db_path: Path
+    fake_store: SQLiteStore, store_url: str
 ) -> None:
     await (await WorkflowContext.open(fake_store, "approval")).close()
     await (await WorkflowContext.open(fake_store, "parent")).close()
@@ -310,12 +318,12 @@ async def test_message_and_child_waits_are_claimed_when_satisfied(
     await send_message(fake_store, "approval", "decision", "approved")
     assert await worker.run_once(handler) == 1
     assert log == ["approval", "parent", "helper", "parent", "approval"]
-    assert rows(db_path, "SELECT id, status, result FROM agent_runs ORDER BY id") == [
+    assert select(store_url, "SELECT id, status, result FROM agent_runs ORDER BY id") == [
         ("approval", "completed", '"approved"'),
         ("helper", "completed", '"helper done"'),
         ("parent", "completed", '{"child":"helper done"}'),
     ]
-    assert event_types(db_path, "helper")[:2] == ["state_transition", "run_claimed"]
+    assert event_types(store_url, "helper")[:2] == ["state_transition", "run_claimed"]
 
 
 async def test_run_respects_concurrency_and_shutdown(store: SQLiteStore) -> None:
@@ -359,7 +367,7 @@ def cli(*args: str, cwd: Path) -> subprocess.Popen[str]:
     )
 
 
-def test_cli_worker_crash_then_resume_then_sigterm(tmp_path: Path) -> None:
+def test_cli_worker_crash_then_resume_then_sigterm(store_target: str, tmp_path: Path) -> None:
     (tmp_path / "handlers.py").write_text(
         "import asyncio\n\n"
         "async def hang(ctx):\n"
@@ -369,11 +377,11 @@ def test_cli_worker_crash_then_resume_then_sigterm(tmp_path: Path) -> None:
         "    await ctx.complete('finished')\n"
         "    print('finished', ctx.run_id, ctx.lease_token, flush=True)\n"
     )
-    db = tmp_path / "worker.db"
+    db = store_target
     store = zincir.open_store(db)
     asyncio.run(make_idle_run(store, "job"))
     store.close_sync()
-    options = ["--db", str(db), "--lease-ttl", "0.3", "--poll-interval", "0.02"]
+    options = ["--db", db, "--lease-ttl", "0.3", "--poll-interval", "0.02"]
 
     first = cli("handlers:hang", *options, cwd=tmp_path)
     assert first.stdout is not None and first.stderr is not None
@@ -390,7 +398,7 @@ def test_cli_worker_crash_then_resume_then_sigterm(tmp_path: Path) -> None:
     _, err = second.communicate(timeout=30)
     assert second.returncode == 0, err
     assert "stopped" in err
-    assert rows(db, "SELECT status, attempts, result FROM agent_runs") == [
+    assert select(db, "SELECT status, attempts, result FROM agent_runs") == [
         ("completed", 2, '"finished"')
     ]
     assert event_types(db, "job").count("run_claimed") == 2
