@@ -19,6 +19,8 @@ from ..store import Lease, Store, WaitAttempt
 
 __all__ = ["Core", "Sleeper", "WaitKind", "WorkflowSuspended", "default_sleeper"]
 
+_MIN_WAIT = 0.001  # seconds between two attempts of a wait that is due
+
 T = TypeVar("T")
 Sleeper = Callable[[float], Awaitable[Any]]
 WaitKind = Literal["timer", "message", "child"]
@@ -85,6 +87,9 @@ class Core:
                 raise InvalidInput(
                     f"a {kind} wait needs a deadline or a condition", run_id=self.run_id
                 )
+            # A store judging time by its server may see the deadline a moment after this
+            # process does: never spin on a zero delay.
+            delay = max(delay, _MIN_WAIT)
             if ready is not None and self.sleeper is default_sleeper:
                 # A message or a child may arrive before the next poll: a store that can tell
                 # (PostgreSQL's LISTEN/NOTIFY) ends the wait early.

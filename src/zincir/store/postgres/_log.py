@@ -6,6 +6,7 @@ fenced ``UPDATE`` of the run's row checks the lease's owner and token, extends t
 the database clock, takes the row lock that orders the run's writers until COMMIT, and
 allocates the next gapless sequence numbers. A fenced owner's transaction raises before
 anything is stored. :func:`insert_run` is the one way a run's row is created.
+:data:`STEP_RESULT` is the same append done as one statement with a step's result.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ._base import Conn
 
 __all__ = [
     "RUN_SELECT",
+    "STEP_RESULT",
     "append",
     "append_checked",
     "check_fence",
@@ -39,6 +41,28 @@ _INSERT = (
     "INSERT INTO events (run_id, seq, type, payload, created_at, tool_call_id) "
     "VALUES (%s, %s, %s, %s, zincir_now(), %s)"
 )
+STEP_RESULT = (
+    "WITH run AS ("
+    " UPDATE agent_runs SET last_seq = last_seq + 1,"
+    " lease_expires_at = zincir_now() + %(ttl)s::interval, updated_at = zincir_now()"
+    " WHERE id = %(run)s AND lease_owner = %(owner)s AND lease_token = %(token)s"
+    " AND status IN ('pending', 'running') RETURNING last_seq),"
+    " step AS ("
+    " UPDATE steps SET status = 'completed', result = %(result)s, completed_at = zincir_now()"
+    " WHERE run_id = %(run)s AND name = %(name)s AND status = 'running'"
+    " AND claim_owner = %(owner)s AND claim_token = %(token)s AND EXISTS (SELECT 1 FROM run)"
+    " RETURNING 1),"
+    " event AS ("
+    " INSERT INTO events (run_id, seq, type, payload, created_at, tool_call_id)"
+    " SELECT %(run)s, last_seq, 'step_completed', %(payload)s, zincir_now(), NULL FROM run"
+    " RETURNING seq)"
+    " SELECT last_seq, CASE WHEN NOT EXISTS (SELECT 1 FROM step)"
+    " THEN zincir_fail('step claim released') END FROM run"
+)
+"""A step's result as one statement (its own transaction): the fenced append of
+``step_completed`` (the run's row locked until COMMIT) and the result, all or nothing. No
+row: the fence failed. ``zincir_fail`` aborts it all when the claim was released."""
+
 _TIMES = frozenset(
     ("lease_expires_at", "next_attempt_at", "wait_until", "created_at", "updated_at")
 )

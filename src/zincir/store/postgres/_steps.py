@@ -16,7 +16,7 @@ from ..._json import encode_checked, loads_strict
 from .._records import Lease, NewEvent
 from .._workflow_records import StepClaim
 from ._base import CheckFailed, Conn, PostgresBase
-from ._log import append, check_fence, diagnose
+from ._log import STEP_RESULT, append, check_fence, diagnose
 
 __all__ = ["StepOps"]
 
@@ -30,28 +30,6 @@ _INSERT = (
 )
 """A claim fenced in one statement: the run's row, still this lease's, is locked (shared)
 until COMMIT, so a takeover waits for the claim or the claim sees the new token."""
-
-_FINISH = (
-    "WITH run AS ("
-    " UPDATE agent_runs SET last_seq = last_seq + 1,"
-    " lease_expires_at = zincir_now() + %(ttl)s::interval, updated_at = zincir_now()"
-    " WHERE id = %(run)s AND lease_owner = %(owner)s AND lease_token = %(token)s"
-    " AND status IN ('pending', 'running') RETURNING last_seq),"
-    " step AS ("
-    " UPDATE steps SET status = 'completed', result = %(result)s, completed_at = zincir_now()"
-    " WHERE run_id = %(run)s AND name = %(name)s AND status = 'running'"
-    " AND claim_owner = %(owner)s AND claim_token = %(token)s AND EXISTS (SELECT 1 FROM run)"
-    " RETURNING 1),"
-    " event AS ("
-    " INSERT INTO events (run_id, seq, type, payload, created_at, tool_call_id)"
-    " SELECT %(run)s, last_seq, 'step_completed', %(payload)s, zincir_now(), NULL FROM run"
-    " RETURNING seq)"
-    " SELECT last_seq, CASE WHEN NOT EXISTS (SELECT 1 FROM step)"
-    " THEN zincir_fail('step claim released') END FROM run"
-)
-"""A step's result as one statement (its own transaction): the fenced append of
-``step_completed`` (the run's row locked until COMMIT) and the result, all or nothing. No
-row: the fence failed. ``zincir_fail`` aborts it all when the claim was released."""
 
 
 def _claim(conn: Conn, lease: Lease, name: str) -> StepClaim | None:
@@ -127,7 +105,7 @@ class StepOps(PostgresBase):
             "payload": payload,
         }
         try:
-            row = await self._write_one(_FINISH, params)
+            row = await self._write_one(STEP_RESULT, params)
         except CheckFailed:
             raise StepInProgress(
                 f"the claim on step {name!r} was released (recover()) while its body ran; "
