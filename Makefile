@@ -41,9 +41,10 @@ lint: $(DEV)
 test: $(DEV) system-deps lint
 	$(BIN)/python -m pytest
 
-# The edit loop: no root, no browser, no Temporal server (`make test` runs everything).
+# The edit loop: no root, no browser, no Temporal server, SQLite only (`make test` runs
+# everything, every store test on PostgreSQL too).
 test-quick: $(DEV)
-	$(BIN)/python -m pytest -m "not browser and not temporal"
+	ZINCIR_TEST_BACKENDS=sqlite $(BIN)/python -m pytest -m "not browser and not temporal"
 
 bench: $(DEV)
 	$(BIN)/python benchmarks/run.py --temporal
