@@ -10,13 +10,16 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal, NamedTuple, TypedDict
+from typing import Any, Final, Literal, NamedTuple, TypedDict, cast
 
+from .._json import loads_strict
 from .._time import to_db
 
 __all__ = [
+    "CHECKPOINT_COLUMNS",
     "LIVE_STATUSES",
     "RUN_COLUMNS",
     "TERMINAL_STATUSES",
@@ -29,8 +32,13 @@ __all__ = [
     "RunRecord",
     "RunState",
     "RunStatus",
+    "TimeDecoder",
     "ToolResultEntry",
+    "checkpoint_record",
+    "driver_time",
+    "event_record",
     "new_owner_id",
+    "optional_time",
 ]
 
 RunStatus = Literal["pending", "running", "completed", "failed", "cancelled"]
@@ -65,6 +73,20 @@ class RunRecord(TypedDict):
 
 RUN_COLUMNS: Final = tuple(RunRecord.__annotations__)
 
+TimeDecoder = Callable[[Any], datetime]
+"""How a backend's stored timestamp becomes an aware datetime: SQLite's text through
+``zincir._time.from_db``; PostgreSQL's timestamptz arrives decoded (:func:`driver_time`)."""
+
+
+def driver_time(value: Any) -> datetime:
+    """A timestamp the driver already decoded (PostgreSQL's timestamptz)."""
+    return cast(datetime, value)
+
+
+def optional_time(value: Any, time: TimeDecoder) -> datetime | None:
+    """A nullable stored timestamp, decoded by ``time``."""
+    return None if value is None else time(value)
+
 
 @dataclass(frozen=True, slots=True)
 class Event:
@@ -75,6 +97,12 @@ class Event:
     type: str
     payload: Any
     created_at: datetime
+
+
+def event_record(run_id: str, row: Sequence[Any], time: TimeDecoder = driver_time) -> Event:
+    """An ``events`` row selected as (seq, type, payload, created_at) as an Event."""
+    seq, kind, payload, created = row
+    return Event(run_id, int(seq), str(kind), loads_strict(payload), time(created))
 
 
 class NewEvent(NamedTuple):
@@ -138,6 +166,28 @@ class CheckpointRecord:
     proposed_seq: int
     decided_seq: int | None
     decided_at: datetime | None
+
+
+CHECKPOINT_COLUMNS: Final = (
+    "id, round, status, state, evidence, lineage_seq, proposed_seq, decided_seq, decided_at"
+)
+"""The ``checkpoints`` columns :func:`checkpoint_record` reads, in order."""
+
+
+def checkpoint_record(row: Sequence[Any], time: TimeDecoder = driver_time) -> CheckpointRecord:
+    """A ``checkpoints`` row selected as :data:`CHECKPOINT_COLUMNS`, its JSON decoded."""
+    cid, round_no, status, state, evidence, lineage, proposed, decided, decided_at = row
+    return CheckpointRecord(
+        int(cid),
+        int(round_no),
+        str(status),
+        loads_strict(state),
+        None if evidence is None else loads_strict(evidence),
+        int(lineage),
+        int(proposed),
+        None if decided is None else int(decided),
+        optional_time(decided_at, time),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, Final
+
+from .._json import encode_checked
+from ._records import TimeDecoder, driver_time, optional_time
 
 __all__ = [
+    "APPROVAL_COLUMNS",
     "APPROVAL_TOPIC",
     "ApprovalRow",
     "NewApproval",
     "RestartRow",
     "approval_id",
+    "approval_row",
     "approval_run_id",
+    "decision_message",
+    "decision_taker",
 ]
 
 APPROVAL_TOPIC = "zincir.approval"
@@ -65,6 +74,43 @@ class ApprovalRow:
     expires_at: datetime | None
     decision_json: str | None
     decided_at: datetime | None
+
+
+APPROVAL_COLUMNS: Final = (
+    "approval_id, run_id, call_id, tool, arguments, args_sha256, sequence, execution, "
+    "requested_at, expires_at, decision, decided_at"
+)
+"""The ``approvals`` columns :func:`approval_row` reads, in order."""
+
+
+def approval_row(row: Sequence[Any], time: TimeDecoder = driver_time) -> ApprovalRow:
+    """An ``approvals`` row selected as :data:`APPROVAL_COLUMNS` as an ApprovalRow."""
+    aid, run, call, tool, arguments, digest, seq, execution, asked, expires, decision, at = row
+    return ApprovalRow(
+        approval_id=aid,
+        run_id=run,
+        call_id=call,
+        tool=tool,
+        arguments_json=arguments,
+        args_sha256=digest,
+        sequence=int(seq),
+        execution=execution,
+        requested_at=time(asked),
+        expires_at=optional_time(expires, time),
+        decision_json=decision,
+        decided_at=optional_time(at, time),
+    )
+
+
+def decision_message(approval: ApprovalRow) -> str:
+    """The body of the ``APPROVAL_TOPIC`` message a decision on ``approval`` sends its run."""
+    return encode_checked({"approval_id": approval.approval_id, "call_id": approval.call_id})
+
+
+def decision_taker(call_id: str, sequence: int) -> str:
+    """Who takes the decision messages of call ``call_id`` in the decision round
+    ``sequence`` (its approval's sequence): a message is received once per taker."""
+    return f"{APPROVAL_TOPIC}:{call_id}:{sequence}"
 
 
 def _escaped(part: str) -> str:

@@ -10,7 +10,6 @@ that a ResumeWorker claims a run parked on that topic only once it has a decisio
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -18,25 +17,28 @@ from typing import Any
 
 import apsw
 
-from ..._errors import (
-    ApprovalDecided,
-    ApprovalExpired,
-    ApprovalMismatch,
-    ApprovalNotFound,
-    InvalidInput,
-    PayloadTooLarge,
-    RunTerminal,
-)
-from ..._json import MAX_DOCUMENT_BYTES, StrictJsonError, encode_checked, loads_strict
+from ..._json import encode_checked
 from ..._time import from_db, to_db
-from ..._validate import MAX_ID_BYTES, check_id, check_sequence, name_problem, utf8
-from .._records import TERMINAL_STATUSES, Lease, NewEvent
+from ..._validate import check_id
+from .._approval_checks import (
+    approval_not_found,
+    check_approval_id,
+    check_decidable,
+    check_digest,
+    check_json_object,
+    checked_approvals,
+)
+from .._records import Lease, NewEvent
 from .._restart_records import (
+    APPROVAL_COLUMNS,
     APPROVAL_TOPIC,
     ApprovalRow,
     NewApproval,
     approval_id,
+    approval_row,
     approval_run_id,
+    decision_message,
+    decision_taker,
 )
 from ._base import SQLiteBase
 from ._log import append
@@ -45,105 +47,15 @@ from ._messages import take_messages
 
 __all__ = ["ApprovalOps"]
 
-_COLUMNS = (
-    "approval_id, run_id, call_id, tool, arguments, args_sha256, sequence, execution, "
-    "requested_at, expires_at, decision, decided_at"
-)
-_SELECT = f"SELECT {_COLUMNS} FROM approvals"
+_SELECT = f"SELECT {APPROVAL_COLUMNS} FROM approvals"
 _PENDING = (
     " WHERE decision IS NULL AND run_id IN "
     "(SELECT id FROM agent_runs WHERE status IN ('pending', 'running'))"
 )
-_EXECUTIONS = ("approval", "external")
-_DIGEST = re.compile("[0-9a-fA-F]{64}")
-_MAX_APPROVAL_ID_BYTES = 2 * 3 * MAX_ID_BYTES + 1  # two ids, every byte escaped, one '/'
 
 
 def _row(row: tuple[Any, ...]) -> ApprovalRow:
-    aid, run, call, tool, arguments, digest, seq, execution, asked, expires, decision, at = row
-    return ApprovalRow(
-        approval_id=aid,
-        run_id=run,
-        call_id=call,
-        tool=tool,
-        arguments_json=arguments,
-        args_sha256=digest,
-        sequence=int(seq),
-        execution=execution,
-        requested_at=from_db(asked),
-        expires_at=None if expires is None else from_db(expires),
-        decision_json=decision,
-        decided_at=None if at is None else from_db(at),
-    )
-
-
-def _check_approval_id(aid: object) -> str:
-    problem = name_problem("an approval id", aid, max_bytes=_MAX_APPROVAL_ID_BYTES)
-    if problem is not None:
-        raise InvalidInput(problem)
-    assert isinstance(aid, str)
-    return aid
-
-
-def _check_digest(value: object, what: str, run_id: str | None) -> str:
-    if not isinstance(value, str) or _DIGEST.fullmatch(value) is None:
-        raise InvalidInput(
-            f"{what} must be 64 hexadecimal digits (a SHA-256), not {value!r:.80}", run_id=run_id
-        )
-    return value.lower()
-
-
-def _check_object(text: object, what: str, run_id: str | None) -> str:
-    """``text`` if it is one strict JSON object within the document size limit."""
-    if not isinstance(text, str) or utf8(text) is None:
-        raise InvalidInput(f"{what} must be JSON text (valid UTF-8)", run_id=run_id)
-    if len(text) > MAX_DOCUMENT_BYTES // 4 and len(text.encode("utf-8")) > MAX_DOCUMENT_BYTES:
-        raise PayloadTooLarge(
-            f"{what} is over the {MAX_DOCUMENT_BYTES:,}-byte limit", run_id=run_id
-        )
-    try:
-        value = loads_strict(text)
-    except StrictJsonError as error:
-        raise InvalidInput(f"{what} is not strict JSON: {error}", run_id=run_id) from None
-    if not isinstance(value, dict):
-        raise InvalidInput(
-            f"{what} must be a JSON object, not {type(value).__name__}", run_id=run_id
-        )
-    return text
-
-
-def _checked(lease: Lease, approvals: Sequence[NewApproval]) -> list[NewApproval]:
-    """The approvals to open for ``lease``'s run, else InvalidInput naming the problem."""
-    run_id = lease.run_id
-    checked: list[NewApproval] = []
-    seen: set[str] = set()
-    for new in approvals:
-        if not isinstance(new, NewApproval):
-            raise InvalidInput(f"expected NewApproval, got {type(new).__name__}", run_id=run_id)
-        if new.run_id != run_id:
-            raise InvalidInput(
-                f"an approval of run {new.run_id!r} cannot be opened under this run's lease",
-                run_id=run_id,
-            )
-        call = check_id(new.call_id, "a call id", run_id=run_id)
-        if call in seen:
-            raise InvalidInput(f"call {call!r} is opened twice in one pause", run_id=run_id)
-        seen.add(call)
-        check_id(new.tool, "a tool name", run_id=run_id)
-        _check_object(new.arguments_json, f"the arguments of call {call!r}", run_id)
-        _check_digest(new.args_sha256, f"args_sha256 of call {call!r}", run_id)
-        check_sequence(new.sequence, f"the sequence of call {call!r}", run_id=run_id)
-        if new.execution not in _EXECUTIONS:
-            raise InvalidInput(
-                f"execution of call {call!r} is 'approval' or 'external', not {new.execution!r}",
-                run_id=run_id,
-            )
-        if new.expires_at is not None:
-            if not isinstance(new.expires_at, datetime):
-                raise InvalidInput(f"expires_at of call {call!r} is not a datetime", run_id=run_id)
-            to_db(new.expires_at)  # InvalidInput for a naive datetime
-        checked.append(new)
-    return checked
+    return approval_row(row, from_db)
 
 
 def _open(
@@ -206,8 +118,9 @@ def _take_wake_ups(
 ) -> None:
     """Take the unreceived decision messages of one call, in the name of its decision round
     (its approval's sequence: a message is received once per taker)."""
-    taker = f"{APPROVAL_TOPIC}:{call_id}:{sequence}"
-    take_messages(conn, now, run_id, APPROVAL_TOPIC, taker, call_id=call_id)
+    take_messages(
+        conn, now, run_id, APPROVAL_TOPIC, decision_taker(call_id, sequence), call_id=call_id
+    )
 
 
 def _decide(
@@ -215,41 +128,22 @@ def _decide(
 ) -> ApprovalRow:
     row = conn.execute(f"{_SELECT} WHERE approval_id = ?", (aid,)).fetchone()
     if row is None:
-        raise ApprovalNotFound(
-            f"no approval {aid!r} waits for a decision in this store", run_id=approval_run_id(aid)
-        )
+        raise approval_not_found(aid)
     stored = _row(row)
     run_id = stored.run_id
-    if stored.decided_at is not None:
-        raise ApprovalDecided(
-            f"approval {aid!r} was already decided at {to_db(stored.decided_at)}; "
-            "a decision is used once",
-            run_id=run_id,
-        )
-    if stored.expires_at is not None and stored.expires_at <= now:
-        raise ApprovalExpired(
-            f"approval {aid!r} expired at {to_db(stored.expires_at)} before a decision; "
-            "the call is denied",
-            run_id=run_id,
-        )
-    if digest is not None and digest != stored.args_sha256:
-        raise ApprovalMismatch(
-            f"approval {aid!r} binds arguments with sha256 {stored.args_sha256}, not {digest}; "
-            "list the approvals again and decide on the arguments that would run",
-            run_id=run_id,
-        )
     status = conn.execute("SELECT status FROM agent_runs WHERE id = ?", (run_id,)).fetchone()
-    if status is not None and status[0] in TERMINAL_STATUSES:
-        raise RunTerminal(
-            f"the run is {status[0]}; approval {aid!r} can no longer be decided", run_id=run_id
-        )
+    check_decidable(
+        stored,
+        expired=stored.expires_at is not None and stored.expires_at <= now,
+        digest=digest,
+        run_status=None if status is None else status[0],
+    )
     stamp = to_db(now)
     conn.execute(
         "UPDATE approvals SET decision = ?, decided_at = ? WHERE approval_id = ?",
         (decision_json, stamp, aid),
     )
-    body = encode_checked({"approval_id": aid, "call_id": stored.call_id})
-    insert_message(conn, now, run_id, APPROVAL_TOPIC, body, None, None)
+    insert_message(conn, now, run_id, APPROVAL_TOPIC, decision_message(stored), None, None)
     return replace(stored, decision_json=decision_json, decided_at=from_db(stamp))
 
 
@@ -267,13 +161,13 @@ class ApprovalOps(SQLiteBase):
         tool, arguments, digest, sequence, execution, request time and expiry, with the
         decision cleared and the old decision's wake-up messages taken.
         """
-        batch = _checked(lease, approvals)
+        batch = checked_approvals(lease, approvals)
         logged = list(events)
         return await self._write(lambda conn: _open(conn, lease, self.clock(), batch, logged))
 
     async def get_approval(self, approval_id: str) -> ApprovalRow | None:
         """One approval as stored, decided or not; None if there is none."""
-        aid = _check_approval_id(approval_id)
+        aid = check_approval_id(approval_id)
 
         def read(conn: apsw.Connection) -> ApprovalRow | None:
             row = conn.execute(f"{_SELECT} WHERE approval_id = ?", (aid,)).fetchone()
@@ -310,7 +204,9 @@ class ApprovalOps(SQLiteBase):
         in one transaction (so the call is no longer listed, and a later pause of the run is
         not woken by an old decision)."""
         check_id(call_id, "call_id", run_id=lease.run_id)
-        decision = _check_object(decision_json, f"the decision of call {call_id!r}", lease.run_id)
+        decision = check_json_object(
+            decision_json, f"the decision of call {call_id!r}", lease.run_id
+        )
         logged = list(events)
 
         def write(conn: apsw.Connection) -> None:
@@ -339,10 +235,10 @@ class ApprovalOps(SQLiteBase):
         ApprovalNotFound, ApprovalDecided (a decision is used once), ApprovalExpired,
         ApprovalMismatch (``args_sha256`` given and not the stored digest), RunTerminal.
         """
-        aid = _check_approval_id(approval_id)
+        aid = check_approval_id(approval_id)
         run_id = approval_run_id(aid)
-        decision = _check_object(decision_json, f"the decision of approval {aid!r}", run_id)
+        decision = check_json_object(decision_json, f"the decision of approval {aid!r}", run_id)
         digest = None
         if args_sha256 is not None:
-            digest = _check_digest(args_sha256, f"args_sha256 for approval {aid!r}", run_id)
+            digest = check_digest(args_sha256, f"args_sha256 for approval {aid!r}", run_id)
         return await self._write(lambda conn: _decide(conn, self.clock(), aid, decision, digest))
