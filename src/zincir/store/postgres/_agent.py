@@ -14,9 +14,18 @@ from typing import Any
 
 from psycopg import errors
 
-from ..._errors import CheckpointError, DuplicateToolCall, RunNotFound, UnknownToolCall
-from ..._json import dumps, encode_checked, loads_strict
+from ..._errors import RunNotFound
+from ..._json import loads_strict
+from .._agent_log import (
+    already_decided,
+    checkpoint_decision,
+    duplicate_intent,
+    entry_events,
+    proposed_checkpoint,
+    result_error,
+)
 from .._records import (
+    CHECKPOINT_COLUMNS,
     CheckpointRecord,
     Lease,
     LogEntry,
@@ -24,6 +33,7 @@ from .._records import (
     ResponseEntry,
     RunState,
     ToolResultEntry,
+    checkpoint_record,
 )
 from ._base import Conn, PostgresBase, one
 from ._log import append
@@ -31,25 +41,7 @@ from ._runs import read_events
 
 __all__ = ["AgentOps", "write_entries"]
 
-_CHECKPOINT_COLUMNS = (
-    "id, round, status, state, evidence, lineage_seq, proposed_seq, decided_seq, decided_at"
-)
 _ONE_INTENT = "events_one_intent"  # the unique index of intents per (run, call id)
-
-
-def _checkpoint(row: Sequence[Any]) -> CheckpointRecord:
-    cid, round_no, status, state, evidence, lineage, proposed, decided, decided_at = row
-    return CheckpointRecord(
-        int(cid),
-        int(round_no),
-        str(status),
-        loads_strict(state),
-        None if evidence is None else loads_strict(evidence),
-        int(lineage),
-        int(proposed),
-        None if decided is None else int(decided),
-        decided_at,
-    )
 
 
 def write_entries(
@@ -67,32 +59,15 @@ def write_entries(
     nothing: the caller's transaction must end with the raise).
     """
     run_id = lease.run_id
-    events = list(leading)
-    opened: dict[str, int] = {}  # intents of these entries still open: call id -> index
-    answered: set[str] = set()
-    for entry in entries:
-        if isinstance(entry, ResponseEntry):
-            events.append(NewEvent("llm_call", entry.response_json))
-            for call_id, body in entry.intents:
-                opened[call_id] = len(events)
-                events.append(NewEvent("tool_call", body, call_id))
-            continue
-        call_id = entry.call_id
-        if call_id in answered:
-            raise DuplicateToolCall(f"tool call {call_id!r} already has a result", run_id=run_id)
-        if opened.pop(call_id, None) is None:
-            _close_intent(conn, run_id, call_id)
-        answered.add(call_id)
-        events.append(NewEvent("tool_result", entry.result_json, call_id))
+    events, opened = entry_events(
+        run_id, entries, leading, lambda call_id: _close_intent(conn, run_id, call_id)
+    )
     try:
         last_seq = append(conn, lease, events)
     except errors.UniqueViolation as error:
         if error.diag.constraint_name != _ONE_INTENT:
             raise
-        raise DuplicateToolCall(
-            "a tool call id in this response already has an intent in this run; nothing was stored",
-            run_id=run_id,
-        ) from None
+        raise duplicate_intent(run_id) from None
     if opened:
         first = last_seq - len(events) + 1
         with conn.cursor() as cursor:
@@ -116,11 +91,7 @@ def _close_intent(conn: Conn, run_id: str, call_id: str) -> None:
         "SELECT 1 FROM events WHERE run_id = %s AND type = 'tool_call' AND tool_call_id = %s",
         (run_id, call_id),
     ).fetchone()
-    if intent is None:
-        raise UnknownToolCall(
-            f"no tool intent {call_id!r}; record_response must record it first", run_id=run_id
-        )
-    raise DuplicateToolCall(f"tool call {call_id!r} already has a result", run_id=run_id)
+    raise result_error(call_id, run_id, has_intent=intent is not None)
 
 
 def _load_state(conn: Conn, run_id: str) -> RunState:
@@ -133,11 +104,11 @@ def _load_state(conn: Conn, run_id: str) -> RunState:
         raise RunNotFound(f"no run {run_id!r} in this store", run_id=run_id)
     status, config, last_seq = run
     row = conn.execute(
-        f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s "
+        f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s "
         "AND status = 'accepted' ORDER BY round DESC LIMIT 1",
         (run_id,),
     ).fetchone()
-    checkpoint = None if row is None else _checkpoint(row)
+    checkpoint = None if row is None else checkpoint_record(row)
     after = 0 if checkpoint is None else int(checkpoint.decided_seq or 0)
     return RunState(
         run_id,
@@ -219,26 +190,11 @@ class AgentOps(PostgresBase):
                 "RETURNING id",
                 (run_id, round_no, state_json, lineage, lineage + 1),
             )
-            event = encode_checked(
-                {
-                    "checkpoint_id": checkpoint_id,
-                    "round": round_no,
-                    "lineage_seq": lineage,
-                    "candidate": candidate,
-                }
+            record, event = proposed_checkpoint(
+                int(checkpoint_id), int(round_no), lineage, candidate
             )
-            append(conn, lease, [NewEvent("checkpoint_proposed", event)])
-            return CheckpointRecord(
-                int(checkpoint_id),
-                int(round_no),
-                "proposed",
-                candidate,
-                None,
-                lineage,
-                lineage + 1,
-                None,
-                None,
-            )
+            append(conn, lease, [event])
+            return record
 
         return await self._write(write)
 
@@ -247,29 +203,19 @@ class AgentOps(PostgresBase):
     ) -> int:
         """Store the verifier's one decision on a proposed checkpoint with its event;
         CheckpointError (nothing stored) when it was already decided."""
-        status = "accepted" if accepted else "rejected"
-        evidence_json = dumps(evidence, what="verifier evidence", run_id=lease.run_id)
-        event = encode_checked(
-            {
-                "checkpoint_id": checkpoint.id,
-                "round": checkpoint.round,
-                "lineage_seq": checkpoint.lineage_seq,
-                "evidence": evidence,
-            }
+        status, evidence_json, event = checkpoint_decision(
+            checkpoint, accepted, evidence, lease.run_id
         )
 
         def write(conn: Conn) -> int:
-            seq = append(conn, lease, [NewEvent(f"checkpoint_{status}", event)])
+            seq = append(conn, lease, [event])
             decided = conn.execute(
                 "UPDATE checkpoints SET status = %s, evidence = %s, decided_seq = %s, "
                 "decided_at = zincir_now() WHERE id = %s AND status = 'proposed' RETURNING 1",
                 (status, evidence_json, seq, checkpoint.id),
             ).fetchone()
             if decided is None:
-                raise CheckpointError(
-                    f"checkpoint {checkpoint.id} already has a verifier decision",
-                    run_id=lease.run_id,
-                )
+                raise already_decided(checkpoint, lease.run_id)
             return seq
 
         return await self._write(write)
@@ -279,11 +225,11 @@ class AgentOps(PostgresBase):
 
         def read(conn: Conn) -> CheckpointRecord | None:
             row = conn.execute(
-                f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s "
+                f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s "
                 "AND status = 'proposed' ORDER BY round DESC LIMIT 1",
                 (run_id,),
             ).fetchone()
-            return None if row is None else _checkpoint(row)
+            return None if row is None else checkpoint_record(row)
 
         return await self._read(read)
 

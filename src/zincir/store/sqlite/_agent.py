@@ -8,10 +8,19 @@ from typing import Any
 
 import apsw
 
-from ..._errors import CheckpointError, DuplicateToolCall, RunNotFound, UnknownToolCall
-from ..._json import dumps, encode_checked, loads_strict
+from ..._errors import RunNotFound
+from ..._json import loads_strict
 from ..._time import from_db, to_db
+from .._agent_log import (
+    already_decided,
+    checkpoint_decision,
+    duplicate_intent,
+    entry_events,
+    proposed_checkpoint,
+    result_error,
+)
 from .._records import (
+    CHECKPOINT_COLUMNS,
     CheckpointRecord,
     Lease,
     LogEntry,
@@ -19,6 +28,7 @@ from .._records import (
     ResponseEntry,
     RunState,
     ToolResultEntry,
+    checkpoint_record,
 )
 from ._base import SQLiteBase, one
 from ._log import append
@@ -26,24 +36,9 @@ from ._runs import _INLINE_EVENTS, read_events
 
 __all__ = ["AgentOps", "write_entries"]
 
-_CHECKPOINT_COLUMNS = (
-    "id, round, status, state, evidence, lineage_seq, proposed_seq, decided_seq, decided_at"
-)
-
 
 def _checkpoint(row: tuple[Any, ...]) -> CheckpointRecord:
-    cid, round_no, status, state, evidence, lineage, proposed, decided, decided_at = row
-    return CheckpointRecord(
-        int(cid),
-        int(round_no),
-        str(status),
-        loads_strict(state),
-        None if evidence is None else loads_strict(evidence),
-        int(lineage),
-        int(proposed),
-        decided,
-        None if decided_at is None else from_db(decided_at),
-    )
+    return checkpoint_record(row, from_db)
 
 
 def write_entries(
@@ -61,30 +56,13 @@ def write_entries(
     twice or an intent whose call id the run already has.
     """
     run_id = lease.run_id
-    events = list(leading)
-    opened: dict[str, int] = {}  # intents of these entries still open: call id -> index
-    answered: set[str] = set()
-    for entry in entries:
-        if isinstance(entry, ResponseEntry):
-            events.append(NewEvent("llm_call", entry.response_json))
-            for call_id, body in entry.intents:
-                opened[call_id] = len(events)
-                events.append(NewEvent("tool_call", body, call_id))
-            continue
-        call_id = entry.call_id
-        if call_id in answered:
-            raise DuplicateToolCall(f"tool call {call_id!r} already has a result", run_id=run_id)
-        if opened.pop(call_id, None) is None:
-            _close_intent(conn, run_id, call_id)
-        answered.add(call_id)
-        events.append(NewEvent("tool_result", entry.result_json, call_id))
+    events, opened = entry_events(
+        run_id, entries, leading, lambda call_id: _close_intent(conn, run_id, call_id)
+    )
     try:
         last_seq = append(conn, lease, now, events)
     except apsw.ConstraintError:  # the unique index of intents per (run, call id)
-        raise DuplicateToolCall(
-            "a tool call id in this response already has an intent in this run; nothing was stored",
-            run_id=run_id,
-        ) from None
+        raise duplicate_intent(run_id) from None
     if opened:
         first = last_seq - len(events) + 1
         conn.executemany(
@@ -105,11 +83,7 @@ def _close_intent(conn: apsw.Connection, run_id: str, call_id: str) -> None:
         "SELECT 1 FROM events WHERE run_id = ? AND type = 'tool_call' AND tool_call_id = ?",
         (run_id, call_id),
     ).fetchone()
-    if intent is None:
-        raise UnknownToolCall(
-            f"no tool intent {call_id!r}; record_response must record it first", run_id=run_id
-        )
-    raise DuplicateToolCall(f"tool call {call_id!r} already has a result", run_id=run_id)
+    raise result_error(call_id, run_id, has_intent=intent is not None)
 
 
 class AgentOps(SQLiteBase):
@@ -183,26 +157,11 @@ class AgentOps(SQLiteBase):
                 "proposed_seq, created_at) VALUES (?, ?, 'proposed', ?, ?, ?, ?) RETURNING id",
                 (run_id, round_no, state_json, lineage, lineage + 1, to_db(now)),
             )
-            event = encode_checked(
-                {
-                    "checkpoint_id": checkpoint_id,
-                    "round": round_no,
-                    "lineage_seq": lineage,
-                    "candidate": candidate,
-                }
+            record, event = proposed_checkpoint(
+                int(checkpoint_id), int(round_no), lineage, candidate
             )
-            append(conn, lease, now, [NewEvent("checkpoint_proposed", event)])
-            return CheckpointRecord(
-                checkpoint_id,
-                round_no,
-                "proposed",
-                candidate,
-                None,
-                lineage,
-                lineage + 1,
-                None,
-                None,
-            )
+            append(conn, lease, now, [event])
+            return record
 
         return await self._write(write)
 
@@ -211,30 +170,20 @@ class AgentOps(SQLiteBase):
     ) -> int:
         """Store the verifier's one decision on a proposed checkpoint with its event;
         CheckpointError (nothing stored) when it was already decided."""
-        status = "accepted" if accepted else "rejected"
-        evidence_json = dumps(evidence, what="verifier evidence", run_id=lease.run_id)
-        event = encode_checked(
-            {
-                "checkpoint_id": checkpoint.id,
-                "round": checkpoint.round,
-                "lineage_seq": checkpoint.lineage_seq,
-                "evidence": evidence,
-            }
+        status, evidence_json, event = checkpoint_decision(
+            checkpoint, accepted, evidence, lease.run_id
         )
 
         def write(conn: apsw.Connection) -> int:
             now = self.clock()
-            seq = append(conn, lease, now, [NewEvent(f"checkpoint_{status}", event)])
+            seq = append(conn, lease, now, [event])
             decided = conn.execute(
                 "UPDATE checkpoints SET status = ?, evidence = ?, decided_seq = ?, "
                 "decided_at = ? WHERE id = ? AND status = 'proposed' RETURNING 1",
                 (status, evidence_json, seq, to_db(now), checkpoint.id),
             ).fetchone()
             if decided is None:
-                raise CheckpointError(
-                    f"checkpoint {checkpoint.id} already has a verifier decision",
-                    run_id=lease.run_id,
-                )
+                raise already_decided(checkpoint, lease.run_id)
             return seq
 
         return await self._write(write)
@@ -244,7 +193,7 @@ class AgentOps(SQLiteBase):
 
         def read(conn: apsw.Connection) -> CheckpointRecord | None:
             row = conn.execute(
-                f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? "
+                f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? "
                 "AND status = 'proposed' ORDER BY round DESC LIMIT 1",
                 (run_id,),
             ).fetchone()
@@ -266,7 +215,7 @@ class AgentOps(SQLiteBase):
                 raise RunNotFound(f"no run {run_id!r} in this store", run_id=run_id)
             status, config, last_seq = run
             row = conn.execute(
-                f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? "
+                f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? "
                 "AND status = 'accepted' ORDER BY round DESC LIMIT 1",
                 (run_id,),
             ).fetchone()
