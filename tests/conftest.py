@@ -31,9 +31,7 @@ def db_path(tmp_path: Path) -> Path:
 
 
 BACKENDS = tuple(
-    name
-    for name in os.environ.get("ZINCIR_TEST_BACKENDS", "sqlite,postgres").split(",")
-    if name
+    name for name in os.environ.get("ZINCIR_TEST_BACKENDS", "sqlite,postgres").split(",") if name
 )
 """The store backends the ``store`` and ``fake_store`` fixtures run each test on (both in
 ``make test``; ``make test-quick`` sets ``ZINCIR_TEST_BACKENDS=sqlite``)."""
