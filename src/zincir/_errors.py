@@ -34,6 +34,7 @@
     │   ├── AmbiguousOutcome
     │   └── DigestMismatch
     ├── InputDrift
+    ├── VersionDivergence            new code asks for work the run never recorded; nothing ran
     ├── MissingDurableHandler
     ├── MissingDurableToolsetOrigins
     ├── ApprovalMismatch             a decision does not bind the arguments that would run
@@ -103,6 +104,7 @@ __all__ = [
     "UnknownField",
     "UnknownToolCall",
     "UnsupportedVersion",
+    "VersionDivergence",
     "WorkerError",
     "WorkflowSuspended",
     "ZincirError",
@@ -265,6 +267,29 @@ class DigestMismatch(RecordFormatError):
 
 class InputDrift(ZincirError):
     """A known invocation identity arrived with a different input digest."""
+
+
+class VersionDivergence(ZincirError):
+    """The code asked for a step or an operation the run never recorded while recorded work
+    it has not replayed yet remains: the run was started by other code (a renamed step, one
+    added in the middle). Raised before anything is claimed or run.
+
+    ``position`` is the index in the run's recorded work (steps and operations in log order)
+    of ``recorded``, the first item not replayed, e.g. ``step 'fetch'`` or
+    ``operation tool.call #1000``; ``attempted`` is what the code asked for instead.
+    """
+
+    def __init__(self, *, run_id: str, position: int, recorded: str, attempted: str) -> None:
+        self.position = position
+        self.recorded = recorded
+        self.attempted = attempted
+        super().__init__(
+            f"the code asked for {attempted}, which this run never recorded, while its "
+            f"recorded {recorded} (position {position} of its recorded work) was not replayed "
+            "yet: the run was started by other code; finish it on that code, or branch with "
+            "patched()",
+            run_id=run_id,
+        )
 
 
 class MissingDurableHandler(ZincirError, LookupError):

@@ -78,6 +78,7 @@ EXPORTS = [
     "UnknownToolCall",
     "UnsupportedVersion",
     "Verification",
+    "VersionDivergence",
     "WorkerError",
     "WorkflowContext",
     "WorkflowSuspended",
