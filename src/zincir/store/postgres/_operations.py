@@ -22,10 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Final
 
-from ..._errors import FencedOut, InvalidInput, RunNotFound, RunTerminal
-from ..._json import encode_checked
 from .._operation_records import (
     NewOperation,
     OperationClaim,
@@ -33,7 +31,17 @@ from .._operation_records import (
     OperationOutcome,
     OperationRow,
 )
-from .._records import Lease, LogEntry, NewEvent
+from .._operation_rows import (
+    OPERATION_COLUMNS,
+    check_log_lease,
+    claimed_row,
+    completed_event,
+    fence_holds,
+    key_params,
+    lease_columns,
+    operation_row,
+)
+from .._records import Lease, LogEntry
 from ._agent import write_entries
 from ._base import Conn, PostgresBase, one
 from ._log import check_fence
@@ -42,8 +50,7 @@ __all__ = ["OperationOps"]
 
 _WHERE: Final = "run_id = %s AND step_id = %s AND sequence = %s"
 _SELECT: Final = (
-    "SELECT kind, handler_id, input_digest, status, record, claim_owner, claim_expires_at, "
-    "attempts, claim_lease_owner, claim_lease_token, zincir_now(), "
+    f"SELECT {OPERATION_COLUMNS}, zincir_now(), "
     # claim_fenced: a claim made under a lease that no longer holds its run
     "(%s AND status = 'claimed' AND claim_lease_token IS NOT NULL AND NOT EXISTS ("
     "SELECT 1 FROM agent_runs AS run WHERE run.id = operations.run_id "
@@ -61,40 +68,19 @@ _INSERT: Final = (
 )
 
 
-def _key(key: OperationKey) -> tuple[str, str, int]:
-    return (key.run_id, key.step_id, key.sequence)
-
-
-def _lease_columns(lease: Lease | None) -> tuple[str | None, int | None]:
-    """The claim_lease_owner and claim_lease_token of a write made under ``lease``."""
-    return (None, None) if lease is None else (lease.owner, lease.token)
-
-
 def _select(
     conn: Conn, key: OperationKey, *, judge: bool = True, lock: bool = False
 ) -> tuple[OperationRow, datetime] | None:
     """The identity's row, its claim judged against its run's lease at the database's now
     (unless ``judge`` is off: ``claim_fenced`` is then False), and that now; ``lock`` takes
     the row's lock until COMMIT."""
-    found = conn.execute(_SELECT + (" FOR UPDATE" if lock else ""), (judge, *_key(key))).fetchone()
+    found = conn.execute(
+        _SELECT + (" FOR UPDATE" if lock else ""), (judge, *key_params(key))
+    ).fetchone()
     if found is None:
         return None
-    kind, handler_id, digest, status, record, owner, expires, attempts = found[:8]
-    lease_owner, lease_token, now, fenced = found[8:]
-    row = OperationRow(
-        kind=kind,
-        handler_id=handler_id,
-        input_digest=digest,
-        status=status,
-        record=record,
-        claim_owner=owner,
-        claim_expires_at=expires,
-        attempts=int(attempts),
-        claim_lease_owner=lease_owner,
-        claim_lease_token=None if lease_token is None else int(lease_token),
-        claim_fenced=bool(fenced),
-    )
-    return row, now
+    now, fenced = found[10:]
+    return operation_row(found[:10], fenced=bool(fenced)), now
 
 
 def _create(
@@ -113,7 +99,7 @@ def _create(
     created = conn.execute(
         _INSERT.format(completed=completed),
         (
-            *_key(operation.key),
+            *key_params(operation.key),
             operation.kind,
             operation.handler_id,
             operation.input_digest,
@@ -123,25 +109,10 @@ def _create(
             None if outcome is None else outcome.record_json,
             owner,
             ttl,
-            *_lease_columns(lease),
+            *lease_columns(lease),
         ),
     ).fetchone()
     return None if created is None else (created[0],)
-
-
-def _completed_event(operation: NewOperation, outcome: OperationOutcome, attempts: int) -> NewEvent:
-    """The ``operation_completed`` event of a stored record."""
-    payload: dict[str, Any] = {
-        "step_id": operation.key.step_id,
-        "sequence": operation.key.sequence,
-        "kind": operation.kind,
-        "handler_id": operation.handler_id,
-        "outcome": outcome.outcome,
-        "input_digest": operation.input_digest,
-        "attempts": attempts,
-        **outcome.details,
-    }
-    return NewEvent("operation_completed", encode_checked(payload))
 
 
 def _complete(
@@ -186,10 +157,16 @@ def _complete(
                 "claim_owner = %s, claim_expires_at = NULL, updated_at = zincir_now(), "
                 "completed_at = zincir_now(), claim_lease_owner = %s, claim_lease_token = %s "
                 f"WHERE {_WHERE}",
-                (outcome.outcome, outcome.record_json, owner, *_lease_columns(lease), *_key(key)),
+                (
+                    outcome.outcome,
+                    outcome.record_json,
+                    owner,
+                    *lease_columns(lease),
+                    *key_params(key),
+                ),
             )
         if lease is not None:
-            event = _completed_event(operation, outcome, event_attempts or attempts)
+            event = completed_event(operation, outcome, event_attempts or attempts)
             write_entries(conn, lease, log, leading=[event])
         return None
 
@@ -204,7 +181,7 @@ def _claim(
 ) -> OperationClaim:
     """Claim the identity's row (locked or created first, then the run's fence)."""
     key = operation.key
-    lease_owner, lease_token = _lease_columns(lease)
+    lease_owner, lease_token = lease_columns(lease)
     while True:
         found = _select(conn, key, lock=True)
         if found is None:
@@ -228,25 +205,11 @@ def _claim(
                 "claim_expires_at = zincir_now() + %s::interval, attempts = attempts + 1, "
                 "updated_at = zincir_now(), claim_lease_owner = %s, claim_lease_token = %s "
                 f"WHERE {_WHERE} RETURNING claim_expires_at, attempts",
-                (owner, ttl, lease_owner, lease_token, *_key(key)),
+                (owner, ttl, lease_owner, lease_token, *key_params(key)),
             )
         if lease is not None:
             check_fence(conn, lease)  # raising rolls the claim back
-        return OperationClaim(
-            True,
-            OperationRow(
-                kind=operation.kind,
-                handler_id=operation.handler_id,
-                input_digest=operation.input_digest,
-                status="claimed",
-                record=None,
-                claim_owner=owner,
-                claim_expires_at=expires,
-                attempts=int(attempts),
-                claim_lease_owner=lease_owner,
-                claim_lease_token=lease_token,
-            ),
-        )
+        return OperationClaim(True, claimed_row(operation, owner, expires, int(attempts), lease))
 
 
 class OperationOps(PostgresBase):
@@ -297,15 +260,15 @@ class OperationOps(PostgresBase):
 
         def write(conn: Conn) -> bool:
             if lease is not None:
-                conn.execute(f"SELECT 1 FROM operations WHERE {_WHERE} FOR UPDATE", _key(key))
-                if not _fence_holds(conn, lease):
+                conn.execute(f"SELECT 1 FROM operations WHERE {_WHERE} FOR UPDATE", key_params(key))
+                if not fence_holds(lambda: check_fence(conn, lease)):
                     return False
             return (
                 conn.execute(
                     "UPDATE operations SET claim_expires_at = zincir_now() + %s::interval, "
                     f"updated_at = zincir_now() WHERE {_WHERE} AND status = 'claimed' "
                     "AND claim_owner = %s RETURNING 1",
-                    (ttl, *_key(key), owner),
+                    (ttl, *key_params(key), owner),
                 ).fetchone()
                 is not None
             )
@@ -334,7 +297,7 @@ class OperationOps(PostgresBase):
                 "UPDATE operations SET attempts = attempts + 1, "
                 "claim_expires_at = zincir_now() + %s::interval, updated_at = zincir_now() "
                 f"WHERE {_WHERE} AND status = 'claimed' AND claim_owner = %s",
-                (ttl, *_key(key), owner),
+                (ttl, *key_params(key), owner),
             )
             return None
 
@@ -348,7 +311,7 @@ class OperationOps(PostgresBase):
                 conn.execute(
                     f"DELETE FROM operations WHERE {_WHERE} AND status = 'claimed' "
                     "AND claim_owner = %s RETURNING 1",
-                    (*_key(key), owner),
+                    (*key_params(key), owner),
                 ).fetchone()
                 is not None
             )
@@ -374,11 +337,7 @@ class OperationOps(PostgresBase):
         an entry that does not fit the log (DuplicateToolCall, UnknownToolCall) stores
         nothing.
         """
-        if log and lease is None:
-            raise InvalidInput(
-                "log entries need the run's lease: only its holder writes the log",
-                run_id=operation.key.run_id,
-            )
+        check_log_lease(operation, log, lease)
         return await self._write(
             lambda conn: _complete(
                 conn, operation, outcome, owner=owner, lease=lease, event_attempts=None, log=log
@@ -399,11 +358,3 @@ class OperationOps(PostgresBase):
                 conn, operation, outcome, owner=None, lease=lease, event_attempts=1
             )
         )
-
-
-def _fence_holds(conn: Conn, lease: Lease) -> bool:
-    try:
-        check_fence(conn, lease)
-    except (FencedOut, RunNotFound, RunTerminal):
-        return False
-    return True

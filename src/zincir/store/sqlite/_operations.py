@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Final
 
 import apsw
 
-from ..._errors import FencedOut, InvalidInput, RunNotFound, RunTerminal
-from ..._json import encode_checked
 from ..._time import from_db, to_db
 from .._operation_records import (
     NewOperation,
@@ -32,7 +30,17 @@ from .._operation_records import (
     OperationOutcome,
     OperationRow,
 )
-from .._records import TERMINAL_STATUSES, Lease, LogEntry, NewEvent
+from .._operation_rows import (
+    OPERATION_COLUMNS,
+    check_log_lease,
+    claimed_row,
+    completed_event,
+    fence_holds,
+    key_params,
+    lease_columns,
+    operation_row,
+)
+from .._records import TERMINAL_STATUSES, Lease, LogEntry
 from ._agent import write_entries
 from ._base import SQLiteBase
 from ._log import check_fence
@@ -40,10 +48,7 @@ from ._log import check_fence
 __all__ = ["OperationOps"]
 
 _WHERE: Final = "run_id = ? AND step_id = ? AND sequence = ?"
-_SELECT: Final = (
-    "SELECT kind, handler_id, input_digest, status, record, claim_owner, claim_expires_at, "
-    "attempts, claim_lease_owner, claim_lease_token FROM operations WHERE " + _WHERE
-)
+_SELECT: Final = f"SELECT {OPERATION_COLUMNS} FROM operations WHERE {_WHERE}"
 _RUN_LEASE: Final = (
     "SELECT status, lease_owner, lease_token, lease_expires_at FROM agent_runs WHERE id = ?"
 )
@@ -53,15 +58,6 @@ _INSERT: Final = (
     "created_at, updated_at, completed_at, claim_lease_owner, claim_lease_token) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-
-
-def _key(key: OperationKey) -> tuple[str, str, int]:
-    return (key.run_id, key.step_id, key.sequence)
-
-
-def _lease_columns(lease: Lease | None) -> tuple[str | None, int | None]:
-    """The claim_lease_owner and claim_lease_token of a write made under ``lease``."""
-    return (None, None) if lease is None else (lease.owner, lease.token)
 
 
 def _lease_lost(
@@ -88,43 +84,15 @@ def _select(
 ) -> OperationRow | None:
     """The identity's row, its claim judged at ``now`` against its run's lease (unless
     ``judge`` is off: ``claim_fenced`` is then False)."""
-    row = conn.execute(_SELECT, _key(key)).fetchone()
+    row = conn.execute(_SELECT, key_params(key)).fetchone()
     if row is None:
         return None
-    kind, handler_id, digest, status, record, owner, expires, attempts = row[:8]
-    lease_owner, lease_token = row[8:10]
+    status, lease_owner, lease_token = row[3], row[8], row[9]
     fenced = False
     if judge and status == "claimed" and lease_token is not None:
         run = conn.execute(_RUN_LEASE, (key.run_id,)).fetchone()
         fenced = _lease_lost((lease_owner, lease_token), run or (None,) * 4, now)
-    return OperationRow(
-        kind=kind,
-        handler_id=handler_id,
-        input_digest=digest,
-        status=status,
-        record=record,
-        claim_owner=owner,
-        claim_expires_at=None if expires is None else from_db(expires),
-        attempts=int(attempts),
-        claim_lease_owner=lease_owner,
-        claim_lease_token=None if lease_token is None else int(lease_token),
-        claim_fenced=fenced,
-    )
-
-
-def _completed_event(operation: NewOperation, outcome: OperationOutcome, attempts: int) -> NewEvent:
-    """The ``operation_completed`` event of a stored record."""
-    payload: dict[str, Any] = {
-        "step_id": operation.key.step_id,
-        "sequence": operation.key.sequence,
-        "kind": operation.kind,
-        "handler_id": operation.handler_id,
-        "outcome": outcome.outcome,
-        "input_digest": operation.input_digest,
-        "attempts": attempts,
-        **outcome.details,
-    }
-    return NewEvent("operation_completed", encode_checked(payload))
+    return operation_row(row, fenced=fenced, time=from_db)
 
 
 def _complete(
@@ -150,14 +118,14 @@ def _complete(
         return row
     attempts = 1 if row is None else row.attempts
     if lease is not None:
-        event = _completed_event(operation, outcome, event_attempts or attempts)
+        event = completed_event(operation, outcome, event_attempts or attempts)
         write_entries(conn, lease, now, log, leading=[event])
     stamp = to_db(now)
     if row is None:
         conn.execute(
             _INSERT,
             (
-                *_key(key),
+                *key_params(key),
                 operation.kind,
                 operation.handler_id,
                 operation.input_digest,
@@ -171,7 +139,7 @@ def _complete(
                 stamp,
                 stamp,
                 stamp,
-                *_lease_columns(lease),
+                *lease_columns(lease),
             ),
         )
     else:
@@ -185,8 +153,8 @@ def _complete(
                 owner,
                 stamp,
                 stamp,
-                *_lease_columns(lease),
-                *_key(key),
+                *lease_columns(lease),
+                *key_params(key),
             ),
         )
     return None
@@ -232,12 +200,12 @@ class OperationOps(SQLiteBase):
             if lease is not None:
                 check_fence(conn, lease)
             stamp, expires = to_db(now), now + ttl
-            lease_owner, lease_token = _lease_columns(lease)
+            lease_owner, lease_token = lease_columns(lease)
             if row is None:
                 conn.execute(
                     _INSERT,
                     (
-                        *_key(key),
+                        *key_params(key),
                         operation.kind,
                         operation.handler_id,
                         operation.input_digest,
@@ -261,23 +229,17 @@ class OperationOps(SQLiteBase):
                 conn.execute(
                     "UPDATE operations SET claim_owner = ?, claim_expires_at = ?, attempts = ?, "
                     f"updated_at = ?, claim_lease_owner = ?, claim_lease_token = ? WHERE {_WHERE}",
-                    (owner, to_db(expires), attempts, stamp, lease_owner, lease_token, *_key(key)),
+                    (
+                        owner,
+                        to_db(expires),
+                        attempts,
+                        stamp,
+                        lease_owner,
+                        lease_token,
+                        *key_params(key),
+                    ),
                 )
-            return OperationClaim(
-                True,
-                OperationRow(
-                    kind=operation.kind,
-                    handler_id=operation.handler_id,
-                    input_digest=operation.input_digest,
-                    status="claimed",
-                    record=None,
-                    claim_owner=owner,
-                    claim_expires_at=expires,
-                    attempts=attempts,
-                    claim_lease_owner=lease_owner,
-                    claim_lease_token=lease_token,
-                ),
-            )
+            return OperationClaim(True, claimed_row(operation, owner, expires, attempts, lease))
 
         return await self._write(write, durable=False)
 
@@ -293,14 +255,14 @@ class OperationOps(SQLiteBase):
         completed, or, under ``lease``, the run's fence no longer holds)."""
 
         def write(conn: apsw.Connection) -> bool:
-            if lease is not None and not _fence_holds(conn, lease):
+            if lease is not None and not fence_holds(lambda: check_fence(conn, lease)):
                 return False
             now = self.clock()
             return (
                 conn.execute(
                     "UPDATE operations SET claim_expires_at = ?, updated_at = ? "
                     f"WHERE {_WHERE} AND status = 'claimed' AND claim_owner = ? RETURNING 1",
-                    (to_db(now + ttl), to_db(now), *_key(key), owner),
+                    (to_db(now + ttl), to_db(now), *key_params(key), owner),
                 ).fetchone()
                 is not None
             )
@@ -329,7 +291,7 @@ class OperationOps(SQLiteBase):
             conn.execute(
                 "UPDATE operations SET attempts = attempts + 1, claim_expires_at = ?, "
                 f"updated_at = ? WHERE {_WHERE} AND status = 'claimed' AND claim_owner = ?",
-                (to_db(now + ttl), to_db(now), *_key(key), owner),
+                (to_db(now + ttl), to_db(now), *key_params(key), owner),
             )
             return None
 
@@ -343,7 +305,7 @@ class OperationOps(SQLiteBase):
                 conn.execute(
                     f"DELETE FROM operations WHERE {_WHERE} AND status = 'claimed' "
                     "AND claim_owner = ? RETURNING 1",
-                    (*_key(key), owner),
+                    (*key_params(key), owner),
                 ).fetchone()
                 is not None
             )
@@ -369,11 +331,7 @@ class OperationOps(SQLiteBase):
         an entry that does not fit the log (DuplicateToolCall, UnknownToolCall) stores
         nothing.
         """
-        if log and lease is None:
-            raise InvalidInput(
-                "log entries need the run's lease: only its holder writes the log",
-                run_id=operation.key.run_id,
-            )
+        check_log_lease(operation, log, lease)
         return await self._write(
             lambda conn: _complete(
                 conn,
@@ -407,11 +365,3 @@ class OperationOps(SQLiteBase):
                 event_attempts=1,
             )
         )
-
-
-def _fence_holds(conn: apsw.Connection, lease: Lease) -> bool:
-    try:
-        check_fence(conn, lease)
-    except (FencedOut, RunNotFound, RunTerminal):
-        return False
-    return True
