@@ -6,18 +6,24 @@ as (type tag, bytes) and metadata as JSON text; the store never decodes a value.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from .._time import to_db
+from ._records import TimeDecoder, driver_time
 
 __all__ = [
+    "GRAPH_ROW_COLUMNS",
+    "GRAPH_WRITE_COLUMNS",
     "GraphCheckpointQuery",
     "GraphCheckpointRow",
     "GraphWrite",
     "NewGraphCheckpoint",
     "ThreadLease",
+    "graph_checkpoint_row",
+    "graph_write",
 ]
 
 
@@ -63,6 +69,40 @@ class GraphCheckpointRow:
     run_id: str | None
     created_at: datetime
     writes: tuple[GraphWrite, ...]
+
+
+GRAPH_ROW_COLUMNS: Final = (
+    "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, "
+    "metadata, run_id, created_at"
+)
+"""The ``langgraph_checkpoints`` columns :func:`graph_checkpoint_row` reads, in order."""
+GRAPH_WRITE_COLUMNS: Final = "task_id, idx, channel, type, value, task_path"
+"""The ``langgraph_writes`` columns :func:`graph_write` reads, in order."""
+
+
+def graph_write(row: Sequence[Any]) -> GraphWrite:
+    """A pending write selected as :data:`GRAPH_WRITE_COLUMNS`."""
+    task_id, idx, channel, type_, value, task_path = row
+    return GraphWrite(task_id, int(idx), channel, type_, bytes(value), task_path)
+
+
+def graph_checkpoint_row(
+    row: Sequence[Any], writes: tuple[GraphWrite, ...], time: TimeDecoder = driver_time
+) -> GraphCheckpointRow:
+    """A checkpoint selected as :data:`GRAPH_ROW_COLUMNS`, with its pending ``writes``."""
+    thread_id, ns, checkpoint_id, parent, type_, blob, metadata, run_id, created_at = row
+    return GraphCheckpointRow(
+        thread_id=thread_id,
+        checkpoint_ns=ns,
+        checkpoint_id=checkpoint_id,
+        parent_checkpoint_id=parent,
+        type=type_,
+        checkpoint=bytes(blob),
+        metadata_json=metadata,
+        run_id=run_id,
+        created_at=time(created_at),
+        writes=writes,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,14 +26,27 @@ from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any, Final
 
-from ..._errors import FencedOut, InvalidInput, LeaseHeld
+from ..._errors import FencedOut, InvalidInput
 from ..._validate import printable, utf8
+from .._graph_filters import container_text, filter_kind
+from .._graph_rules import (
+    checkpoint_params,
+    copy_refused,
+    lease_for,
+    lease_held,
+    thread_fenced_out,
+    write_params,
+)
 from .._langgraph_records import (
+    GRAPH_ROW_COLUMNS,
+    GRAPH_WRITE_COLUMNS,
     GraphCheckpointQuery,
     GraphCheckpointRow,
     GraphWrite,
     NewGraphCheckpoint,
     ThreadLease,
+    graph_checkpoint_row,
+    graph_write,
 )
 from ._base import Conn, PostgresBase
 from ._log import text_time
@@ -44,11 +57,6 @@ _CHECKPOINT_COLUMNS: Final = (
     "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, "
     "checkpoint, metadata, created_at"
 )
-_ROW_COLUMNS: Final = (
-    "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, "
-    "metadata, run_id, created_at"
-)
-"""The fields of a GraphCheckpointRow, in order (its writes apart)."""
 _PUT_CHECKPOINT: Final = (
     f"INSERT INTO langgraph_checkpoints ({_CHECKPOINT_COLUMNS}) "
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, zincir_now()) "
@@ -73,8 +81,7 @@ _REPLACE_WRITE: Final = (
     "type = excluded.type, value = excluded.value, task_path = excluded.task_path"
 )
 _SELECT_WRITES: Final = (
-    "SELECT w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.channel, "
-    "w.type, w.value, w.task_path "
+    f"SELECT w.thread_id, w.checkpoint_ns, w.checkpoint_id, {GRAPH_WRITE_COLUMNS} "
     "FROM unnest(%s::text[], %s::text[], %s::text[]) AS k(thread_id, checkpoint_ns, "
     "checkpoint_id) JOIN langgraph_writes AS w USING (thread_id, checkpoint_ns, checkpoint_id) "
     'ORDER BY w.task_path COLLATE "C", w.task_id COLLATE "C", w.idx'
@@ -113,11 +120,7 @@ def _fence(conn: Conn, thread_id: str, lease: ThreadLease | None) -> None:
         ).fetchone()
         if held is not None and held[3]:
             owner, token, expires_at, _ = held
-            raise LeaseHeld(
-                f"thread {thread_id!r} is leased by {owner} (token {token}) until "
-                f"{text_time(expires_at)}; write through the saver that holds it "
-                "(saver.fenced), or wait for the lease to expire"
-            )
+            raise lease_held(thread_id, owner, token, text_time(expires_at), taking=False)
         return
     extended = conn.execute(
         "UPDATE langgraph_thread_leases SET expires_at = zincir_now() + %s::interval, "
@@ -134,20 +137,7 @@ def _fenced_out(conn: Conn, thread_id: str, lease: ThreadLease) -> FencedOut:
     row = conn.execute(
         "SELECT owner, token FROM langgraph_thread_leases WHERE thread_id = %s", (thread_id,)
     ).fetchone()
-    if row is not None and row[1] != lease.token:
-        return FencedOut(
-            f"thread {thread_id!r}: lease token {lease.token} was superseded by {row[1]} "
-            f"(held by {row[0] or 'nobody now'}); stop writing this thread, the write was "
-            "rejected"
-        )
-    return FencedOut(
-        f"thread {thread_id!r}: this lease (token {lease.token}) was released or never "
-        "taken; take the thread again (saver.fenced) to write"
-    )
-
-
-def _lease_for(thread_id: str, leases: Sequence[ThreadLease]) -> ThreadLease | None:
-    return next((lease for lease in leases if lease.thread_id == thread_id), None)
+    return thread_fenced_out(thread_id, lease, row)
 
 
 def _acquire(conn: Conn, thread_id: str, owner: str, ttl: timedelta, force: bool) -> ThreadLease:
@@ -160,11 +150,7 @@ def _acquire(conn: Conn, thread_id: str, owner: str, ttl: timedelta, force: bool
     if row is not None:
         held_by, token, expires_at, live = row
         if live and held_by != owner and not force:
-            raise LeaseHeld(
-                f"thread {thread_id!r} is leased by {held_by} (token {token}) until "
-                f"{text_time(expires_at)}; wait for it to expire or take it over with "
-                "force=True"
-            )
+            raise lease_held(thread_id, held_by, token, text_time(expires_at), taking=True)
     lease = ThreadLease(thread_id, owner, (int(row[1]) if row is not None else 0) + 1, ttl)
     conn.execute(
         "INSERT INTO langgraph_thread_leases (thread_id, owner, token, expires_at, updated_at) "
@@ -180,24 +166,8 @@ def _acquire(conn: Conn, thread_id: str, owner: str, ttl: timedelta, force: bool
 # -- reading ----------------------------------------------------------------------------
 
 
-def _row(found: tuple[Any, ...], writes: tuple[GraphWrite, ...]) -> GraphCheckpointRow:
-    thread_id, ns, checkpoint_id, parent, type_, blob, metadata, run_id, created_at = found
-    return GraphCheckpointRow(
-        thread_id,
-        ns,
-        checkpoint_id,
-        parent,
-        type_,
-        bytes(blob),
-        metadata,
-        run_id,
-        created_at,
-        writes,
-    )
-
-
 def _rows(conn: Conn, found: Sequence[tuple[Any, ...]]) -> list[GraphCheckpointRow]:
-    """Checkpoint rows (selected as ``_ROW_COLUMNS``) with their writes, read in one
+    """Checkpoint rows (selected as ``GRAPH_ROW_COLUMNS``) with their writes, read in one
     statement."""
     if not found:
         return []
@@ -205,34 +175,28 @@ def _rows(conn: Conn, found: Sequence[tuple[Any, ...]]) -> list[GraphCheckpointR
     writes: dict[tuple[str, str, str], list[GraphWrite]] = {}
     columns = ([key[0] for key in keys], [key[1] for key in keys], [key[2] for key in keys])
     selected = conn.execute(_SELECT_WRITES, columns)
-    for thread_id, ns, checkpoint_id, task_id, idx, channel, type_, value, path in selected:
-        writes.setdefault((thread_id, ns, checkpoint_id), []).append(
-            GraphWrite(task_id, int(idx), channel, type_, bytes(value), path)
-        )
-    return [_row(row, tuple(writes.get(key, ()))) for key, row in zip(keys, found, strict=True)]
-
-
-def _filter_text(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    for row in selected:
+        writes.setdefault((row[0], row[1], row[2]), []).append(graph_write(row[3:]))
+    return [
+        graph_checkpoint_row(row, tuple(writes.get(key, ())))
+        for key, row in zip(keys, found, strict=True)
+    ]
 
 
 def _metadata_predicate(key: str, value: Any) -> tuple[str, list[Any]]:
     """SQL matching one metadata filter pair (on metadata PostgreSQL parses) by JSON type
     and value (1 matches 1.0, not true or "1"); a None value matches null or a missing key,
     as in LangGraph's savers. Containers compare as JSON text, as in SQLite."""
+    kind = filter_kind(key, value)
     field = "(metadata::jsonb -> %s)"
-    if value is None:
+    if kind == "null":
         clause, text = f"COALESCE(jsonb_typeof({field}), 'null') = 'null'", None
-    elif value is True or value is False or isinstance(value, int | float | str):
+    elif kind == "container":
+        clause, text = "(metadata::json -> %s)::text = %s", container_text(value)
+    else:
         if isinstance(value, float) and not math.isfinite(value):
             return "false", []
         clause, text = f"{field} = %s::jsonb", json.dumps(value, ensure_ascii=False)
-    elif isinstance(value, dict | list | tuple):
-        clause, text = "(metadata::json -> %s)::text = %s", _filter_text(value)
-    else:
-        raise InvalidInput(
-            f"metadata filter {key!r}: a JSON value is needed, not {type(value).__name__}"
-        )
     if utf8(key) is None or text is not None and utf8(text) is None:
         raise InvalidInput(
             f"metadata filter {printable(key)!r}: a value cannot be stored in PostgreSQL: "
@@ -254,18 +218,19 @@ def _matches(metadata: str, pairs: Sequence[tuple[str, Any]]) -> bool:
     for key, value in pairs:
         present = isinstance(stored, dict) and key in stored
         found = stored[key] if present else None
-        if value is None:
+        kind = filter_kind(key, value)
+        if kind == "null":
             ok = found is None
-        elif value is True or value is False:
+        elif kind == "boolean":
             ok = found is value
-        elif isinstance(value, int | float):
+        elif kind == "number":
             ok = isinstance(found, int | float) and not isinstance(found, bool) and found == value
-        elif isinstance(value, str):
+        elif kind == "text":
             ok = isinstance(found, str) and found == value
         else:
             ok = isinstance(found, dict | list) and json.dumps(
                 found, ensure_ascii=False, separators=(",", ":")
-            ) == _filter_text(value)
+            ) == container_text(value)
         if not ok:
             return False
     return True
@@ -306,7 +271,8 @@ def _list(conn: Conn, query: GraphCheckpointQuery) -> list[GraphCheckpointRow]:
         wanted = None if limit is None else limit - len(found)
         where = f"WHERE {' AND '.join(page_wheres)} " if page_wheres else ""
         rows = conn.execute(
-            f"SELECT {_ROW_COLUMNS} FROM langgraph_checkpoints {where}{_NEWEST_FIRST} LIMIT %s",
+            f"SELECT {GRAPH_ROW_COLUMNS} FROM langgraph_checkpoints {where}{_NEWEST_FIRST} "
+            "LIMIT %s",
             (*page_params, wanted),
         ).fetchall()
         kept = [
@@ -410,16 +376,7 @@ class LangGraphOps(PostgresBase):
     ) -> None:
         """Store (or replace) a checkpoint, fenced by the thread's lease."""
         item = checkpoint
-        params = (
-            item.thread_id,
-            item.checkpoint_ns,
-            item.checkpoint_id,
-            item.parent_checkpoint_id,
-            item.run_id,
-            item.type,
-            item.checkpoint,
-            item.metadata_json,
-        )
+        params = checkpoint_params(item)
 
         def write(conn: Conn) -> None:
             _lock(conn, [item.thread_id], exclusive=False)
@@ -439,23 +396,7 @@ class LangGraphOps(PostgresBase):
     ) -> None:
         """Store a task's writes in one transaction: a write at a stored (task, idx) is kept,
         except a special channel's (idx < 0), which the new one replaces."""
-        rows = [
-            (
-                w.idx < 0,
-                (
-                    thread_id,
-                    checkpoint_ns,
-                    checkpoint_id,
-                    w.task_id,
-                    w.idx,
-                    w.channel,
-                    w.type,
-                    w.value,
-                    w.task_path,
-                ),
-            )
-            for w in writes
-        ]
+        rows = write_params(thread_id, checkpoint_ns, checkpoint_id, writes)
         kept = [params for replace, params in rows if not replace]
         replaced = [params for replace, params in rows if replace]
 
@@ -477,7 +418,7 @@ class LangGraphOps(PostgresBase):
         there is none."""
 
         def read(conn: Conn) -> GraphCheckpointRow | None:
-            base = f"SELECT {_ROW_COLUMNS} FROM langgraph_checkpoints "
+            base = f"SELECT {GRAPH_ROW_COLUMNS} FROM langgraph_checkpoints "
             if checkpoint_id is None:
                 found = conn.execute(
                     base + "WHERE thread_id = %s AND checkpoint_ns = %s "
@@ -515,8 +456,7 @@ class LangGraphOps(PostgresBase):
     ) -> int:
         """Copy every checkpoint and write of one thread to a thread that has none; how many
         checkpoints were copied. InvalidInput (nothing copied) if the target has some."""
-        if source_thread_id == target_thread_id:
-            raise InvalidInput(f"cannot copy thread {source_thread_id!r} onto itself")
+        copy_refused(source_thread_id, target_thread_id, target_taken=False)
 
         def write(conn: Conn) -> int:
             _lock(conn, [target_thread_id], exclusive=True)
@@ -525,11 +465,7 @@ class LangGraphOps(PostgresBase):
                 "SELECT 1 FROM langgraph_checkpoints WHERE thread_id = %s LIMIT 1",
                 (target_thread_id,),
             ).fetchone()
-            if taken is not None:
-                raise InvalidInput(
-                    f"thread {target_thread_id!r} already has checkpoints; delete it first "
-                    "or copy to a new thread id"
-                )
+            copy_refused(source_thread_id, target_thread_id, target_taken=taken is not None)
             # One statement, so the checkpoints and the writes come from one snapshot.
             (copied,) = conn.execute(
                 f"WITH copied AS (INSERT INTO langgraph_checkpoints ({_CHECKPOINT_COLUMNS}) "
@@ -566,7 +502,7 @@ class LangGraphOps(PostgresBase):
             )
             _lock(conn, threads, exclusive=True)
             for thread_id in threads:
-                _fence(conn, thread_id, _lease_for(thread_id, leases))
+                _fence(conn, thread_id, lease_for(thread_id, leases))
             # Only the fenced threads: a checkpoint of these runs that another thread
             # committed meanwhile is left, as if it came after this delete.
             scope = "WHERE run_id = ANY(%s) AND thread_id = ANY(%s)"
@@ -597,7 +533,7 @@ class LangGraphOps(PostgresBase):
             _lock(conn, threads, exclusive=True)
             removed = 0
             for thread_id in threads:
-                _fence(conn, thread_id, _lease_for(thread_id, leases))
+                _fence(conn, thread_id, lease_for(thread_id, leases))
                 removed += (
                     _keep_latest(conn, thread_id)
                     if keep_latest

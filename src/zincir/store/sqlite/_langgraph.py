@@ -16,14 +16,27 @@ from typing import Any, Final
 
 import apsw
 
-from ..._errors import FencedOut, InvalidInput, LeaseHeld
+from ..._errors import FencedOut
 from ..._time import from_db, to_db
+from .._graph_filters import container_text, filter_kind
+from .._graph_rules import (
+    checkpoint_params,
+    copy_refused,
+    lease_for,
+    lease_held,
+    thread_fenced_out,
+    write_params,
+)
 from .._langgraph_records import (
+    GRAPH_ROW_COLUMNS,
+    GRAPH_WRITE_COLUMNS,
     GraphCheckpointQuery,
     GraphCheckpointRow,
     GraphWrite,
     NewGraphCheckpoint,
     ThreadLease,
+    graph_checkpoint_row,
+    graph_write,
 )
 from ._base import SQLiteBase, one
 
@@ -55,7 +68,7 @@ _REPLACE_WRITE: Final = (
     "type = excluded.type, value = excluded.value, task_path = excluded.task_path"
 )
 _SELECT_WRITES: Final = (
-    "SELECT task_id, idx, channel, type, value, task_path FROM langgraph_writes "
+    f"SELECT {GRAPH_WRITE_COLUMNS} FROM langgraph_writes "
     "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
     "ORDER BY task_path, task_id, idx"
 )
@@ -77,11 +90,7 @@ def _fence(conn: apsw.Connection, thread_id: str, lease: ThreadLease | None, now
         ).fetchone()
         if held is not None:
             owner, token, expires_at = held
-            raise LeaseHeld(
-                f"thread {thread_id!r} is leased by {owner} (token {token}) until "
-                f"{expires_at}; write through the saver that holds it (saver.fenced), or "
-                "wait for the lease to expire"
-            )
+            raise lease_held(thread_id, owner, token, expires_at, taking=False)
         return
     extended = conn.execute(
         "UPDATE langgraph_thread_leases SET expires_at = ?, updated_at = ? "
@@ -97,20 +106,7 @@ def _fenced_out(conn: apsw.Connection, thread_id: str, lease: ThreadLease) -> Fe
     row = conn.execute(
         "SELECT owner, token FROM langgraph_thread_leases WHERE thread_id = ?", (thread_id,)
     ).fetchone()
-    if row is not None and row[1] != lease.token:
-        return FencedOut(
-            f"thread {thread_id!r}: lease token {lease.token} was superseded by {row[1]} "
-            f"(held by {row[0] or 'nobody now'}); stop writing this thread, the write was "
-            "rejected"
-        )
-    return FencedOut(
-        f"thread {thread_id!r}: this lease (token {lease.token}) was released or never "
-        "taken; take the thread again (saver.fenced) to write"
-    )
-
-
-def _lease_for(thread_id: str, leases: Sequence[ThreadLease]) -> ThreadLease | None:
-    return next((lease for lease in leases if lease.thread_id == thread_id), None)
+    return thread_fenced_out(thread_id, lease, row)
 
 
 def _acquire(
@@ -124,10 +120,7 @@ def _acquire(
     if row is not None:
         held_by, token, expires_at = row
         if held_by is not None and held_by != owner and expires_at > stamp and not force:
-            raise LeaseHeld(
-                f"thread {thread_id!r} is leased by {held_by} (token {token}) until "
-                f"{expires_at}; wait for it to expire or take it over with force=True"
-            )
+            raise lease_held(thread_id, held_by, token, expires_at, taking=True)
     lease = ThreadLease(thread_id, owner, (row[1] if row is not None else 0) + 1, ttl)
     conn.execute(
         "INSERT INTO langgraph_thread_leases (thread_id, owner, token, expires_at, updated_at) "
@@ -146,47 +139,31 @@ def _writes(
     conn: apsw.Connection, thread_id: str, ns: str, checkpoint_id: str
 ) -> tuple[GraphWrite, ...]:
     return tuple(
-        GraphWrite(task_id, int(idx), channel, type_, bytes(value), task_path)
-        for task_id, idx, channel, type_, value, task_path in conn.execute(
-            _SELECT_WRITES, (thread_id, ns, checkpoint_id)
-        )
+        graph_write(row) for row in conn.execute(_SELECT_WRITES, (thread_id, ns, checkpoint_id))
     )
 
 
 def _row(conn: apsw.Connection, found: tuple[Any, ...]) -> GraphCheckpointRow:
-    thread_id, ns, checkpoint_id, parent, run_id, type_, blob, metadata, created_at = found
-    return GraphCheckpointRow(
-        thread_id=thread_id,
-        checkpoint_ns=ns,
-        checkpoint_id=checkpoint_id,
-        parent_checkpoint_id=parent,
-        type=type_,
-        checkpoint=bytes(blob),
-        metadata_json=metadata,
-        run_id=run_id,
-        created_at=from_db(created_at),
-        writes=_writes(conn, thread_id, ns, checkpoint_id),
-    )
+    """A checkpoint selected as GRAPH_ROW_COLUMNS, with its writes."""
+    writes = _writes(conn, found[0], found[1], found[2])
+    return graph_checkpoint_row(found, writes, from_db)
 
 
 def _metadata_predicate(key: str, value: Any) -> tuple[str, list[Any]]:
     """SQL matching one metadata filter pair by JSON type and value (1 matches 1.0, not
     true or "1"); a None value matches null or a missing key, as in LangGraph's savers."""
+    kind = filter_kind(key, value)
     exists = "EXISTS (SELECT 1 FROM json_each(metadata) WHERE key = ? AND "
-    if value is None:
+    if kind == "null":
         return "NOT " + exists + "type <> 'null')", [key]
-    if value is True or value is False:
+    if kind == "boolean":
         return exists + "type = ?)", [key, "true" if value else "false"]
-    if isinstance(value, int | float):
+    if kind == "number":
         return exists + "type IN ('integer', 'real') AND value = ?)", [key, value]
-    if isinstance(value, str):
+    if kind == "text":
         return exists + "type = 'text' AND value = ?)", [key, value]
-    if isinstance(value, dict | list | tuple):
-        text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-        return exists + "type IN ('object', 'array') AND json(value) = json(?))", [key, text]
-    raise InvalidInput(
-        f"metadata filter {key!r}: a JSON value is needed, not {type(value).__name__}"
-    )
+    text = container_text(value)
+    return exists + "type IN ('object', 'array') AND json(value) = json(?))", [key, text]
 
 
 def _list(conn: apsw.Connection, query: GraphCheckpointQuery) -> list[GraphCheckpointRow]:
@@ -210,7 +187,7 @@ def _list(conn: apsw.Connection, query: GraphCheckpointQuery) -> list[GraphCheck
         params.extend(query.after)
     where = f"WHERE {' AND '.join(wheres)} " if wheres else ""
     params.append(-1 if query.limit is None else query.limit)
-    sql = f"SELECT {_CHECKPOINT_COLUMNS} FROM langgraph_checkpoints {where}{_NEWEST_FIRST} LIMIT ?"
+    sql = f"SELECT {GRAPH_ROW_COLUMNS} FROM langgraph_checkpoints {where}{_NEWEST_FIRST} LIMIT ?"
     return [_row(conn, tuple(found)) for found in conn.execute(sql, params).fetchall()]
 
 
@@ -282,20 +259,7 @@ class LangGraphOps(SQLiteBase):
 
         def write(conn: apsw.Connection) -> None:
             _fence(conn, item.thread_id, lease, now)
-            conn.execute(
-                _PUT_CHECKPOINT,
-                (
-                    item.thread_id,
-                    item.checkpoint_ns,
-                    item.checkpoint_id,
-                    item.parent_checkpoint_id,
-                    item.run_id,
-                    item.type,
-                    item.checkpoint,
-                    item.metadata_json,
-                    to_db(now),
-                ),
-            )
+            conn.execute(_PUT_CHECKPOINT, (*checkpoint_params(item), to_db(now)))
 
         await self._write(write)
 
@@ -313,22 +277,8 @@ class LangGraphOps(SQLiteBase):
         now = self.clock()
         stamp = to_db(now)
         rows = [
-            (
-                _REPLACE_WRITE if w.idx < 0 else _INSERT_WRITE,
-                (
-                    thread_id,
-                    checkpoint_ns,
-                    checkpoint_id,
-                    w.task_id,
-                    w.idx,
-                    w.channel,
-                    w.type,
-                    w.value,
-                    w.task_path,
-                    stamp,
-                ),
-            )
-            for w in writes
+            (_REPLACE_WRITE if replaces else _INSERT_WRITE, (*params, stamp))
+            for replaces, params in write_params(thread_id, checkpoint_ns, checkpoint_id, writes)
         ]
 
         def write(conn: apsw.Connection) -> None:
@@ -345,7 +295,7 @@ class LangGraphOps(SQLiteBase):
         there is none."""
 
         def read(conn: apsw.Connection) -> GraphCheckpointRow | None:
-            base = f"SELECT {_CHECKPOINT_COLUMNS} FROM langgraph_checkpoints "
+            base = f"SELECT {GRAPH_ROW_COLUMNS} FROM langgraph_checkpoints "
             if checkpoint_id is None:
                 found = conn.execute(
                     base + "WHERE thread_id = ? AND checkpoint_ns = ? "
@@ -383,8 +333,7 @@ class LangGraphOps(SQLiteBase):
     ) -> int:
         """Copy every checkpoint and write of one thread to a thread that has none; how many
         checkpoints were copied. InvalidInput (nothing copied) if the target has some."""
-        if source_thread_id == target_thread_id:
-            raise InvalidInput(f"cannot copy thread {source_thread_id!r} onto itself")
+        copy_refused(source_thread_id, target_thread_id, target_taken=False)
         now = self.clock()
         stamp = to_db(now)
 
@@ -394,11 +343,7 @@ class LangGraphOps(SQLiteBase):
                 "SELECT 1 FROM langgraph_checkpoints WHERE thread_id = ? LIMIT 1",
                 (target_thread_id,),
             ).fetchone()
-            if taken is not None:
-                raise InvalidInput(
-                    f"thread {target_thread_id!r} already has checkpoints; delete it first "
-                    "or copy to a new thread id"
-                )
+            copy_refused(source_thread_id, target_thread_id, target_taken=taken is not None)
             conn.execute(
                 f"INSERT INTO langgraph_checkpoints ({_CHECKPOINT_COLUMNS}) "
                 "SELECT ?, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, "
@@ -433,7 +378,7 @@ class LangGraphOps(SQLiteBase):
                 f"SELECT DISTINCT thread_id FROM langgraph_checkpoints WHERE {runs}", (wanted,)
             ).fetchall()
             for (thread_id,) in threads:
-                _fence(conn, str(thread_id), _lease_for(str(thread_id), leases), now)
+                _fence(conn, str(thread_id), lease_for(str(thread_id), leases), now)
             conn.execute(
                 "DELETE FROM langgraph_writes WHERE (thread_id, checkpoint_ns, checkpoint_id) IN "
                 "(SELECT thread_id, checkpoint_ns, checkpoint_id FROM langgraph_checkpoints "
@@ -460,7 +405,7 @@ class LangGraphOps(SQLiteBase):
         def write(conn: apsw.Connection) -> int:
             removed = 0
             for thread_id in threads:
-                _fence(conn, thread_id, _lease_for(thread_id, leases), now)
+                _fence(conn, thread_id, lease_for(thread_id, leases), now)
                 removed += (
                     _keep_latest(conn, thread_id)
                     if keep_latest
