@@ -14,7 +14,6 @@ from typing import Any
 
 from psycopg import errors
 
-from ..._errors import RunNotFound
 from ..._json import loads_strict
 from .._agent_log import (
     already_decided,
@@ -35,6 +34,7 @@ from .._records import (
     ToolResultEntry,
     checkpoint_record,
 )
+from .._run_rules import run_not_found
 from ._base import Conn, PostgresBase, one
 from ._log import append
 from ._runs import read_events
@@ -101,7 +101,7 @@ def _load_state(conn: Conn, run_id: str) -> RunState:
         "SELECT status, config, last_seq FROM agent_runs WHERE id = %s", (run_id,)
     ).fetchone()
     if run is None:
-        raise RunNotFound(f"no run {run_id!r} in this store", run_id=run_id)
+        raise run_not_found(run_id)
     status, config, last_seq = run
     row = conn.execute(
         f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s "

@@ -14,12 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
-from ..._json import dumps, encode_checked
 from .._records import TERMINAL_STATUSES, Lease, NewEvent
+from .._run_rules import (
+    attempt_error,
+    attempt_failed,
+    attempts_spent,
+    claim_events,
+    transition,
+)
 from ._base import Conn, PostgresBase, one
-from ._log import append_checked, text_time, transition
+from ._log import append_checked, text_time
 
 __all__ = ["CLAIMABLE_SQL", "ClaimOps"]
 
@@ -88,19 +93,12 @@ def _claim(
     ]
     if not rows:
         return []
-    spent = [row for row in rows if max_attempts is not None and row[2] >= max_attempts]
+    spent = [row for row in rows if attempts_spent(row[2], max_attempts)]
     appended = [
-        _fail(
-            conn,
-            run_id,
-            status,
-            attempts,
-            last_error
-            or f"attempt {attempts} ended without completing the run (crashed or returned)",
-        )
+        _fail(conn, run_id, status, attempts, attempt_error(attempts, last_error))
         for run_id, status, attempts, last_error in spent
     ]
-    wanted = [row for row in rows if max_attempts is None or row[2] < max_attempts]
+    wanted = [row for row in rows if not attempts_spent(row[2], max_attempts)]
     claimed: dict[str, tuple[int, int, int]] = {}
     if wanted:
         ids = [row[0] for row in wanted]
@@ -112,13 +110,7 @@ def _claim(
     leases: list[Lease] = []
     for run_id, status, _, _ in wanted:
         token, attempt, last_seq = claimed[run_id]
-        events = [transition("pending", "running")] if status == "pending" else []
-        events.append(
-            NewEvent(
-                "run_claimed",
-                encode_checked({"worker": owner, "attempt": attempt, "lease_token": token}),
-            )
-        )
+        events = claim_events(status, owner, attempt, token)
         appended.append((run_id, last_seq - len(events), events))
         leases.append(Lease(run_id, owner, token, ttl))
     append_checked(conn, appended)
@@ -152,7 +144,7 @@ def _settle(
                 (backoff(attempts), lease.run_id),
             )
         return
-    if max_attempts is not None and attempts >= max_attempts:
+    if attempts_spent(attempts, max_attempts):
         append_checked(conn, [_fail(conn, lease.run_id, status, attempts, error)])
         return
     retry, last_seq = one(
@@ -162,8 +154,7 @@ def _settle(
         "RETURNING next_attempt_at, last_seq",
         (error, backoff(attempts), lease.run_id),
     )
-    payload: dict[str, Any] = {"attempt": attempts, "error": error, "retry_at": text_time(retry)}
-    event = NewEvent("attempt_failed", dumps(payload))
+    event = attempt_failed(attempts, error, text_time(retry))
     append_checked(conn, [(lease.run_id, int(last_seq) - 1, [event])])
 
 

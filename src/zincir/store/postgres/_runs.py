@@ -11,20 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from ..._errors import InvalidInput, LeaseHeld, RunNotFound, RunTerminal
-from ..._json import loads_strict
 from ..._time import to_db
-from .._records import TERMINAL_STATUSES, Event, Lease, NewEvent, RunRecord
+from .._records import Event, Lease, NewEvent, RunRecord, event_record
+from .._run_rules import check_takeover, check_wait_kind, run_exists_error, transition
 from ._base import Conn, PostgresBase, one
-from ._log import (
-    RUN_SELECT,
-    append,
-    insert_run,
-    run_exists_error,
-    run_record,
-    text_time,
-    transition,
-)
+from ._log import RUN_SELECT, append, insert_run, run_record, text_time
 
 __all__ = ["RunOps", "acquire", "read_events"]
 
@@ -32,8 +23,8 @@ __all__ = ["RunOps", "acquire", "read_events"]
 def read_events(conn: Conn, run_id: str, after_seq: int, limit: int | None = None) -> list[Event]:
     """Events of ``run_id`` with seq > ``after_seq``, in order (all of them without ``limit``)."""
     return [
-        Event(run_id, int(seq), str(kind), loads_strict(payload), created)
-        for seq, kind, payload, created in conn.execute(
+        event_record(run_id, row)
+        for row in conn.execute(
             "SELECT seq, type, payload, created_at FROM events "
             "WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
             (run_id, after_seq, limit),
@@ -52,17 +43,13 @@ def acquire(conn: Conn, run_id: str, owner: str, ttl: timedelta, *, force: bool)
         "FROM agent_runs WHERE id = %s FOR NO KEY UPDATE",
         (run_id,),
     ).fetchone()
-    if row is None:
-        raise RunNotFound(f"no run {run_id!r} in this store", run_id=run_id)
-    status, holder, expiry, live = row
-    if status in TERMINAL_STATUSES:
-        raise RunTerminal(f"the run is {status} and cannot be recovered", run_id=run_id)
-    if not force and holder is not None and live:
-        raise LeaseHeld(
-            f"owner {holder} holds a live lease until {text_time(expiry)}; wait for it to "
-            "expire, or force_recover once that process is confirmed dead",
-            run_id=run_id,
-        )
+    status = check_takeover(
+        run_id,
+        None if row is None else row[:2],
+        live=row is not None and bool(row[3]),
+        until=None if row is None else text_time(row[2]),
+        force=force,
+    )
     (token,) = one(
         conn,
         "UPDATE agent_runs SET lease_owner = %s, lease_token = lease_token + 1, "
@@ -70,7 +57,7 @@ def acquire(conn: Conn, run_id: str, owner: str, ttl: timedelta, *, force: bool)
         "WHERE id = %s RETURNING lease_token",
         (owner, ttl, run_id),
     )
-    return int(token), str(status)
+    return int(token), status
 
 
 class RunOps(PostgresBase):
@@ -223,8 +210,7 @@ class RunOps(PostgresBase):
         A ResumeWorker claims a waiting run only once its wait is satisfied: a message on
         topic ``ref`` (kind ``message``), child ``ref`` terminal (``child``), or ``until``.
         """
-        if kind not in (None, "timer", "message", "child"):
-            raise InvalidInput(f"a run waits on a timer, a message or a child, not {kind!r}")
+        check_wait_kind(kind)
         if until is not None:
             to_db(until)  # InvalidInput for a naive datetime, as on every backend
 

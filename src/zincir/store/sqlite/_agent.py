@@ -8,7 +8,6 @@ from typing import Any
 
 import apsw
 
-from ..._errors import RunNotFound
 from ..._json import loads_strict
 from ..._time import from_db, to_db
 from .._agent_log import (
@@ -30,6 +29,7 @@ from .._records import (
     ToolResultEntry,
     checkpoint_record,
 )
+from .._run_rules import run_not_found
 from ._base import SQLiteBase, one
 from ._log import append
 from ._runs import _INLINE_EVENTS, read_events
@@ -212,7 +212,7 @@ class AgentOps(SQLiteBase):
                 "SELECT status, config, last_seq FROM agent_runs WHERE id = ?", (run_id,)
             ).fetchone()
             if run is None:
-                raise RunNotFound(f"no run {run_id!r} in this store", run_id=run_id)
+                raise run_not_found(run_id)
             status, config, last_seq = run
             row = conn.execute(
                 f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? "

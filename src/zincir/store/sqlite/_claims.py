@@ -10,15 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 import apsw
 
-from ..._json import dumps, encode_checked
+from ..._json import encode_checked
 from ..._time import to_db
 from .._records import TERMINAL_STATUSES, Lease, NewEvent
+from .._run_rules import (
+    attempt_error,
+    attempt_failed,
+    attempts_spent,
+    claim_events,
+    transition,
+)
 from ._base import SQLiteBase, one
-from ._log import append_checked, transition
+from ._log import append_checked
 
 __all__ = ["CLAIMABLE_SQL", "ClaimOps"]
 
@@ -80,22 +86,12 @@ class ClaimOps(SQLiteBase):
             ]
             if not rows:
                 return []
-            spent = [row for row in rows if max_attempts is not None and row[2] >= max_attempts]
+            spent = [row for row in rows if attempts_spent(row[2], max_attempts)]
             appended = [
-                _fail(
-                    conn,
-                    run_id,
-                    stamp,
-                    status,
-                    attempts,
-                    last_error
-                    or (
-                        f"attempt {attempts} ended without completing the run (crashed or returned)"
-                    ),
-                )
+                _fail(conn, run_id, stamp, status, attempts, attempt_error(attempts, last_error))
                 for run_id, status, attempts, last_error in spent
             ]
-            wanted = [row[0] for row in rows if max_attempts is None or row[2] < max_attempts]
+            wanted = [row[0] for row in rows if not attempts_spent(row[2], max_attempts)]
             claimed = (
                 []
                 if not wanted
@@ -118,17 +114,11 @@ class ClaimOps(SQLiteBase):
                     )
                 ]
             )
-            pending = {row[0] for row in rows if row[1] == "pending"}
+            status_of = {row[0]: row[1] for row in rows}
             leases: list[Lease] = []
             retry_at: list[tuple[str, str]] = []
             for run_id, token, attempt, last_seq in claimed:
-                events = [transition("pending", "running")] if run_id in pending else []
-                events.append(
-                    NewEvent(
-                        "run_claimed",
-                        encode_checked({"worker": owner, "attempt": attempt, "lease_token": token}),
-                    )
-                )
+                events = claim_events(status_of[run_id], owner, attempt, token)
                 appended.append((run_id, last_seq - len(events), events))
                 retry_at.append((to_db(now + backoff(attempt)), run_id))
                 leases.append(Lease(run_id, owner, token, ttl))
@@ -182,7 +172,7 @@ class ClaimOps(SQLiteBase):
                         (to_db(now + backoff(attempts)), stamp, lease.run_id),
                     )
                 return
-            if max_attempts is not None and attempts >= max_attempts:
+            if attempts_spent(attempts, max_attempts):
                 append_checked(
                     conn, now, [_fail(conn, lease.run_id, stamp, status, attempts, error)]
                 )
@@ -193,11 +183,7 @@ class ClaimOps(SQLiteBase):
                 "last_seq = last_seq + 1 WHERE id = ?",
                 (error, retry, stamp, lease.run_id),
             )
-            payload: dict[str, Any] = {"attempt": attempts, "error": error, "retry_at": retry}
-            append_checked(
-                conn,
-                now,
-                [(lease.run_id, int(last_seq), [NewEvent("attempt_failed", dumps(payload))])],
-            )
+            event = attempt_failed(attempts, error, retry)
+            append_checked(conn, now, [(lease.run_id, int(last_seq), [event])])
 
         await self._write(write)

@@ -15,10 +15,10 @@ from datetime import datetime
 
 import apsw
 
-from ..._errors import FencedOut, RunExists, RunNotFound, RunTerminal
-from ..._json import encode_checked
+from ..._errors import RunNotFound
 from ..._time import to_db
-from .._records import TERMINAL_STATUSES, Lease, NewEvent
+from .._records import Lease, NewEvent
+from .._run_rules import fence_error, transition
 
 __all__ = [
     "append",
@@ -26,8 +26,6 @@ __all__ = [
     "check_fence",
     "diagnose",
     "insert_run",
-    "run_exists_error",
-    "transition",
 ]
 
 _INSERT = (
@@ -36,31 +34,12 @@ _INSERT = (
 )
 
 
-def transition(old: str, new: str, **details: object) -> NewEvent:
-    """The ``state_transition`` event that accompanies a status change."""
-    return NewEvent("state_transition", encode_checked({"from": old, "to": new, **details}))
-
-
 def diagnose(conn: apsw.Connection, run_id: str, token: int) -> Exception:
     """Why a fenced write matched no row: missing run, terminal run, or a newer owner."""
     row = conn.execute(
         "SELECT status, lease_token FROM agent_runs WHERE id = ?", (run_id,)
     ).fetchone()
-    if row is None:
-        return RunNotFound(f"no run {run_id!r} in this store", run_id=run_id)
-    status, current = row
-    if status in TERMINAL_STATUSES:
-        return RunTerminal(f"the run is {status}; nothing more can be written", run_id=run_id)
-    if current != token:
-        return FencedOut(
-            f"lease token {token} was superseded by {current} (another owner recovered the "
-            "run); stop this context, the write was rejected",
-            run_id=run_id,
-        )
-    return FencedOut(
-        "this context no longer holds the lease (released or lost); recover the run to write",
-        run_id=run_id,
-    )
+    return fence_error(run_id, token, row)
 
 
 def check_fence(conn: apsw.Connection, lease: Lease) -> None:
@@ -172,8 +151,3 @@ def insert_run(
     if lease is not None:
         append(conn, lease, now, [transition("pending", "running")])
     return True
-
-
-def run_exists_error(run_id: str, hint: str) -> RunExists:
-    """The RunExists raised when ``insert_run`` found the id taken."""
-    return RunExists(f"a run with this id already exists; {hint}", run_id=run_id)

@@ -7,12 +7,11 @@ from datetime import datetime, timedelta
 
 import apsw
 
-from ..._errors import InvalidInput, LeaseHeld, RunNotFound, RunTerminal
-from ..._json import loads_strict
 from ..._time import from_db, to_db
-from .._records import RUN_COLUMNS, TERMINAL_STATUSES, Event, Lease, NewEvent, RunRecord
+from .._records import RUN_COLUMNS, Event, Lease, NewEvent, RunRecord, event_record
+from .._run_rules import check_takeover, check_wait_kind, run_exists_error, transition
 from ._base import SQLiteBase, one
-from ._log import append, insert_run, run_exists_error, transition
+from ._log import append, insert_run
 
 __all__ = ["RunOps", "acquire", "read_events", "run_record"]
 
@@ -31,8 +30,8 @@ def read_events(
 ) -> list[Event]:
     """Events of ``run_id`` with seq > ``after_seq``, in order."""
     return [
-        Event(run_id, seq, kind, loads_strict(payload), from_db(created))
-        for seq, kind, payload, created in conn.execute(
+        event_record(run_id, row, from_db)
+        for row in conn.execute(
             "SELECT seq, type, payload, created_at FROM events "
             "WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (run_id, after_seq, -1 if limit is None else limit),
@@ -54,24 +53,21 @@ def acquire(
     row = conn.execute(
         "SELECT status, lease_owner, lease_expires_at FROM agent_runs WHERE id = ?", (run_id,)
     ).fetchone()
-    if row is None:
-        raise RunNotFound(f"no run {run_id!r} in this store", run_id=run_id)
-    status, holder, lease_expiry = row
-    if status in TERMINAL_STATUSES:
-        raise RunTerminal(f"the run is {status} and cannot be recovered", run_id=run_id)
-    if not force and holder is not None and lease_expiry is not None and lease_expiry > now_text:
-        raise LeaseHeld(
-            f"owner {holder} holds a live lease until {lease_expiry}; wait for it to expire, "
-            "or force_recover once that process is confirmed dead",
-            run_id=run_id,
-        )
+    expiry = None if row is None else row[2]
+    status = check_takeover(
+        run_id,
+        None if row is None else row[:2],
+        live=expiry is not None and expiry > now_text,
+        until=expiry,
+        force=force,
+    )
     (token,) = one(
         conn,
         "UPDATE agent_runs SET lease_owner = ?, lease_token = lease_token + 1, "
         "lease_expires_at = ?, updated_at = ? WHERE id = ? RETURNING lease_token",
         (owner, expires, now_text, run_id),
     )
-    return int(token), str(status)
+    return int(token), status
 
 
 class RunOps(SQLiteBase):
@@ -231,8 +227,7 @@ class RunOps(SQLiteBase):
         A ResumeWorker claims a waiting run only once its wait is satisfied: a message on
         topic ``ref`` (kind ``message``), child ``ref`` terminal (``child``), or ``until``.
         """
-        if kind not in (None, "timer", "message", "child"):
-            raise InvalidInput(f"a run waits on a timer, a message or a child, not {kind!r}")
+        check_wait_kind(kind)
 
         def write(conn: apsw.Connection) -> None:
             append(conn, lease, self.clock())

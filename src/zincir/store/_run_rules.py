@@ -1,0 +1,117 @@
+"""The backend-neutral rules of runs and their leases: the events of a status change and
+of a claim, why a fenced write or a takeover is refused, and when a run's attempts are
+spent. Each backend reads the run's row its own way and asks these."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._errors import FencedOut, InvalidInput, LeaseHeld, RunExists, RunNotFound, RunTerminal
+from .._json import dumps, encode_checked
+from ._records import TERMINAL_STATUSES, NewEvent
+
+__all__ = [
+    "attempt_error",
+    "attempt_failed",
+    "attempts_spent",
+    "check_takeover",
+    "check_wait_kind",
+    "claim_events",
+    "fence_error",
+    "run_exists_error",
+    "run_not_found",
+    "transition",
+]
+
+
+def transition(old: str, new: str, **details: object) -> NewEvent:
+    """The ``state_transition`` event that accompanies a status change."""
+    return NewEvent("state_transition", encode_checked({"from": old, "to": new, **details}))
+
+
+def run_not_found(run_id: str) -> RunNotFound:
+    """The error of a write or read that names no stored run."""
+    return RunNotFound(f"no run {run_id!r} in this store", run_id=run_id)
+
+
+def run_exists_error(run_id: str, hint: str) -> RunExists:
+    """The RunExists raised when ``insert_run`` found the id taken."""
+    return RunExists(f"a run with this id already exists; {hint}", run_id=run_id)
+
+
+def fence_error(run_id: str, token: int, row: tuple[Any, ...] | None) -> Exception:
+    """Why a write fenced by lease ``token`` matched no row, given the run's stored
+    (status, lease_token), or None when the run is gone: missing run, terminal run, or a
+    newer owner."""
+    if row is None:
+        return run_not_found(run_id)
+    status, current = row
+    if status in TERMINAL_STATUSES:
+        return RunTerminal(f"the run is {status}; nothing more can be written", run_id=run_id)
+    if current != token:
+        return FencedOut(
+            f"lease token {token} was superseded by {current} (another owner recovered the "
+            "run); stop this context, the write was rejected",
+            run_id=run_id,
+        )
+    return FencedOut(
+        "this context no longer holds the lease (released or lost); recover the run to write",
+        run_id=run_id,
+    )
+
+
+def check_takeover(
+    run_id: str, row: tuple[Any, ...] | None, *, live: bool, until: str | None, force: bool
+) -> str:
+    """The status of a run a new owner may take over, given its stored (status,
+    lease_owner) or None: RunNotFound, RunTerminal, or LeaseHeld while another lease is
+    ``live`` (until ``until``) and the takeover is not ``force``d."""
+    if row is None:
+        raise run_not_found(run_id)
+    status, holder = row
+    if status in TERMINAL_STATUSES:
+        raise RunTerminal(f"the run is {status} and cannot be recovered", run_id=run_id)
+    if not force and holder is not None and live:
+        raise LeaseHeld(
+            f"owner {holder} holds a live lease until {until}; wait for it to expire, "
+            "or force_recover once that process is confirmed dead",
+            run_id=run_id,
+        )
+    return str(status)
+
+
+def check_wait_kind(kind: str | None) -> None:
+    """InvalidInput unless ``kind`` is a wait a run can record (or None: no wait)."""
+    if kind not in (None, "timer", "message", "child"):
+        raise InvalidInput(f"a run waits on a timer, a message or a child, not {kind!r}")
+
+
+def attempts_spent(attempts: int, max_attempts: int | None) -> bool:
+    """Whether a run that made ``attempts`` may not be attempted again."""
+    return max_attempts is not None and attempts >= max_attempts
+
+
+def attempt_error(attempts: int, last_error: str | None) -> str:
+    """The error a run whose attempts are spent fails with: its last one, if recorded."""
+    return last_error or (
+        f"attempt {attempts} ended without completing the run (crashed or returned)"
+    )
+
+
+def claim_events(status: str, owner: str, attempt: int, token: int) -> list[NewEvent]:
+    """The events of a claim of a run that was ``status``: its start (a pending run's
+    transition) and ``run_claimed``."""
+    events = [transition("pending", "running")] if status == "pending" else []
+    events.append(
+        NewEvent(
+            "run_claimed",
+            encode_checked({"worker": owner, "attempt": attempt, "lease_token": token}),
+        )
+    )
+    return events
+
+
+def attempt_failed(attempts: int, error: str, retry_at: str | None) -> NewEvent:
+    """The ``attempt_failed`` event of an attempt retried at ``retry_at`` (stored text)."""
+    payload: dict[str, Any] = {"attempt": attempts, "error": error, "retry_at": retry_at}
+    return NewEvent("attempt_failed", dumps(payload))
