@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Final, Generic, Literal, TypeVar
+
+from .._json import loads_strict
+from ._records import TimeDecoder, driver_time, optional_time
 
 __all__ = [
+    "MESSAGE_COLUMNS",
     "ChildOutcome",
     "ChildResult",
     "ReceivedMessage",
     "StepClaim",
     "TimerRecord",
     "WaitAttempt",
+    "child_result",
+    "received_message",
+    "timer_record",
 ]
 
 T = TypeVar("T")
@@ -46,6 +54,14 @@ class TimerRecord:
         return self.completed_at is not None
 
 
+def timer_record(
+    run_id: str, name: str, row: Sequence[Any], time: TimeDecoder = driver_time
+) -> TimerRecord:
+    """Timer ``name`` of ``run_id`` from its stored (wake_at, completed_at)."""
+    wake_at, completed_at = row
+    return TimerRecord(run_id, name, time(wake_at), optional_time(completed_at, time))
+
+
 @dataclass(frozen=True, slots=True)
 class WaitAttempt(Generic[T]):
     """One fenced attempt to resolve a wait (sleep, receive, join).
@@ -72,6 +88,16 @@ class ReceivedMessage:
     created_at: datetime
 
 
+MESSAGE_COLUMNS: Final = "id, to_run_id, topic, payload, from_run_id, send_key, created_at"
+"""The ``messages`` columns :func:`received_message` reads, in order."""
+
+
+def received_message(row: Sequence[Any], time: TimeDecoder = driver_time) -> ReceivedMessage:
+    """A message selected as :data:`MESSAGE_COLUMNS`, its payload decoded."""
+    mid, to, topic, payload, sender, key, created = row
+    return ReceivedMessage(mid, to, topic, loads_strict(payload), sender, key, time(created))
+
+
 @dataclass(frozen=True, slots=True)
 class ChildResult:
     """A child run's outcome: its status, the JSON result it completed with, its error."""
@@ -84,6 +110,12 @@ class ChildResult:
     @property
     def ok(self) -> bool:
         return self.status == "completed"
+
+
+def child_result(child_id: str, row: Sequence[Any]) -> ChildResult:
+    """Child run ``child_id``'s outcome from its stored (status, result, last_error)."""
+    status, result, error = row
+    return ChildResult(child_id, status, None if result is None else loads_strict(result), error)
 
 
 @dataclass(frozen=True, slots=True)

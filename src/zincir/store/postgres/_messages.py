@@ -13,20 +13,22 @@ after the receive key.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
-from ..._errors import InvalidInput, RunNotFound
-from ..._json import encode_checked, loads_strict
-from .._records import Lease, NewEvent
-from .._workflow_records import ReceivedMessage, WaitAttempt
+from .._records import Lease
+from .._workflow_records import MESSAGE_COLUMNS, ReceivedMessage, WaitAttempt, received_message
+from .._workflow_rules import (
+    message_received,
+    message_sent,
+    receive_deadline,
+    recipient_not_found,
+    same_message,
+)
 from ._base import Conn, PostgresBase, one
 from ._log import append
 from ._timers import clear_wait, ensure_timer, fire_timer, read_timer, set_wait
 
 __all__ = ["MessageOps", "take_messages"]
 
-_COLUMNS = "id, to_run_id, topic, payload, from_run_id, send_key, created_at"
-_DEADLINE = "zincir.recv:"  # the timer of a receive's deadline: this prefix + its key
 _EXTERNAL_KEY = "(to_run_id, send_key) WHERE from_run_id IS NULL AND send_key IS NOT NULL"
 _RUN_KEY = "(from_run_id, send_key) WHERE send_key IS NOT NULL"
 _SENT_EXTERNAL = (
@@ -34,11 +36,6 @@ _SENT_EXTERNAL = (
     "WHERE to_run_id = %s AND send_key = %s AND from_run_id IS NULL"
 )
 _SENT_FROM = "SELECT id, to_run_id, topic FROM messages WHERE from_run_id = %s AND send_key = %s"
-
-
-def _message(row: tuple[Any, ...]) -> ReceivedMessage:
-    mid, to, topic, payload, sender, key, created = row
-    return ReceivedMessage(mid, to, topic, loads_strict(payload), sender, key, created)
 
 
 def _insert(
@@ -53,9 +50,7 @@ def _insert(
     """Store a message; its id, or None if its key (on the index ``conflict``) is taken."""
     exists = conn.execute("SELECT 1 FROM agent_runs WHERE id = %s", (to_run_id,)).fetchone()
     if exists is None:
-        raise RunNotFound(
-            f"cannot send {topic!r}: no run {to_run_id!r} in this store", run_id=to_run_id
-        )
+        raise recipient_not_found(topic, to_run_id)
     row = conn.execute(
         "INSERT INTO messages (to_run_id, topic, payload, from_run_id, send_key, created_at) "
         f"VALUES (%s, %s, %s, %s, %s, zincir_now()) ON CONFLICT {conflict} DO NOTHING "
@@ -80,25 +75,14 @@ def take_messages(conn: Conn, to_run_id: str, topic: str, taker: str, **about: s
     )
 
 
-def _same_message(found: tuple[Any, ...], to_run_id: str, topic: str, key: str) -> int:
-    mid, to, stored_topic = found
-    if (to, stored_topic) != (to_run_id, topic):
-        raise InvalidInput(
-            f"send key {key!r} already sent {stored_topic!r} to run {to!r}; "
-            "use a distinct key for each message",
-            run_id=to_run_id,
-        )
-    return int(mid)
-
-
 def _replayed(conn: Conn, run_id: str, recv_key: str) -> WaitAttempt[ReceivedMessage | None] | None:
     row = conn.execute(
-        f"SELECT {_COLUMNS} FROM messages WHERE to_run_id = %s AND received_by = %s",
+        f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE to_run_id = %s AND received_by = %s",
         (run_id, recv_key),
     ).fetchone()
     if row is not None:
-        return WaitAttempt(True, _message(row))
-    deadline = read_timer(conn, run_id, _DEADLINE + recv_key)
+        return WaitAttempt(True, received_message(row))
+    deadline = read_timer(conn, run_id, receive_deadline(recv_key))
     if deadline is not None and deadline.completed:
         return WaitAttempt(True, None, deadline.wake_at)
     return None
@@ -108,16 +92,15 @@ def _receive(
     conn: Conn, lease: Lease, topic: str, recv_key: str, timeout: timedelta | None
 ) -> WaitAttempt[ReceivedMessage | None]:
     """The receive under the run's row lock (taken by the caller's ``append``)."""
-    deadline_name = _DEADLINE + recv_key
+    deadline_name = receive_deadline(recv_key)
     row = conn.execute(
-        f"SELECT {_COLUMNS} FROM messages WHERE to_run_id = %s AND topic = %s "
+        f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE to_run_id = %s AND topic = %s "
         "AND received_at IS NULL ORDER BY id LIMIT 1 FOR UPDATE",
         (lease.run_id, topic),
     ).fetchone()
     if row is not None:
-        taken = _message(row)
-        event = {"topic": topic, "key": recv_key, "message_id": taken.id, "from": taken.from_run_id}
-        append(conn, lease, [NewEvent("message_received", encode_checked(event))])
+        taken = received_message(row)
+        append(conn, lease, [message_received(topic, recv_key, taken)])
         conn.execute(
             "UPDATE messages SET received_by = %s, received_at = zincir_now() WHERE id = %s",
             (recv_key, taken.id),
@@ -158,14 +141,14 @@ class MessageOps(PostgresBase):
             if key is not None:
                 found = conn.execute(_SENT_EXTERNAL, (to_run_id, key)).fetchone()
                 if found is not None:
-                    return _same_message(found, to_run_id, topic, key)
+                    return same_message(found, to_run_id, topic, key)
             mid = _insert(conn, to_run_id, topic, payload_json, None, key, _EXTERNAL_KEY)
             if mid is not None:
                 return mid
             assert key is not None  # only a keyed send can conflict
             # A concurrent send of this key committed first (ON CONFLICT waited for it).
             found = one(conn, _SENT_EXTERNAL, (to_run_id, key))
-            return _same_message(found, to_run_id, topic, key)
+            return same_message(found, to_run_id, topic, key)
 
         return await self._write(write)
 
@@ -180,14 +163,13 @@ class MessageOps(PostgresBase):
         def write(conn: Conn) -> int:
             found = conn.execute(_SENT_FROM, (lease.run_id, send_key)).fetchone()
             if found is not None:
-                return _same_message(found, to_run_id, topic, send_key)
+                return same_message(found, to_run_id, topic, send_key)
             append(conn, lease)  # the fence, and the run's row lock: its sends go one by one
             mid = _insert(conn, to_run_id, topic, payload_json, lease.run_id, send_key, _RUN_KEY)
             if mid is None:  # sent by a transaction that held the lock before this one
                 found = one(conn, _SENT_FROM, (lease.run_id, send_key))
-                return _same_message(found, to_run_id, topic, send_key)
-            event = {"to": to_run_id, "topic": topic, "key": send_key, "message_id": mid}
-            append(conn, lease, [NewEvent("message_sent", encode_checked(event))])
+                return same_message(found, to_run_id, topic, send_key)
+            append(conn, lease, [message_sent(to_run_id, topic, send_key, mid)])
             return mid
 
         return await self._write(write)

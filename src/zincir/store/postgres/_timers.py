@@ -11,10 +11,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from ..._json import encode_checked
-from ..._time import to_db
-from .._records import Lease, NewEvent
-from .._workflow_records import TimerRecord, WaitAttempt
+from .._records import Lease
+from .._workflow_records import TimerRecord, WaitAttempt, timer_record
+from .._workflow_rules import timer_fired, timer_set
 from ._base import Conn, PostgresBase, one
 from ._log import append
 
@@ -54,7 +53,7 @@ def read_timer(conn: Conn, run_id: str, name: str) -> TimerRecord | None:
         "SELECT wake_at, completed_at FROM timers WHERE run_id = %s AND name = %s",
         (run_id, name),
     ).fetchone()
-    return None if row is None else TimerRecord(run_id, name, row[0], row[1])
+    return None if row is None else timer_record(run_id, name, row)
 
 
 def ensure_timer(
@@ -70,8 +69,7 @@ def ensure_timer(
     ).fetchone()
     if row is not None:
         wake, due = row
-        event = encode_checked({"name": name, "wake_at": to_db(wake)})
-        append(conn, lease, [NewEvent("timer_set", event)])  # raises (and undoes) if fenced
+        append(conn, lease, [timer_set(name, wake)])  # raises (and undoes) if fenced
         return TimerRecord(lease.run_id, name, wake, None), bool(due)
     # The conflicting row is committed (ON CONFLICT waited for its transaction) and timers
     # are never deleted, so this statement's snapshot holds it.
@@ -97,8 +95,7 @@ def fire_timer(
         "WHERE run_id = %s AND name = %s AND completed_at IS NULL RETURNING 1",
         (lease.run_id, name),
     ).fetchone()
-    payload = encode_checked({"name": name, **(details or {})})
-    append(conn, lease, [NewEvent(event, payload)] if fired else [])
+    append(conn, lease, [timer_fired(name, event, details)] if fired else [])
     return fired is not None
 
 

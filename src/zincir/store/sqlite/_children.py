@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import apsw
 
-from ..._errors import RunExists, RunNotFound
-from ..._json import encode_checked, loads_strict
-from .._records import TERMINAL_STATUSES, Lease, NewEvent
-from .._workflow_records import ChildOutcome, ChildResult, WaitAttempt
+from .._records import TERMINAL_STATUSES, Lease
+from .._workflow_records import ChildOutcome, ChildResult, WaitAttempt, child_result
+from .._workflow_rules import child_not_found, child_spawned, spawn_taken
 from ._base import SQLiteBase
 from ._log import append, insert_run
 from ._timers import clear_wait, set_wait
@@ -26,9 +25,8 @@ def _child(conn: apsw.Connection, child_id: str) -> ChildResult:
         "SELECT status, result, last_error FROM agent_runs WHERE id = ?", (child_id,)
     ).fetchone()
     if row is None:
-        raise RunNotFound(f"cannot join: no run {child_id!r} in this store", run_id=child_id)
-    status, result, error = row
-    return ChildResult(child_id, status, None if result is None else loads_strict(result), error)
+        raise child_not_found(child_id)
+    return child_result(child_id, row)
 
 
 class ChildOps(SQLiteBase):
@@ -57,8 +55,7 @@ class ChildOps(SQLiteBase):
             if found is not None:
                 return str(found[0])
             now = self.clock()
-            event = {"name": spawn_name, "child_id": child_id}
-            append(conn, lease, now, [NewEvent("child_spawned", encode_checked(event))])
+            append(conn, lease, now, [child_spawned(spawn_name, child_id)])
             if not insert_run(
                 conn,
                 child_id,
@@ -68,11 +65,7 @@ class ChildOps(SQLiteBase):
                 parent_id=lease.run_id,
                 spawn_name=spawn_name,
             ):
-                raise RunExists(
-                    f"cannot spawn {spawn_name!r}: a run {child_id!r} already exists; choose "
-                    "another run_id or omit it",
-                    run_id=lease.run_id,
-                )
+                raise spawn_taken(spawn_name, child_id, lease.run_id)
             return child_id
 
         return await self._write(write)

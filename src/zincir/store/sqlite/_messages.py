@@ -13,24 +13,25 @@ from typing import Any
 
 import apsw
 
-from ..._errors import InvalidInput, RunNotFound
-from ..._json import encode_checked, loads_strict
 from ..._time import from_db, to_db
-from .._records import Lease, NewEvent
-from .._workflow_records import ReceivedMessage, WaitAttempt
+from .._records import Lease
+from .._workflow_records import MESSAGE_COLUMNS, ReceivedMessage, WaitAttempt, received_message
+from .._workflow_rules import (
+    message_received,
+    message_sent,
+    receive_deadline,
+    recipient_not_found,
+    same_message,
+)
 from ._base import SQLiteBase
 from ._log import append
 from ._timers import clear_wait, ensure_timer, fire_timer, read_timer, set_wait
 
 __all__ = ["MessageOps"]
 
-_COLUMNS = "id, to_run_id, topic, payload, from_run_id, send_key, created_at"
-_DEADLINE = "zincir.recv:"  # the timer of a receive's deadline: this prefix + its key
-
 
 def _message(row: tuple[Any, ...]) -> ReceivedMessage:
-    mid, to, topic, payload, sender, key, created = row
-    return ReceivedMessage(mid, to, topic, loads_strict(payload), sender, key, from_db(created))
+    return received_message(row, from_db)
 
 
 def _insert(
@@ -44,9 +45,7 @@ def _insert(
 ) -> int:
     exists = conn.execute("SELECT 1 FROM agent_runs WHERE id = ?", (to_run_id,)).fetchone()
     if exists is None:
-        raise RunNotFound(
-            f"cannot send {topic!r}: no run {to_run_id!r} in this store", run_id=to_run_id
-        )
+        raise recipient_not_found(topic, to_run_id)
     row = conn.execute(
         "INSERT INTO messages (to_run_id, topic, payload, from_run_id, send_key, created_at) "
         "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
@@ -69,27 +68,16 @@ def take_messages(
     )
 
 
-def _same_message(found: tuple[Any, ...], to_run_id: str, topic: str, key: str) -> int:
-    mid, to, stored_topic = found
-    if (to, stored_topic) != (to_run_id, topic):
-        raise InvalidInput(
-            f"send key {key!r} already sent {stored_topic!r} to run {to!r}; "
-            "use a distinct key for each message",
-            run_id=to_run_id,
-        )
-    return int(mid)
-
-
 def _replayed(
     conn: apsw.Connection, run_id: str, recv_key: str
 ) -> WaitAttempt[ReceivedMessage | None] | None:
     row = conn.execute(
-        f"SELECT {_COLUMNS} FROM messages WHERE to_run_id = ? AND received_by = ?",
+        f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE to_run_id = ? AND received_by = ?",
         (run_id, recv_key),
     ).fetchone()
     if row is not None:
         return WaitAttempt(True, _message(row))
-    deadline = read_timer(conn, run_id, _DEADLINE + recv_key)
+    deadline = read_timer(conn, run_id, receive_deadline(recv_key))
     if deadline is not None and deadline.completed:
         return WaitAttempt(True, None, deadline.wake_at)
     return None
@@ -115,7 +103,7 @@ class MessageOps(SQLiteBase):
                     (to_run_id, key),
                 ).fetchone()
                 if found is not None:
-                    return _same_message(found, to_run_id, topic, key)
+                    return same_message(found, to_run_id, topic, key)
             return _insert(conn, self.clock(), to_run_id, topic, payload_json, None, key)
 
         return await self._write(write)
@@ -134,12 +122,11 @@ class MessageOps(SQLiteBase):
                 (lease.run_id, send_key),
             ).fetchone()
             if found is not None:
-                return _same_message(found, to_run_id, topic, send_key)
+                return same_message(found, to_run_id, topic, send_key)
             now = self.clock()
             append(conn, lease, now)
             mid = _insert(conn, now, to_run_id, topic, payload_json, lease.run_id, send_key)
-            event = {"to": to_run_id, "topic": topic, "key": send_key, "message_id": mid}
-            append(conn, lease, now, [NewEvent("message_sent", encode_checked(event))])
+            append(conn, lease, now, [message_sent(to_run_id, topic, send_key, mid)])
             return mid
 
         return await self._write(write)
@@ -164,7 +151,7 @@ class MessageOps(SQLiteBase):
 
         Otherwise the run's wait on ``topic`` is recorded, until the deadline if any.
         """
-        deadline_name = _DEADLINE + recv_key
+        deadline_name = receive_deadline(recv_key)
 
         def write(conn: apsw.Connection) -> WaitAttempt[ReceivedMessage | None]:
             replayed = _replayed(conn, lease.run_id, recv_key)
@@ -172,19 +159,13 @@ class MessageOps(SQLiteBase):
                 return replayed
             now = self.clock()
             row = conn.execute(
-                f"SELECT {_COLUMNS} FROM messages WHERE to_run_id = ? AND topic = ? "
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE to_run_id = ? AND topic = ? "
                 "AND received_at IS NULL ORDER BY id LIMIT 1",
                 (lease.run_id, topic),
             ).fetchone()
             if row is not None:
                 taken = _message(row)
-                event = {
-                    "topic": topic,
-                    "key": recv_key,
-                    "message_id": taken.id,
-                    "from": taken.from_run_id,
-                }
-                append(conn, lease, now, [NewEvent("message_received", encode_checked(event))])
+                append(conn, lease, now, [message_received(topic, recv_key, taken)])
                 conn.execute(
                     "UPDATE messages SET received_by = ?, received_at = ? WHERE id = ?",
                     (recv_key, to_db(now), taken.id),

@@ -12,10 +12,10 @@ from typing import Any, Literal
 
 import apsw
 
-from ..._json import encode_checked
 from ..._time import from_db, to_db
-from .._records import Lease, NewEvent
-from .._workflow_records import TimerRecord, WaitAttempt
+from .._records import Lease
+from .._workflow_records import TimerRecord, WaitAttempt, timer_record
+from .._workflow_rules import timer_fired, timer_set
 from ._base import SQLiteBase
 from ._log import append
 
@@ -58,7 +58,7 @@ def read_timer(conn: apsw.Connection, run_id: str, name: str) -> TimerRecord | N
     ).fetchone()
     if row is None:
         return None
-    return TimerRecord(run_id, name, from_db(row[0]), None if row[1] is None else from_db(row[1]))
+    return timer_record(run_id, name, row, from_db)
 
 
 def ensure_timer(
@@ -69,8 +69,7 @@ def ensure_timer(
     if stored is not None:
         return stored
     wake = now + duration
-    event = encode_checked({"name": name, "wake_at": to_db(wake)})
-    append(conn, lease, now, [NewEvent("timer_set", event)])
+    append(conn, lease, now, [timer_set(name, wake)])
     conn.execute(
         "INSERT INTO timers (run_id, name, wake_at, created_at) VALUES (?, ?, ?, ?)",
         (lease.run_id, name, to_db(wake), to_db(now)),
@@ -87,7 +86,7 @@ def fire_timer(
     details: dict[str, Any] | None = None,
 ) -> None:
     """Mark timer ``name`` completed and log ``event`` (with ``details``) for it, fenced."""
-    append(conn, lease, now, [NewEvent(event, encode_checked({"name": name, **(details or {})}))])
+    append(conn, lease, now, [timer_fired(name, event, details)])
     conn.execute(
         "UPDATE timers SET completed_at = ? WHERE run_id = ? AND name = ? AND completed_at IS NULL",
         (to_db(now), lease.run_id, name),
