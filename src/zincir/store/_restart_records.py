@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from .._json import encode_checked
+from .._errors import RevisionConflict
+from .._json import encode_checked, loads_strict
 from ._records import TimeDecoder, driver_time, optional_time
 
 __all__ = [
     "APPROVAL_COLUMNS",
     "APPROVAL_TOPIC",
+    "RESTART_COLUMNS",
     "ApprovalRow",
     "NewApproval",
     "RestartRow",
@@ -21,6 +24,8 @@ __all__ = [
     "approval_run_id",
     "decision_message",
     "decision_taker",
+    "repeated_revision",
+    "restart_row",
 ]
 
 APPROVAL_TOPIC = "zincir.approval"
@@ -37,6 +42,46 @@ class RestartRow:
     revision: int
     payload_json: str
     updated_at: datetime
+
+
+RESTART_COLUMNS: Final = "run_id, checkpoint_id, revision, payload, updated_at"
+"""The ``restart_checkpoints`` columns :func:`restart_row` reads, in order."""
+
+
+def restart_row(row: Sequence[Any], time: TimeDecoder = driver_time) -> RestartRow:
+    """A restart checkpoint selected as :data:`RESTART_COLUMNS`."""
+    run_id, checkpoint_id, revision, payload, updated_at = row
+    return RestartRow(run_id, checkpoint_id, int(revision), payload, time(updated_at))
+
+
+def _canonical(text: str) -> str:
+    """One spelling of a JSON value (keys sorted), so key order does not make two payloads
+    differ while ``1``, ``1.0`` and ``true`` stay distinct."""
+    return json.dumps(loads_strict(text), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def repeated_revision(stored: RestartRow, revision: int, payload_json: str) -> bool:
+    """Whether a save of ``revision`` repeats ``stored`` (same revision, same payload up to
+    key order): True, nothing to write; False when it moves the checkpoint forward.
+    RevisionConflict when it is older, or diverges from the stored revision."""
+    if revision > stored.revision:
+        return False
+    if revision < stored.revision:
+        raise RevisionConflict(
+            f"checkpoint {stored.checkpoint_id!r} is at revision {stored.revision}; revision "
+            f"{revision} is older: load the checkpoint and continue from there",
+            run_id=stored.run_id,
+        )
+    if stored.payload_json == payload_json or _canonical(stored.payload_json) == _canonical(
+        payload_json
+    ):
+        return True
+    raise RevisionConflict(
+        f"checkpoint {stored.checkpoint_id!r} already holds revision {stored.revision} with "
+        f"another payload; offered revision {revision} diverges from it: save the "
+        "next revision instead",
+        run_id=stored.run_id,
+    )
 
 
 @dataclass(frozen=True, slots=True)

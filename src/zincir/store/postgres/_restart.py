@@ -10,45 +10,27 @@ arrives as the JSON text ``zincir._json.dumps`` produced.
 
 from __future__ import annotations
 
-import json
-from typing import Any, Final
+from typing import Final
 
-from ..._errors import RevisionConflict, StoreError
-from ..._json import loads_strict
-from .._restart_records import RestartRow
+from ..._errors import StoreError
+from .._restart_records import RESTART_COLUMNS, RestartRow, repeated_revision, restart_row
 from ._base import Conn, PostgresBase
 
 __all__ = ["RestartOps"]
 
 _KEY: Final = "run_id = %s AND checkpoint_id = %s"
-_COLUMNS: Final = "run_id, checkpoint_id, revision, payload, updated_at"
-_SELECT: Final = f"SELECT {_COLUMNS} FROM restart_checkpoints WHERE {_KEY}"
+_SELECT: Final = f"SELECT {RESTART_COLUMNS} FROM restart_checkpoints WHERE {_KEY}"
 _FORWARD: Final = (
-    f"INSERT INTO restart_checkpoints ({_COLUMNS}) VALUES (%s, %s, %s, %s, zincir_now()) "
+    f"INSERT INTO restart_checkpoints ({RESTART_COLUMNS}) VALUES (%s, %s, %s, %s, zincir_now()) "
     "ON CONFLICT (run_id, checkpoint_id) DO UPDATE SET revision = excluded.revision, "
     "payload = excluded.payload, updated_at = excluded.updated_at "
-    f"WHERE restart_checkpoints.revision < excluded.revision RETURNING {_COLUMNS}"
+    f"WHERE restart_checkpoints.revision < excluded.revision RETURNING {RESTART_COLUMNS}"
 )
-
-
-def _row(found: tuple[Any, ...]) -> RestartRow:
-    run_id, checkpoint_id, revision, payload, updated_at = found
-    return RestartRow(run_id, checkpoint_id, int(revision), payload, updated_at)
 
 
 def _select(conn: Conn, run_id: str, checkpoint_id: str) -> RestartRow | None:
     found = conn.execute(_SELECT, (run_id, checkpoint_id)).fetchone()
-    return None if found is None else _row(found)
-
-
-def _canonical(text: str) -> str:
-    """One spelling of a JSON value (keys sorted), so key order does not make two payloads
-    differ while ``1``, ``1.0`` and ``true`` stay distinct."""
-    return json.dumps(loads_strict(text), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
-def _same_payload(stored: str, offered: str) -> bool:
-    return stored == offered or _canonical(stored) == _canonical(offered)
+    return None if found is None else restart_row(found)
 
 
 def _save(
@@ -58,25 +40,16 @@ def _save(
     it; RevisionConflict (nothing written) if it is older or diverges."""
     moved = conn.execute(_FORWARD, (run_id, checkpoint_id, revision, payload_json)).fetchone()
     if moved is not None:
-        return _row(moved)
+        return restart_row(moved)
     # The upsert locked the newer-or-equal row it conflicted with; read that committed row.
     stored = _select(conn, run_id, checkpoint_id)
     if stored is None:
         raise StoreError(f"checkpoint {checkpoint_id!r} vanished while being saved")
-    if revision == stored.revision and _same_payload(stored.payload_json, payload_json):
+    if repeated_revision(stored, revision, payload_json):  # RevisionConflict if older or diverging
         return stored
-    if revision < stored.revision:
-        raise RevisionConflict(
-            f"checkpoint {checkpoint_id!r} is at revision {stored.revision}; revision "
-            f"{revision} is older: load the checkpoint and continue from there",
-            run_id=run_id,
-        )
-    raise RevisionConflict(
-        f"checkpoint {checkpoint_id!r} already holds revision {stored.revision} with "
-        f"another payload; offered revision {revision} diverges from it: save the "
-        "next revision instead",
-        run_id=run_id,
-    )
+    # Older than this revision, yet the upsert did not move it: it cannot be, as the upsert
+    # holds the row's lock until COMMIT.
+    raise StoreError(f"checkpoint {checkpoint_id!r} changed while being saved")
 
 
 class RestartOps(PostgresBase):
@@ -108,9 +81,9 @@ class RestartOps(PostgresBase):
     async def list_restart_checkpoints(self, run_id: str) -> list[RestartRow]:
         """The run's checkpoints, ordered by checkpoint id (bytewise, as on SQLite)."""
         sql = (
-            f"SELECT {_COLUMNS} FROM restart_checkpoints WHERE run_id = %s "
+            f"SELECT {RESTART_COLUMNS} FROM restart_checkpoints WHERE run_id = %s "
             'ORDER BY checkpoint_id COLLATE "C"'
         )
         return await self._read(
-            lambda conn: [_row(found) for found in conn.execute(sql, (run_id,))]
+            lambda conn: [restart_row(found) for found in conn.execute(sql, (run_id,))]
         )
