@@ -15,10 +15,7 @@ from contextlib import AbstractContextManager
 from typing import Protocol
 
 from .._errors import InvalidInput
-from ._records import RunRecord
-from .sqlite import ReadOnlyDatabase, sqlite_path_from_url
-from .sqlite._readonly import (
-    PREVIEW_BYTES,
+from ._readonly_rows import (
     CheckpointRow,
     EventRow,
     MessageRow,
@@ -27,14 +24,20 @@ from .sqlite._readonly import (
     PendingToolRow,
     RestartCheckpointRow,
     StepRow,
+    TimerRow,
+    Usage,
+    decode_json,
+    row_limit,
+)
+from ._records import RunRecord
+from ._thread_rows import (
+    PREVIEW_BYTES,
     ThreadCheckpointRow,
     ThreadHeadRow,
     ThreadRow,
     ThreadWriteRow,
-    TimerRow,
-    Usage,
 )
-from .sqlite._readonly_values import decode_json, row_limit
+from .sqlite import ReadOnlyDatabase, sqlite_path_from_url
 
 __all__ = [
     "POSTGRES_SCHEMES",

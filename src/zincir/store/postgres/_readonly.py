@@ -11,7 +11,6 @@ return the same typed rows as the SQLite view: timestamps as UTC text, JSON colu
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -25,7 +24,8 @@ from psycopg.rows import dict_row
 
 from ..._errors import ConnectionLost, NotAZincirDatabase, SchemaTooNew, StoreError
 from ..._validate import MAX_SEQUENCE
-from .._readonly import (
+from .._readonly_rows import (
+    REQUIRED_TABLES,
     CheckpointRow,
     EventRow,
     MessageRow,
@@ -33,11 +33,18 @@ from .._readonly import (
     OperationRow,
     PendingToolRow,
     RestartCheckpointRow,
+    Row,
     StepRow,
     TimerRow,
     Usage,
+    UsageCache,
+    decode_columns,
     decode_json,
+    event_pages,
+    outcome_keys,
+    outcomes_in_order,
     row_limit,
+    select_list,
 )
 from .._records import RunRecord
 from ._base import Conn, migrations, split_schema
@@ -47,20 +54,15 @@ from ._readonly_threads import ThreadReads
 
 __all__ = ["PostgresSnapshot", "ReadOnlyPostgres"]
 
-Row = dict[str, Any]
-
-_REQUIRED_TABLES: Final = frozenset({"schema_migrations", "agent_runs", "events"})
-_USAGE_CACHE_SIZE: Final = 1000
 _C: Final = ' COLLATE "C"'  # text orders byte by byte, as SQLite's do
-_EVENT_COLUMNS: Final = ", ".join(EventRow.__annotations__)
-_CHECKPOINT_COLUMNS: Final = ", ".join(CheckpointRow.__annotations__)
-_OPERATION_COLUMNS: Final = ", ".join(OperationRow.__annotations__)
-_OUTCOME_COLUMNS: Final = ", ".join(OperationOutcomeRow.__annotations__)
-_STEP_COLUMNS: Final = ", ".join(StepRow.__annotations__)
-_TIMER_COLUMNS: Final = ", ".join(TimerRow.__annotations__)
-_MESSAGE_COLUMNS: Final = ", ".join(MessageRow.__annotations__)
+_EVENT_COLUMNS: Final = select_list(EventRow)
+_CHECKPOINT_COLUMNS: Final = select_list(CheckpointRow)
+_OPERATION_COLUMNS: Final = select_list(OperationRow)
+_OUTCOME_COLUMNS: Final = select_list(OperationOutcomeRow)
+_STEP_COLUMNS: Final = select_list(StepRow)
+_TIMER_COLUMNS: Final = select_list(TimerRow)
+_MESSAGE_COLUMNS: Final = select_list(MessageRow)
 _MODEL_KINDS: Final = "('model_request', 'model_stream')"
-_JSON_COLUMNS: Final = frozenset({"payload", "state", "evidence", "record", "input_json", "result"})
 _INTEGER = r"^-?[0-9]+$"  # a JSON number SQLite's json_each calls an integer
 _USAGE_SQL: Final = (
     "SELECT u.key, sum((u.value #>> '{}')::numeric), "
@@ -117,8 +119,7 @@ class ReadOnlyPostgres:
         ).strip()
         self._application = str(params.get("application_name") or "zincir-readonly")
         self._timeout = max(1, int(connect_timeout))
-        self._usage_cache: dict[tuple[str, str], tuple[int, Usage]] = {}
-        self._usage_lock = threading.Lock()
+        self.usage_cache = UsageCache()
 
     def _connect(self) -> Conn:
         try:
@@ -153,7 +154,7 @@ class ReadOnlyPostgres:
                 "missing); run `zincir migrate --db URL` or your application first, or name "
                 "the schema with ?schema=NAME (reading never creates a schema)"
             )
-        if not _REQUIRED_TABLES <= tables:
+        if not REQUIRED_TABLES <= tables:
             raise NotAZincirDatabase(
                 f"schema {self.schema!r} of {self.path} holds another application's tables "
                 f"({', '.join(sorted(tables)[:5])}), not zincir's; name zincir's schema with "
@@ -188,16 +189,6 @@ class ReadOnlyPostgres:
         finally:
             conn.close()
 
-    def _cached_usage(self, key: tuple[str, str]) -> tuple[int, Usage]:
-        with self._usage_lock:
-            return self._usage_cache.get(key, (0, {}))
-
-    def _store_usage(self, key: tuple[str, str], upto: int, totals: Usage) -> None:
-        with self._usage_lock:
-            if len(self._usage_cache) > _USAGE_CACHE_SIZE:
-                self._usage_cache.clear()
-            self._usage_cache[key] = (upto, dict(totals))
-
 
 class PostgresSnapshot(ThreadReads):
     """The named read queries, inside one read transaction of a :class:`ReadOnlyPostgres`."""
@@ -221,11 +212,7 @@ class PostgresSnapshot(ThreadReads):
         ``decode`` is off."""
         with reading(self._database.path), self._conn.cursor(row_factory=dict_row) as cursor:
             found = [_text_times(row) for row in cursor.execute(sql, tuple(params)).fetchall()]
-        if decode:
-            for row in found:
-                for column in _JSON_COLUMNS & row.keys():
-                    row[column] = decode_json(row[column])
-        return found
+        return decode_columns(found) if decode else found
 
     def _runs(self, where: str, params: Sequence[Any]) -> list[RunRecord]:
         return [run_record(row) for row in self._tuples(f"{RUN_SELECT} {where}", params)]
@@ -268,12 +255,7 @@ class PostgresSnapshot(ThreadReads):
         self, run_id: str, after_seq: int = 0, *, page_size: int = 1000
     ) -> Iterator[EventRow]:
         """Every event after ``after_seq``, read page by page within this snapshot."""
-        while True:
-            page = self.events(run_id, after_seq, page_size)
-            yield from page
-            if len(page) < page_size:
-                return
-            after_seq = page[-1]["seq"]
+        return event_pages(self.events, run_id, after_seq, page_size)
 
     def answered(self, run_id: str, call_ids: Sequence[str]) -> set[str]:
         """Which of these tool call ids already have a ``tool_result``."""
@@ -335,17 +317,14 @@ class PostgresSnapshot(ThreadReads):
         The log is append-only, so totals are cached per run (by id and creation time) and
         only events newer than the cached ones are summed.
         """
-        run_id = str(run["id"])
-        key = (run_id, str(run["created_at"]))
-        upto, cached = self._database._cached_usage(key)
-        last_seq = int(run["last_seq"] or 0)
-        if upto >= last_seq and upto:
-            return dict(cached)
-        totals = dict(cached)
-        for name, total, integral in self._usage_rows(run_id, upto, last_seq):
-            totals[name] = totals.get(name, 0) + _number(total, integral)
-        self._database._store_usage(key, last_seq, totals)
-        return dict(totals)
+
+        def sums(run_id: str, upto: int, last_seq: int) -> list[tuple[str, int | float]]:
+            return [
+                (name, _number(total, integral))
+                for name, total, integral in self._usage_rows(run_id, upto, last_seq)
+            ]
+
+        return self._database.usage_cache.usage(run, sums)
 
     def _usage_rows(self, run_id: str, upto: int, last_seq: int) -> list[tuple[str, Any, bool]]:
         """(field, sum, all integers) over the usage objects of ``llm_call`` events in
@@ -416,17 +395,15 @@ class PostgresSnapshot(ThreadReads):
     ) -> list[OperationOutcomeRow]:
         """The state and record of these operations, by primary key (step id, sequence),
         in the order asked; keys with no operation are left out. Inputs are not read."""
-        wanted = list(dict.fromkeys((str(step), row_limit(seq)) for step, seq in keys))
+        wanted = outcome_keys(keys)
         if not wanted:
             return []
-        found: dict[tuple[str, int], OperationOutcomeRow] = {}
-        for row in self._dicts(
+        found = self._dicts(
             f"SELECT {_OUTCOME_COLUMNS} FROM operations WHERE run_id = %s "
             "AND (step_id, sequence) IN (SELECT * FROM unnest(%s::text[], %s::bigint[]))",
             (run_id, [step for step, _ in wanted], [seq for _, seq in wanted]),
-        ):
-            found[(str(row["step_id"]), int(row["sequence"]))] = cast(OperationOutcomeRow, row)
-        return [found[key] for key in wanted if key in found]
+        )
+        return outcomes_in_order(wanted, found)
 
     def first_model_request(self, run_id: str, step_id: str | None = None) -> OperationRow | None:
         """The run's first model request (``model_request`` or ``model_stream`` #0), input

@@ -1,8 +1,8 @@
 """LangGraph threads as the read-only view shows them (the ``langgraph_*`` tables), PostgreSQL.
 
 Of a value only a ``json`` one is read (its first bytes, for a preview): msgpack, bytes and
-anything else never leave the server, let alone get deserialized. The rows are the SQLite
-view's (``zincir.store.sqlite._readonly_threads``), times as UTC text.
+anything else never leave the server, let alone get deserialized. The rows are those of
+every backend (``zincir.store._thread_rows``), times as UTC text.
 """
 
 from __future__ import annotations
@@ -10,23 +10,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from ..._json import StrictJsonError, loads_strict
-from .._readonly import (
+from .._readonly_rows import Row, decode_json, row_limit
+from .._thread_rows import (
+    MAX_NAMESPACES,
     PREVIEW_BYTES,
     ThreadCheckpointRow,
     ThreadHeadRow,
     ThreadRow,
     ThreadWriteRow,
-    decode_json,
-    row_limit,
+    preview,
+    thread_row,
 )
 from ._log import text_time
 
 __all__ = ["ThreadReads"]
 
-Row = dict[str, Any]
-
-_MAX_NAMESPACES: Final = 50  # namespaces named per thread summary (all are counted)
 _C: Final = ' COLLATE "C"'  # text orders byte by byte, as SQLite's do
 _WRITES: Final = (
     "(SELECT count(*) FROM langgraph_writes AS w WHERE w.thread_id = c.thread_id "
@@ -44,22 +42,6 @@ def _head(column: str) -> str:
     """SQL for the first ``%s`` bytes of a ``json`` value; NULL for every other type, so a
     msgpack, bytes or pickle value never leaves the database."""
     return f"CASE WHEN type = 'json' THEN substr({column}, 1, %s) END"
-
-
-def _preview(row: dict[str, Any], limit: int) -> None:
-    """Replace ``row["head"]`` by ``preview`` and ``preview_kind`` (see ThreadWriteRow)."""
-    head = row.pop("head")
-    if row["type"] != "json" or head is None:
-        row["preview"], row["preview_kind"] = None, "none"
-        return
-    data = bytes(head)
-    if int(row["size"]) <= limit:
-        try:
-            row["preview"], row["preview_kind"] = loads_strict(data.decode("utf-8")), "json"
-            return
-        except (UnicodeDecodeError, StrictJsonError):
-            pass
-    row["preview"], row["preview_kind"] = data[:limit].decode("utf-8", "replace"), "text"
 
 
 class ThreadReads:
@@ -95,7 +77,7 @@ class ThreadReads:
             for (ns,) in self._tuples(
                 "SELECT checkpoint_ns FROM langgraph_checkpoints WHERE thread_id = %s "
                 f"GROUP BY checkpoint_ns ORDER BY checkpoint_ns{_C} LIMIT %s",
-                (thread_id, _MAX_NAMESPACES),
+                (thread_id, MAX_NAMESPACES),
             )
         ]
         ((latest_ns, latest_at),) = self._tuples(
@@ -107,20 +89,14 @@ class ThreadReads:
             "SELECT owner, token, expires_at FROM langgraph_thread_leases WHERE thread_id = %s",
             (thread_id,),
         )
-        owner, token, expires_at = lease[0] if lease else (None, None, None)
-        return {
-            "thread_id": thread_id,
-            "checkpoints": int(count),
-            "namespace_count": int(namespace_count),
-            "namespaces": namespaces,
-            "latest_checkpoint_ns": str(latest_ns),
-            "latest_checkpoint_id": str(latest_id),
-            "latest_created_at": str(text_time(latest_at)),
-            "pending_writes": self._write_count(thread_id, str(latest_ns), str(latest_id)),
-            "lease_owner": owner,
-            "lease_token": token,
-            "lease_expires_at": text_time(expires_at),
-        }
+        return thread_row(
+            thread_id,
+            (count, namespace_count),
+            namespaces,
+            (latest_ns, latest_id, text_time(latest_at)),
+            self._write_count(thread_id, str(latest_ns), str(latest_id)),
+            (lease[0][0], lease[0][1], text_time(lease[0][2])) if lease else None,
+        )
 
     def _write_count(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> int:
         ((count,),) = self._tuples(
@@ -162,7 +138,7 @@ class ThreadReads:
         )
         for row in found:
             row["metadata"] = decode_json(row["metadata"])
-            _preview(row, cap)
+            preview(row, cap)
         return cast(list[ThreadHeadRow], found)
 
     def thread_writes(
@@ -186,5 +162,5 @@ class ThreadReads:
             decode=False,
         )
         for row in found:
-            _preview(row, cap)
+            preview(row, cap)
         return cast(list[ThreadWriteRow], found)

@@ -13,55 +13,47 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Final, TypedDict, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 from urllib.parse import quote
 
 import apsw
 
 from ..._errors import DatabaseCorrupt, InvalidInput, NotAZincirDatabase
 from ..._validate import MAX_SEQUENCE, utf8
+from .._readonly_rows import (
+    REQUIRED_TABLES,
+    CheckpointRow,
+    EventRow,
+    MessageRow,
+    OperationOutcomeRow,
+    OperationRow,
+    PendingToolRow,
+    RestartCheckpointRow,
+    Row,
+    StepRow,
+    TimerRow,
+    Usage,
+    UsageCache,
+    decode_columns,
+    decode_json,
+    event_pages,
+    outcome_keys,
+    outcomes_in_order,
+    row_limit,
+    select_list,
+)
 from .._records import RUN_COLUMNS, RunRecord
+from .._thread_rows import PREVIEW_BYTES
 from ._base import check_zincir_file, migrations
 from ._errors import DRIVER_ERRORS, translate
-from ._readonly_threads import (
-    PREVIEW_BYTES,
-    ThreadCheckpointRow,
-    ThreadHeadRow,
-    ThreadReads,
-    ThreadRow,
-    ThreadWriteRow,
-)
-from ._readonly_values import decode_json, row_limit
+from ._readonly_threads import ThreadReads
 
-__all__ = [
-    "PREVIEW_BYTES",
-    "CheckpointRow",
-    "EventRow",
-    "MessageRow",
-    "OperationOutcomeRow",
-    "OperationRow",
-    "PendingToolRow",
-    "ReadOnlyDatabase",
-    "SnapshotReader",
-    "StepRow",
-    "ThreadCheckpointRow",
-    "ThreadHeadRow",
-    "ThreadRow",
-    "ThreadWriteRow",
-    "TimerRow",
-    "Usage",
-    "decode_json",
-]
+__all__ = ["PREVIEW_BYTES", "ReadOnlyDatabase", "SnapshotReader"]
 
 T = TypeVar("T")
-Row = dict[str, Any]
-Usage = dict[str, int | float]
 
-_REQUIRED_TABLES: Final = frozenset({"schema_migrations", "agent_runs", "events"})
-_USAGE_CACHE_SIZE: Final = 1000
 _RUN_DEFAULTS: Final[dict[str, Any]] = {
     "provider": "",
     "config": "{}",
@@ -71,142 +63,15 @@ _RUN_DEFAULTS: Final[dict[str, Any]] = {
 }
 
 
-class EventRow(TypedDict):
-    """One event of a run's log, its payload decoded."""
-
-    run_id: str
-    seq: int
-    type: str
-    payload: Any
-    created_at: str
-    tool_call_id: str | None
-
-
-class PendingToolRow(TypedDict):
-    """A tool intent with no result yet (in doubt after a crash)."""
-
-    seq: int
-    payload: Any
-    created_at: str
-    tool_call_id: str | None
-
-
-class CheckpointRow(TypedDict):
-    """A semantic checkpoint: its candidate state, decision, evidence and lineage."""
-
-    id: int
-    run_id: str
-    round: int
-    status: str
-    state: Any
-    evidence: Any
-    lineage_seq: int
-    proposed_seq: int
-    decided_seq: int | None
-    created_at: str
-    decided_at: str | None
-
-
-class OperationRow(TypedDict):
-    """A durable operation of a run, its input and record decoded."""
-
-    run_id: str
-    step_id: str
-    sequence: int
-    kind: str
-    handler_id: str
-    input_digest: str
-    input_json: Any
-    status: str
-    outcome: str | None
-    record: Any
-    claim_owner: str | None
-    claim_expires_at: str | None
-    attempts: int
-    created_at: str
-    updated_at: str
-    completed_at: str | None
-
-
-class OperationOutcomeRow(TypedDict):
-    """A durable operation's state and record, without its (possibly large) input."""
-
-    step_id: str
-    sequence: int
-    kind: str
-    handler_id: str
-    status: str
-    outcome: str | None
-    record: Any
-    claim_owner: str | None
-    claim_expires_at: str | None
-    attempts: int
-    updated_at: str
-    completed_at: str | None
-
-
-class RestartCheckpointRow(TypedDict):
-    """A restart checkpoint of a run: its id, revision and size, and the head of its payload
-    as text (never decoded: the inspector shows it escaped and truncated)."""
-
-    checkpoint_id: str
-    revision: int
-    size: int
-    preview: str
-    updated_at: str
-
-
-class StepRow(TypedDict):
-    """A workflow step: its claim and its decoded result."""
-
-    run_id: str
-    name: str
-    status: str
-    claim_owner: str | None
-    claim_token: int | None
-    result: Any
-    started_at: str
-    completed_at: str | None
-
-
-class TimerRow(TypedDict):
-    """A workflow timer."""
-
-    run_id: str
-    name: str
-    wake_at: str
-    completed_at: str | None
-    created_at: str
-
-
-class MessageRow(TypedDict):
-    """A message sent to or from a run, its payload decoded."""
-
-    id: int
-    to_run_id: str
-    topic: str
-    payload: Any
-    from_run_id: str | None
-    send_key: str | None
-    created_at: str
-    received_by: str | None
-    received_at: str | None
-
-
-def _columns(row_type: type[Any]) -> tuple[str, ...]:
-    return tuple(row_type.__annotations__)
-
-
-_EVENT_COLUMNS: Final = ", ".join(_columns(EventRow))
-_CHECKPOINT_COLUMNS: Final = ", ".join(_columns(CheckpointRow))
-_OPERATION_COLUMNS: Final = ", ".join(_columns(OperationRow))
-_OUTCOME_COLUMNS: Final = ", ".join(_columns(OperationOutcomeRow))
+_EVENT_COLUMNS: Final = select_list(EventRow)
+_CHECKPOINT_COLUMNS: Final = select_list(CheckpointRow)
+_OPERATION_COLUMNS: Final = select_list(OperationRow)
+_OUTCOME_COLUMNS: Final = select_list(OperationOutcomeRow)
 _MODEL_KINDS: Final = "('model_request', 'model_stream')"
 _MAX_KEYS: Final = 500  # ids bound per IN (...) list, well under SQLite's variable limit
-_STEP_COLUMNS: Final = ", ".join(_columns(StepRow))
-_TIMER_COLUMNS: Final = ", ".join(_columns(TimerRow))
-_MESSAGE_COLUMNS: Final = ", ".join(_columns(MessageRow))
-_JSON_COLUMNS: Final = frozenset({"payload", "state", "evidence", "record", "input_json", "result"})
+_STEP_COLUMNS: Final = select_list(StepRow)
+_TIMER_COLUMNS: Final = select_list(TimerRow)
+_MESSAGE_COLUMNS: Final = select_list(MessageRow)
 
 
 @contextmanager
@@ -245,8 +110,7 @@ class ReadOnlyDatabase:
             )
         self.path = os.path.abspath(text)
         self.known_version = migrations()[-1][0]
-        self._usage_cache: dict[tuple[str, str], tuple[int, Usage]] = {}
-        self._usage_lock = threading.Lock()
+        self.usage_cache = UsageCache()
 
     def _connect(self) -> apsw.Connection:
         if not os.path.isfile(self.path):
@@ -277,7 +141,7 @@ class ReadOnlyDatabase:
                 str(name)
                 for (name,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
             )
-        if not applied or not _REQUIRED_TABLES <= tables:
+        if not applied or not REQUIRED_TABLES <= tables:
             raise NotAZincirDatabase(
                 f"{self.path} holds no zincir schema; run `zincir demo` or your application "
                 "(which migrates it with `zincir migrate`) first, or pass --db PATH"
@@ -305,16 +169,6 @@ class ReadOnlyDatabase:
                         conn.execute("COMMIT")
             finally:
                 conn.close()
-
-    def _cached_usage(self, key: tuple[str, str]) -> tuple[int, Usage]:
-        with self._usage_lock:
-            return self._usage_cache.get(key, (0, {}))
-
-    def _store_usage(self, key: tuple[str, str], upto: int, totals: Usage) -> None:
-        with self._usage_lock:
-            if len(self._usage_cache) > _USAGE_CACHE_SIZE:
-                self._usage_cache.clear()
-            self._usage_cache[key] = (upto, dict(totals))
 
 
 class SnapshotReader(ThreadReads):
@@ -356,11 +210,7 @@ class SnapshotReader(ThreadReads):
     def _dicts(self, sql: str, params: Sequence[Any], *, decode: bool = True) -> list[Row]:
         """Rows as dicts keyed by column name, JSON columns decoded unless ``decode`` is off."""
         found = self._query(self._rows(sql, params))
-        if decode:
-            for row in found:
-                for column in _JSON_COLUMNS & row.keys():
-                    row[column] = decode_json(row[column])
-        return found
+        return decode_columns(found) if decode else found
 
     def _optional(self, table: str, sql: str, params: Sequence[Any]) -> list[Row]:
         """Rows of a table this database may not have (an older schema): empty if absent."""
@@ -413,12 +263,7 @@ class SnapshotReader(ThreadReads):
         self, run_id: str, after_seq: int = 0, *, page_size: int = 1000
     ) -> Iterator[EventRow]:
         """Every event after ``after_seq``, read page by page within this snapshot."""
-        while True:
-            page = self.events(run_id, after_seq, page_size)
-            yield from page
-            if len(page) < page_size:
-                return
-            after_seq = page[-1]["seq"]
+        return event_pages(self.events, run_id, after_seq, page_size)
 
     def answered(self, run_id: str, call_ids: Sequence[str]) -> set[str]:
         """Which of these tool call ids already have a ``tool_result``."""
@@ -508,14 +353,12 @@ class SnapshotReader(ThreadReads):
         The log is append-only, so totals are cached per run (by id and creation time) and
         only events newer than the cached ones are summed.
         """
-        run_id = str(run["id"])
-        key = (run_id, str(run["created_at"]))
-        upto, cached = self._database._cached_usage(key)
-        last_seq = int(run["last_seq"] or 0)
-        if upto >= last_seq and upto:
-            return dict(cached)
-        totals = dict(cached)
-        found = self._unless_unsupported(  # None: an SQLite without the JSON functions
+        return self._database.usage_cache.usage(run, self._usage_sums)
+
+    def _usage_sums(self, run_id: str, upto: int, last_seq: int) -> list[tuple[Any, ...]] | None:
+        """(field, sum) over the usage objects of ``llm_call`` events in (upto, last_seq];
+        None on an SQLite without the JSON functions."""
+        return self._unless_unsupported(
             lambda conn: conn.execute(
                 "SELECT usage.key, SUM(usage.value) FROM events AS e, "
                 "json_each(e.payload, '$.usage') AS usage WHERE e.run_id = ? AND e.seq > ? "
@@ -525,13 +368,6 @@ class SnapshotReader(ThreadReads):
                 (run_id, upto, last_seq),
             ).fetchall()
         )
-        if found is None:
-            return totals
-        for name, total in found:
-            if isinstance(total, int | float):
-                totals[str(name)] = totals.get(str(name), 0) + total
-        self._database._store_usage(key, last_seq, totals)
-        return dict(totals)
 
     # -- durable state --------------------------------------------------------------------
 
@@ -581,18 +417,16 @@ class SnapshotReader(ThreadReads):
         in the order asked; keys with no operation are left out. Inputs are not read."""
         if "operations" not in self._tables:
             return []
-        wanted = list(dict.fromkeys((str(step), row_limit(seq)) for step, seq in keys))
-        found: dict[tuple[str, int], OperationOutcomeRow] = {}
+        wanted = outcome_keys(keys)
+        found: list[Row] = []
         for start in range(0, len(wanted), _MAX_KEYS):  # one query per batch of keys
-            batch = wanted[start : start + _MAX_KEYS]
-            for row in self._dicts(
+            found += self._dicts(
                 f"SELECT {_OUTCOME_COLUMNS} FROM operations WHERE run_id = ? "
                 "AND (step_id, sequence) IN "
                 "(SELECT value ->> 0, value ->> 1 FROM json_each(?))",
-                (run_id, json.dumps(batch)),
-            ):
-                found[(str(row["step_id"]), int(row["sequence"]))] = cast(OperationOutcomeRow, row)
-        return [found[key] for key in wanted if key in found]
+                (run_id, json.dumps(wanted[start : start + _MAX_KEYS])),
+            )
+        return outcomes_in_order(wanted, found)
 
     def first_model_request(self, run_id: str, step_id: str | None = None) -> OperationRow | None:
         """The run's first model request (``model_request`` or ``model_stream`` #0), input

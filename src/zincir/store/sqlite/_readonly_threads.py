@@ -8,85 +8,26 @@ reads as having no threads.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from ..._json import StrictJsonError, loads_strict
-from ._readonly_values import decode_json, row_limit
+from .._readonly_rows import Row, decode_json, row_limit
+from .._thread_rows import (
+    MAX_NAMESPACES,
+    PREVIEW_BYTES,
+    ThreadCheckpointRow,
+    ThreadHeadRow,
+    ThreadRow,
+    ThreadWriteRow,
+    preview,
+    thread_row,
+)
 
 if TYPE_CHECKING:
     import apsw
 
-__all__ = [
-    "PREVIEW_BYTES",
-    "ThreadCheckpointRow",
-    "ThreadHeadRow",
-    "ThreadReads",
-    "ThreadRow",
-    "ThreadWriteRow",
-]
+__all__ = ["ThreadReads"]
 
 T = TypeVar("T")
-Row = dict[str, Any]
-
-_MAX_NAMESPACES: Final = 50  # namespaces named per thread summary (all are counted)
-PREVIEW_BYTES: Final = 65_536  # the head of a json value read for its preview
-
-
-class ThreadRow(TypedDict):
-    """A LangGraph thread: how many checkpoints in which namespaces (the first 50 by name),
-    its newest checkpoint with that checkpoint's pending writes, and its lease (owner and
-    expiry None when nobody holds it)."""
-
-    thread_id: str
-    checkpoints: int
-    namespace_count: int
-    namespaces: list[str]
-    latest_checkpoint_ns: str
-    latest_checkpoint_id: str
-    latest_created_at: str
-    pending_writes: int
-    lease_owner: str | None
-    lease_token: int | None
-    lease_expires_at: str | None
-
-
-class ThreadCheckpointRow(TypedDict):
-    """A LangGraph checkpoint without its value: the value's type tag and size in bytes, the
-    metadata decoded, and how many pending writes its tasks stored."""
-
-    checkpoint_ns: str
-    checkpoint_id: str
-    parent_checkpoint_id: str | None
-    run_id: str | None
-    type: str
-    size: int
-    metadata: Any
-    created_at: str
-    writes: int
-
-
-class ThreadHeadRow(ThreadCheckpointRow):
-    """A namespace's newest checkpoint with a preview of its value (see ThreadWriteRow)."""
-
-    preview: Any
-    preview_kind: str
-
-
-class ThreadWriteRow(TypedDict):
-    """A pending write of a task. Only a ``json`` value is read: ``preview_kind`` is
-    ``json`` when ``preview`` is the decoded value, ``text`` when it is the head of a value
-    too long (or not strict JSON) to decode, ``none`` for every other type (msgpack, bytes,
-    null), which is never read, let alone deserialized."""
-
-    task_id: str
-    idx: int
-    channel: str
-    type: str
-    size: int
-    task_path: str
-    created_at: str
-    preview: Any
-    preview_kind: str
 
 
 def _size(column: str) -> str:
@@ -102,22 +43,6 @@ def _head(column: str) -> str:
     """SQL for the first ``?`` bytes of a ``json`` value; NULL for every other type, so a
     msgpack, bytes or pickle value never leaves the database."""
     return f"CASE WHEN type = 'json' THEN substr({column}, 1, ?) END"
-
-
-def _preview(row: dict[str, Any], limit: int) -> None:
-    """Replace ``row["head"]`` by ``preview`` and ``preview_kind`` (see ThreadWriteRow)."""
-    head = row.pop("head")
-    if row["type"] != "json" or head is None:
-        row["preview"], row["preview_kind"] = None, "none"
-        return
-    data = head.encode("utf-8", "surrogatepass") if isinstance(head, str) else bytes(head)
-    if int(row["size"]) <= limit:
-        try:
-            row["preview"], row["preview_kind"] = loads_strict(data.decode("utf-8")), "json"
-            return
-        except (UnicodeDecodeError, StrictJsonError):
-            pass
-    row["preview"], row["preview_kind"] = data[:limit].decode("utf-8", "replace"), "text"
 
 
 class ThreadReads:
@@ -162,7 +87,7 @@ class ThreadReads:
                 for (ns,) in conn.execute(
                     "SELECT DISTINCT checkpoint_ns FROM langgraph_checkpoints "
                     "WHERE thread_id = ? ORDER BY checkpoint_ns LIMIT ?",
-                    (thread_id, _MAX_NAMESPACES),
+                    (thread_id, MAX_NAMESPACES),
                 )
             ]
         )
@@ -177,19 +102,14 @@ class ThreadReads:
             "SELECT owner, token, expires_at FROM langgraph_thread_leases WHERE thread_id = ?",
             (thread_id,),
         )
-        return {
-            "thread_id": thread_id,
-            "checkpoints": int(count),
-            "namespace_count": int(namespace_count),
-            "namespaces": namespaces,
-            "latest_checkpoint_ns": str(latest_ns),
-            "latest_checkpoint_id": str(latest_id),
-            "latest_created_at": str(latest_at),
-            "pending_writes": self._write_count(thread_id, str(latest_ns), str(latest_id)),
-            "lease_owner": lease[0]["owner"] if lease else None,
-            "lease_token": lease[0]["token"] if lease else None,
-            "lease_expires_at": lease[0]["expires_at"] if lease else None,
-        }
+        return thread_row(
+            thread_id,
+            (count, namespace_count),
+            namespaces,
+            (latest_ns, latest_id, latest_at),
+            self._write_count(thread_id, str(latest_ns), str(latest_id)),
+            (lease[0]["owner"], lease[0]["token"], lease[0]["expires_at"]) if lease else None,
+        )
 
     def _first(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...]:
         """The first row of a query that always returns one (an aggregate)."""
@@ -263,7 +183,7 @@ class ThreadReads:
         )
         for row in found:
             row["metadata"] = decode_json(row["metadata"])
-            _preview(row, cap)
+            preview(row, cap)
         return cast(list[ThreadHeadRow], found)
 
     def thread_writes(
@@ -289,5 +209,5 @@ class ThreadReads:
             decode=False,
         )
         for row in found:
-            _preview(row, cap)
+            preview(row, cap)
         return cast(list[ThreadWriteRow], found)
