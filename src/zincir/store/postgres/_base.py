@@ -40,7 +40,14 @@ import psycopg_pool
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from ..._errors import InvalidInput, NotAZincirDatabase, SchemaTooNew, StoreError
+from ..._errors import (
+    ConnectionLost,
+    InvalidInput,
+    NotAZincirDatabase,
+    SchemaTooNew,
+    StoreError,
+    ZincirError,
+)
 from ..._time import Clock
 from .._records import Lease
 from ._errors import DRIVER_ERRORS, RETRYABLE, translate, translating
@@ -338,9 +345,18 @@ class PostgresBase:
                     if attempt < _RETRIES:
                         time.sleep(0.001 * attempt)
                         continue
-                raise translate(error, self.path) from None
+                raise self._failed(error) from None
             except DRIVER_ERRORS as error:
-                raise translate(error, self.path) from None
+                raise self._failed(error) from None
+
+    def _failed(self, error: BaseException) -> ZincirError:
+        """The zincir error for ``error``; after a broken connection, every pool drops its
+        other broken idle connections too, so the next call gets a live one."""
+        translated = translate(error, self.path)
+        if isinstance(translated, ConnectionLost) and not self._closed:
+            for pool in (self._writers, self._readers, self._unsynced):
+                pool.check()
+        return translated
 
     async def _run(self, blocking: Callable[..., T], *args: Any) -> T:
         """Call ``blocking(*args)``: on the calling thread when nothing else of this store is
@@ -371,13 +387,13 @@ class PostgresBase:
                 if error.sqlstate == CHECK_FAILED:
                     raise CheckFailed(error.diag.message_primary or "") from None
                 if not isinstance(error, RETRYABLE):
-                    raise translate(error, self.path) from None
+                    raise self._failed(error) from None
                 attempt += 1
                 if attempt >= _RETRIES:
-                    raise translate(error, self.path) from None
+                    raise self._failed(error) from None
                 time.sleep(0.001 * attempt)
             except DRIVER_ERRORS as error:
-                raise translate(error, self.path) from None
+                raise self._failed(error) from None
 
     async def _read(self, fn: Callable[[Conn], T], *, offload: bool = False) -> T:
         """Run ``fn(connection)`` in one read-only, repeatable-read snapshot; ``offload``
@@ -394,7 +410,7 @@ class PostgresBase:
                 self._start(conn, durable=True)
                 return fn(conn)
         except DRIVER_ERRORS as error:
-            raise translate(error, self.path) from None
+            raise self._failed(error) from None
 
     def _start(self, conn: Conn, *, durable: bool) -> None:
         """Settings of the transaction just begun: a pinned clock, an unsynced commit."""
