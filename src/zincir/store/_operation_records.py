@@ -44,6 +44,16 @@ class NewOperation:
             self.input_digest,
         )
 
+    def blocked_by(self, row: OperationRow) -> bool:
+        """Whether ``row`` keeps this operation's record from being stored: it is completed
+        already (its record wins), or bound to other input."""
+        return row.status == "completed" or not self.binds(row)
+
+    def claim_blocked_by(self, row: OperationRow, owner_prefix: str, now: datetime) -> bool:
+        """Whether ``row`` refuses a claim of this operation at ``now``: :meth:`blocked_by`,
+        or claimed live by an owner not starting with ``owner_prefix``."""
+        return self.blocked_by(row) or row.held_elsewhere(owner_prefix, now)
+
 
 @dataclass(frozen=True, slots=True)
 class OperationOutcome:

@@ -133,7 +133,7 @@ def _complete(
     while True:
         found = _select(conn, key, judge=False, lock=True)
         row = None if found is None else found[0]
-        if row is not None and (row.status == "completed" or not operation.binds(row)):
+        if row is not None and operation.blocked_by(row):
             if lease is not None:
                 check_fence(conn, lease)
             return row
@@ -193,11 +193,7 @@ def _claim(
             (expires,), attempts = created, 1
         else:
             row, now = found
-            if (
-                row.status == "completed"
-                or not operation.binds(row)
-                or row.held_elsewhere(prefix, now)
-            ):
+            if operation.claim_blocked_by(row, prefix, now):
                 return OperationClaim(False, row)
             expires, attempts = one(
                 conn,

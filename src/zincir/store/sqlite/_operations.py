@@ -112,7 +112,7 @@ def _complete(
     appended before the record, so a fenced finish raises with nothing stored."""
     key = operation.key
     row = _select(conn, key, now, judge=False)
-    if row is not None and (row.status == "completed" or not operation.binds(row)):
+    if row is not None and operation.blocked_by(row):
         if lease is not None:
             check_fence(conn, lease)
         return row
@@ -191,11 +191,7 @@ class OperationOps(SQLiteBase):
         def write(conn: apsw.Connection) -> OperationClaim:
             now = self.clock()
             row = _select(conn, key, now)
-            if row is not None and (
-                row.status == "completed"
-                or not operation.binds(row)
-                or row.held_elsewhere(prefix, now)
-            ):
+            if row is not None and operation.claim_blocked_by(row, prefix, now):
                 return OperationClaim(False, row)
             if lease is not None:
                 check_fence(conn, lease)
