@@ -9,7 +9,7 @@ or inside the write transaction, which then stores nothing.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Final
 
@@ -35,6 +35,7 @@ __all__ = [
     "check_digest",
     "check_json_object",
     "checked_approvals",
+    "new_rounds",
 ]
 
 _EXECUTIONS: Final = ("approval", "external")
@@ -111,6 +112,20 @@ def checked_approvals(lease: Lease, approvals: Sequence[NewApproval]) -> list[Ne
             to_db(new.expires_at)  # InvalidInput for a naive datetime
         checked.append(new)
     return checked
+
+
+def new_rounds(
+    approvals: Sequence[NewApproval], stored: Mapping[str, int]
+) -> list[tuple[str, int]]:
+    """(call id, old sequence) of each call opened at another sequence than its stored
+    approval's (``stored``: call id -> sequence): a new decision round, whose old decision
+    must not wake the run again."""
+    rounds = []
+    for new in approvals:
+        old = stored.get(new.call_id, new.sequence)
+        if old != new.sequence:
+            rounds.append((new.call_id, old))
+    return rounds
 
 
 def approval_not_found(aid: str) -> ApprovalNotFound:

@@ -27,6 +27,7 @@ from .._approval_checks import (
     check_digest,
     check_json_object,
     checked_approvals,
+    new_rounds,
 )
 from .._records import Lease, NewEvent
 from .._restart_records import (
@@ -92,10 +93,8 @@ def _open(
                     for new in approvals
                 ],
             )
-    for new in approvals:
-        old = known.get(new.call_id, new.sequence)
-        if old != new.sequence:  # a new round: the old decision must not wake the run again
-            _take_wake_ups(conn, lease.run_id, new.call_id, old)
+    for call_id, old in new_rounds(approvals, known):
+        _take_wake_ups(conn, lease.run_id, call_id, old)
     found = {}
     for row in conn.execute(
         f"{_SELECT} WHERE run_id = %s AND call_id = ANY(%s)", (lease.run_id, calls)
