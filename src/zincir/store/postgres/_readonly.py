@@ -4,9 +4,10 @@ It never creates, migrates or writes the schema: each :meth:`ReadOnlyPostgres.sn
 opens one short connection whose sessions default to read-only transactions
 (``default_transaction_read_only``), runs one ``REPEATABLE READ READ ONLY`` transaction,
 checks that the schema is a zincir schema this code can read, and closes. The named queries
-return the same typed rows as the SQLite view: timestamps as UTC text, JSON columns decoded
-(text that is not strict JSON is kept as it is). The LangGraph thread queries live in
-``_readonly_threads``. Driver errors leave as zincir errors.
+return the typed rows every backend's view returns (``zincir.store._readonly_rows``):
+timestamps as UTC text, JSON columns decoded (text that is not strict JSON is kept as it is).
+The LangGraph thread queries live in ``_readonly_threads``. Driver errors leave as zincir
+errors.
 """
 
 from __future__ import annotations
