@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from ..._errors import FencedOut, RunExists, RunNotFound, RunTerminal
-from ..._json import encode_checked
+from ..._errors import RunNotFound
 from ..._time import to_db
-from .._records import RUN_COLUMNS, TERMINAL_STATUSES, Lease, NewEvent, RunRecord
+from .._records import RUN_COLUMNS, Lease, NewEvent, RunRecord
+from .._run_rules import fence_error, transition
 from ._base import Conn
 
 __all__ = [
@@ -28,10 +28,8 @@ __all__ = [
     "check_fence",
     "diagnose",
     "insert_run",
-    "run_exists_error",
     "run_record",
     "text_time",
-    "transition",
 ]
 
 RUN_SELECT = f"SELECT {', '.join(RUN_COLUMNS)} FROM agent_runs"
@@ -82,31 +80,12 @@ def run_record(row: Sequence[object]) -> RunRecord:
     return record  # type: ignore[return-value]
 
 
-def transition(old: str, new: str, **details: object) -> NewEvent:
-    """The ``state_transition`` event that accompanies a status change."""
-    return NewEvent("state_transition", encode_checked({"from": old, "to": new, **details}))
-
-
 def diagnose(conn: Conn, run_id: str, token: int) -> Exception:
     """Why a fenced write matched no row: missing run, terminal run, or a newer owner."""
     row = conn.execute(
         "SELECT status, lease_token FROM agent_runs WHERE id = %s", (run_id,)
     ).fetchone()
-    if row is None:
-        return RunNotFound(f"no run {run_id!r} in this store", run_id=run_id)
-    status, current = row
-    if status in TERMINAL_STATUSES:
-        return RunTerminal(f"the run is {status}; nothing more can be written", run_id=run_id)
-    if current != token:
-        return FencedOut(
-            f"lease token {token} was superseded by {current} (another owner recovered the "
-            "run); stop this context, the write was rejected",
-            run_id=run_id,
-        )
-    return FencedOut(
-        "this context no longer holds the lease (released or lost); recover the run to write",
-        run_id=run_id,
-    )
+    return fence_error(run_id, token, row)
 
 
 def check_fence(conn: Conn, lease: Lease) -> None:
@@ -201,8 +180,3 @@ def insert_run(
     if lease is not None:
         append(conn, lease, [transition("pending", "running")])
     return True
-
-
-def run_exists_error(run_id: str, hint: str) -> RunExists:
-    """The RunExists raised when ``insert_run`` found the id taken."""
-    return RunExists(f"a run with this id already exists; {hint}", run_id=run_id)
