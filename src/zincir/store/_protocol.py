@@ -78,6 +78,7 @@ class Store(Protocol):
         provider: str = "",
         config_json: str = "{}",
         parent_id: str | None = None,
+        app_version: str | None = None,
     ) -> Lease: ...
     async def open_run(
         self,
@@ -87,6 +88,7 @@ class Store(Protocol):
         owner: str,
         ttl: timedelta,
         config_json: str = "{}",
+        app_version: str | None = None,
     ) -> Lease: ...
     async def acquire_run(
         self, run_id: str, *, owner: str, ttl: timedelta, force: bool = False
@@ -97,6 +99,7 @@ class Store(Protocol):
         self, lease: Lease, status: str, *, result_json: str | None = None, error: str | None = None
     ) -> None: ...
     async def append_events(self, lease: Lease, events: Sequence[NewEvent]) -> int: ...
+    async def set_app_version(self, lease: Lease, version: str) -> int: ...
     async def set_run_wait(
         self,
         lease: Lease,
@@ -134,6 +137,8 @@ class Store(Protocol):
     async def load_state(self, run_id: str) -> RunState: ...
 
     # -- claims of abandoned runs (ResumeWorker) ------------------------------------------
+    # ``app_versions`` (a pinned worker) claims only runs whose app_version is one of them;
+    # an unversioned run matches none. None claims runs of any version.
 
     async def claim_runs(
         self,
@@ -143,6 +148,7 @@ class Store(Protocol):
         *,
         max_attempts: int | None,
         backoff: Callable[[int], timedelta],
+        app_versions: Collection[str] | None = None,
     ) -> list[Lease]: ...
     async def run_is_finished(self, run_id: str) -> bool: ...
     async def settle_attempt(

@@ -47,7 +47,8 @@ LIVE_STATUSES: Final = frozenset({"pending", "running"})
 
 
 class RunRecord(TypedDict):
-    """One run as stored: its identity, status, lease, attempts and wait."""
+    """One run as stored: its identity, status, lease, attempts and wait, and the
+    application version it runs on (``app_version``, None for an unversioned run)."""
 
     id: str
     parent_id: str | None
@@ -55,6 +56,7 @@ class RunRecord(TypedDict):
     name: str
     status: str
     provider: str
+    app_version: str | None
     config: str
     result: str | None
     lease_owner: str | None

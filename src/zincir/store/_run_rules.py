@@ -21,6 +21,7 @@ __all__ = [
     "run_exists_error",
     "run_not_found",
     "transition",
+    "version_migrated",
 ]
 
 
@@ -115,3 +116,8 @@ def attempt_failed(attempts: int, error: str, retry_at: str | None) -> NewEvent:
     """The ``attempt_failed`` event of an attempt retried at ``retry_at`` (stored text)."""
     payload: dict[str, Any] = {"attempt": attempts, "error": error, "retry_at": retry_at}
     return NewEvent("attempt_failed", dumps(payload))
+
+
+def version_migrated(old: str | None, new: str) -> NewEvent:
+    """The ``version_migrated`` event of a run moved from app version ``old`` to ``new``."""
+    return NewEvent("version_migrated", encode_checked({"from": old, "to": new}))

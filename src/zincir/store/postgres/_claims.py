@@ -12,7 +12,7 @@ bumps the fencing token in the same transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import timedelta
 
 from .._records import TERMINAL_STATUSES, Lease, NewEvent
@@ -44,6 +44,9 @@ AND (r.wait_kind IS NULL
          WHERE c.id = r.wait_ref AND c.status IN ('completed', 'failed', 'cancelled'))))
 """
 """Whether run ``r`` may be claimed now (no placeholders)."""
+
+_PINNED = " AND r.app_version = ANY(%s::text[])"
+"""Only runs of one of the versions a pinned worker serves."""
 
 _CLAIM = (
     "UPDATE agent_runs AS r SET lease_owner = %s, lease_token = r.lease_token + 1, "
@@ -79,16 +82,21 @@ def _claim(
     limit: int,
     max_attempts: int | None,
     backoff: Backoff,
+    app_versions: Collection[str] | None,
 ) -> list[Lease]:
     """Lock up to ``limit`` claimable runs (skipping rows others hold), fail the spent ones
-    and claim the rest; the leases of the claimed runs, in claim order."""
+    and claim the rest; the leases of the claimed runs, in claim order. With
+    ``app_versions``, only runs of one of those versions."""
+    pinned, params = (
+        ("", (limit,)) if app_versions is None else (_PINNED, (list(app_versions), limit))
+    )
     rows = [
         (str(run_id), str(status), int(attempts), last_error)
         for run_id, status, attempts, last_error in conn.execute(
             f"SELECT r.id, r.status, r.attempts, r.last_error FROM agent_runs AS r "
-            f"WHERE {CLAIMABLE_SQL} ORDER BY r.updated_at, r.id LIMIT %s "
+            f"WHERE {CLAIMABLE_SQL}{pinned} ORDER BY r.updated_at, r.id LIMIT %s "
             "FOR NO KEY UPDATE OF r SKIP LOCKED",
-            (limit,),
+            params,
         )
     ]
     if not rows:
@@ -162,15 +170,23 @@ class ClaimOps(PostgresBase):
     """Claiming runs for a ResumeWorker and recording how each attempt ended."""
 
     async def claim_runs(
-        self, owner: str, ttl: timedelta, limit: int, *, max_attempts: int | None, backoff: Backoff
+        self,
+        owner: str,
+        ttl: timedelta,
+        limit: int,
+        *,
+        max_attempts: int | None,
+        backoff: Backoff,
+        app_versions: Collection[str] | None = None,
     ) -> list[Lease]:
         """Claim up to ``limit`` claimable runs in one transaction; return their leases.
 
         Each claim bumps the token, counts an attempt and sets the next attempt's time;
-        a run whose ``max_attempts`` are spent is marked failed instead.
+        a run whose ``max_attempts`` are spent is marked failed instead. With
+        ``app_versions`` only runs of one of those versions are claimed (or failed).
         """
         return await self._write(
-            lambda conn: _claim(conn, owner, ttl, limit, max_attempts, backoff)
+            lambda conn: _claim(conn, owner, ttl, limit, max_attempts, backoff, app_versions)
         )
 
     async def run_is_finished(self, run_id: str) -> bool:

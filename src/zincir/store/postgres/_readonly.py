@@ -47,10 +47,10 @@ from .._readonly_rows import (
     row_limit,
     select_list,
 )
-from .._records import RunRecord
+from .._records import RUN_COLUMNS, RunRecord
 from ._base import Conn, migrations, split_schema
 from ._errors import DRIVER_ERRORS, translate
-from ._log import RUN_SELECT, run_record, text_time
+from ._log import text_time
 from ._readonly_threads import ThreadReads
 
 __all__ = ["PostgresSnapshot", "ReadOnlyPostgres"]
@@ -216,15 +216,30 @@ class PostgresSnapshot(ThreadReads):
         return decode_columns(found) if decode else found
 
     def _runs(self, where: str, params: Sequence[Any]) -> list[RunRecord]:
-        return [run_record(row) for row in self._tuples(f"{RUN_SELECT} {where}", params)]
+        """Runs as RunRecords; a column an older schema lacks (``app_version``) reads as unset."""
+        return [
+            cast(RunRecord, {name: row.get(name) for name in RUN_COLUMNS})
+            for row in self._dicts(f"SELECT * FROM agent_runs {where}", params, decode=False)
+        ]
 
     # -- runs -----------------------------------------------------------------------------
 
-    def list_runs(self, status: str | None = None, limit: int = 100) -> list[RunRecord]:
-        """The latest runs by update time, optionally of one status."""
-        where, params = ("WHERE status = %s", (status,)) if status else ("", ())
+    def list_runs(
+        self, status: str | None = None, limit: int = 100, *, app_version: str | None = None
+    ) -> list[RunRecord]:
+        """The latest runs by update time, optionally of one status and one app version."""
+        if app_version is not None and not self._tuples(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = %s "
+            "AND table_name = 'agent_runs' AND column_name = 'app_version'",
+            (self._database.schema,),
+        ):
+            return []  # an older schema: no run has a version
+        filters = [("status = %s", status), ("app_version = %s", app_version)]
+        wanted = [(sql, value) for sql, value in filters if value]
+        where = "WHERE " + " AND ".join(sql for sql, _ in wanted) if wanted else ""
         return self._runs(
-            f"{where} ORDER BY updated_at DESC, id{_C} LIMIT %s", (*params, row_limit(limit))
+            f"{where} ORDER BY updated_at DESC, id{_C} LIMIT %s",
+            (*(value for _, value in wanted), row_limit(limit)),
         )
 
     def get_run(self, run_id: str) -> RunRecord | None:

@@ -13,7 +13,13 @@ from datetime import datetime, timedelta
 
 from ..._time import to_db
 from .._records import Event, Lease, NewEvent, RunRecord, event_record
-from .._run_rules import check_takeover, check_wait_kind, run_exists_error, transition
+from .._run_rules import (
+    check_takeover,
+    check_wait_kind,
+    run_exists_error,
+    transition,
+    version_migrated,
+)
 from ._base import Conn, PostgresBase, one
 from ._log import RUN_SELECT, append, insert_run, run_record, text_time
 
@@ -73,10 +79,12 @@ class RunOps(PostgresBase):
         provider: str = "",
         config_json: str = "{}",
         parent_id: str | None = None,
+        app_version: str | None = None,
     ) -> Lease:
         """Create a ``running`` run under a new lease (token 1) with its first transition.
 
-        RunExists if the id is taken, RunNotFound if ``parent_id`` names no run.
+        RunExists if the id is taken, RunNotFound if ``parent_id`` names no run. A child
+        without an ``app_version`` inherits its parent's.
         """
         lease = Lease(run_id, owner, 1, ttl)
 
@@ -89,6 +97,7 @@ class RunOps(PostgresBase):
                 config_json=config_json,
                 parent_id=parent_id,
                 lease=lease,
+                app_version=app_version,
             )
             if not created:
                 raise run_exists_error(run_id, "use AgentContext.recover to take it over")
@@ -104,16 +113,25 @@ class RunOps(PostgresBase):
         owner: str,
         ttl: timedelta,
         config_json: str = "{}",
+        app_version: str | None = None,
     ) -> Lease:
         """Create run ``run_id`` if absent, else take it over (LeaseHeld while live).
 
         A taken-over run is ``running`` with no recorded wait: its new owner replays the
-        workflow, which records any wait still pending.
+        workflow, which records any wait still pending. ``app_version`` is stored on a
+        created run only: a taken-over run keeps the version it has.
         """
 
         def write(conn: Conn) -> Lease:
             fresh = Lease(run_id, owner, 1, ttl)
-            if insert_run(conn, run_id, name=name, config_json=config_json, lease=fresh):
+            if insert_run(
+                conn,
+                run_id,
+                name=name,
+                config_json=config_json,
+                lease=fresh,
+                app_version=app_version,
+            ):
                 return fresh
             token, status = acquire(conn, run_id, owner, ttl, force=False)
             lease = Lease(run_id, owner, token, ttl)
@@ -197,6 +215,27 @@ class RunOps(PostgresBase):
         """Append ``events`` to the lease's run (fenced, gapless); return the last seq."""
         batch = list(events)
         return await self._write(lambda conn: append(conn, lease, batch))
+
+    async def set_app_version(self, lease: Lease, version: str) -> int:
+        """Move the lease's run to application version ``version`` (fenced), with its
+        ``version_migrated`` event (from, to) in the same transaction; return the run's last
+        seq. The version the run already has changes nothing but the lease's expiry."""
+
+        def write(conn: Conn) -> int:
+            row = conn.execute(
+                "SELECT app_version FROM agent_runs WHERE id = %s FOR NO KEY UPDATE",
+                (lease.run_id,),
+            ).fetchone()
+            old = None if row is None else row[0]
+            if row is not None and old == version:
+                return append(conn, lease)
+            last_seq = append(conn, lease, [version_migrated(old, version)])
+            conn.execute(
+                "UPDATE agent_runs SET app_version = %s WHERE id = %s", (version, lease.run_id)
+            )
+            return last_seq
+
+        return await self._write(write)
 
     async def set_run_wait(
         self,

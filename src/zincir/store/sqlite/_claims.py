@@ -8,7 +8,7 @@ transaction, so racing workers never claim one run twice and never take a live l
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 
 import apsw
@@ -44,6 +44,9 @@ AND (r.wait_kind IS NULL
          WHERE c.id = r.wait_ref AND c.status IN ('completed', 'failed', 'cancelled'))))
 """
 
+_PINNED = " AND r.app_version IN (SELECT value FROM json_each(:versions))"
+"""Only runs of one of the versions (a JSON array) a pinned worker serves."""
+
 
 def _fail(
     conn: apsw.Connection, run_id: str, stamp: str, status: str, attempts: int, error: str
@@ -65,13 +68,23 @@ class ClaimOps(SQLiteBase):
     """Claiming runs for a ResumeWorker and recording how each attempt ended."""
 
     async def claim_runs(
-        self, owner: str, ttl: timedelta, limit: int, *, max_attempts: int | None, backoff: Backoff
+        self,
+        owner: str,
+        ttl: timedelta,
+        limit: int,
+        *,
+        max_attempts: int | None,
+        backoff: Backoff,
+        app_versions: Collection[str] | None = None,
     ) -> list[Lease]:
         """Claim up to ``limit`` claimable runs in one transaction; return their leases.
 
         Each claim bumps the token, counts an attempt and sets the next attempt's time;
-        a run whose ``max_attempts`` are spent is marked failed instead.
+        a run whose ``max_attempts`` are spent is marked failed instead. With
+        ``app_versions`` only runs of one of those versions are claimed (or failed).
         """
+        pinned = "" if app_versions is None else _PINNED
+        versions = {} if app_versions is None else {"versions": encode_checked(list(app_versions))}
 
         def write(conn: apsw.Connection) -> list[Lease]:
             now = self.clock()
@@ -80,8 +93,8 @@ class ClaimOps(SQLiteBase):
                 (str(run_id), str(status), int(attempts), last_error)
                 for run_id, status, attempts, last_error in conn.execute(
                     f"SELECT r.id, r.status, r.attempts, r.last_error FROM agent_runs AS r "
-                    f"WHERE {CLAIMABLE_SQL} ORDER BY r.updated_at, r.id LIMIT :limit",
-                    {"now": stamp, "limit": limit},
+                    f"WHERE {CLAIMABLE_SQL}{pinned} ORDER BY r.updated_at, r.id LIMIT :limit",
+                    {"now": stamp, "limit": limit, **versions},
                 )
             ]
             if not rows:

@@ -117,20 +117,25 @@ def insert_run(
     parent_id: str | None = None,
     spawn_name: str | None = None,
     lease: Lease | None = None,
+    app_version: str | None = None,
 ) -> bool:
     """Create run ``run_id``: ``running`` under ``lease`` (with its first state_transition),
     or ``pending`` and unowned without one. False if the id is taken; RunNotFound for a
-    missing parent."""
-    if (
-        parent_id is not None
-        and conn.execute("SELECT 1 FROM agent_runs WHERE id = ?", (parent_id,)).fetchone() is None
-    ):
-        raise RunNotFound(f"the parent run {parent_id!r} does not exist", run_id=run_id)
+    missing parent. A child without an ``app_version`` of its own inherits its parent's."""
+    if parent_id is not None:
+        parent = conn.execute(
+            "SELECT app_version FROM agent_runs WHERE id = ?", (parent_id,)
+        ).fetchone()
+        if parent is None:
+            raise RunNotFound(f"the parent run {parent_id!r} does not exist", run_id=run_id)
+        if app_version is None:
+            app_version = parent[0]
     stamp = to_db(now)
     created = conn.execute(
-        "INSERT INTO agent_runs (id, parent_id, spawn_name, name, status, provider, config, "
-        "lease_owner, lease_token, lease_expires_at, created_at, updated_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING 1",
+        "INSERT INTO agent_runs (id, parent_id, spawn_name, name, status, provider, "
+        "app_version, config, lease_owner, lease_token, lease_expires_at, created_at, "
+        "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (id) DO NOTHING RETURNING 1",
         (
             run_id,
             parent_id,
@@ -138,6 +143,7 @@ def insert_run(
             name,
             "running" if lease else "pending",
             provider,
+            app_version,
             config_json,
             lease.owner if lease else None,
             lease.token if lease else 0,

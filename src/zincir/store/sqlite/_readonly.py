@@ -218,17 +218,29 @@ class SnapshotReader(ThreadReads):
 
     # -- runs -----------------------------------------------------------------------------
 
-    def list_runs(self, status: str | None = None, limit: int = 100) -> list[RunRecord]:
-        """The latest runs by update time, optionally of one status."""
-        where, params = ("WHERE status = ?", (status,)) if status else ("", ())
+    def list_runs(
+        self, status: str | None = None, limit: int = 100, *, app_version: str | None = None
+    ) -> list[RunRecord]:
+        """The latest runs by update time, optionally of one status and one app version."""
+        filters = [("status = ?", status), ("app_version = ?", app_version)]
+        if app_version is not None and not self._has_column("agent_runs", "app_version"):
+            return []  # an older schema: no run has a version
+        wanted = [(sql, value) for sql, value in filters if value]
+        where = "WHERE " + " AND ".join(sql for sql, _ in wanted) if wanted else ""
         return [
             _run_record(row)
             for row in self._dicts(
                 f"SELECT * FROM agent_runs {where} ORDER BY updated_at DESC, id LIMIT ?",
-                (*params, row_limit(limit)),
+                (*(value for _, value in wanted), row_limit(limit)),
                 decode=False,
             )
         ]
+
+    def _has_column(self, table: str, column: str) -> bool:
+        """Whether ``table`` has ``column`` (an older schema may lack it)."""
+        return bool(
+            self._dicts("SELECT 1 FROM pragma_table_info(?) WHERE name = ?", (table, column))
+        )
 
     def get_run(self, run_id: str) -> RunRecord | None:
         """One run, or None."""

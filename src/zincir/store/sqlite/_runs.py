@@ -9,7 +9,13 @@ import apsw
 
 from ..._time import from_db, to_db
 from .._records import RUN_COLUMNS, Event, Lease, NewEvent, RunRecord, event_record
-from .._run_rules import check_takeover, check_wait_kind, run_exists_error, transition
+from .._run_rules import (
+    check_takeover,
+    check_wait_kind,
+    run_exists_error,
+    transition,
+    version_migrated,
+)
 from ._base import SQLiteBase, one
 from ._log import append, insert_run
 
@@ -83,10 +89,12 @@ class RunOps(SQLiteBase):
         provider: str = "",
         config_json: str = "{}",
         parent_id: str | None = None,
+        app_version: str | None = None,
     ) -> Lease:
         """Create a ``running`` run under a new lease (token 1) with its first transition.
 
-        RunExists if the id is taken, RunNotFound if ``parent_id`` names no run.
+        RunExists if the id is taken, RunNotFound if ``parent_id`` names no run. A child
+        without an ``app_version`` inherits its parent's.
         """
         lease = Lease(run_id, owner, 1, ttl)
 
@@ -100,6 +108,7 @@ class RunOps(SQLiteBase):
                 config_json=config_json,
                 parent_id=parent_id,
                 lease=lease,
+                app_version=app_version,
             )
             if not created:
                 raise run_exists_error(run_id, "use AgentContext.recover to take it over")
@@ -115,17 +124,27 @@ class RunOps(SQLiteBase):
         owner: str,
         ttl: timedelta,
         config_json: str = "{}",
+        app_version: str | None = None,
     ) -> Lease:
         """Create run ``run_id`` if absent, else take it over (LeaseHeld while live).
 
         A taken-over run is ``running`` with no recorded wait: its new owner replays the
-        workflow, which records any wait still pending.
+        workflow, which records any wait still pending. ``app_version`` is stored on a
+        created run only: a taken-over run keeps the version it has.
         """
 
         def write(conn: apsw.Connection) -> Lease:
             now = self.clock()
             fresh = Lease(run_id, owner, 1, ttl)
-            if insert_run(conn, run_id, now, name=name, config_json=config_json, lease=fresh):
+            if insert_run(
+                conn,
+                run_id,
+                now,
+                name=name,
+                config_json=config_json,
+                lease=fresh,
+                app_version=app_version,
+            ):
                 return fresh
             token, status = acquire(
                 conn, run_id, owner, ttl, to_db(now), fresh.expiry(now), force=False
@@ -214,6 +233,27 @@ class RunOps(SQLiteBase):
         """Append ``events`` to the lease's run (fenced, gapless); return the last seq."""
         batch = list(events)
         return await self._write(lambda conn: append(conn, lease, self.clock(), batch))
+
+    async def set_app_version(self, lease: Lease, version: str) -> int:
+        """Move the lease's run to application version ``version`` (fenced), with its
+        ``version_migrated`` event (from, to) in the same transaction; return the run's last
+        seq. The version the run already has changes nothing but the lease's expiry."""
+
+        def write(conn: apsw.Connection) -> int:
+            now = self.clock()
+            row = conn.execute(
+                "SELECT app_version FROM agent_runs WHERE id = ?", (lease.run_id,)
+            ).fetchone()
+            old = None if row is None else row[0]
+            if row is not None and old == version:
+                return append(conn, lease, now)
+            last_seq = append(conn, lease, now, [version_migrated(old, version)])
+            conn.execute(
+                "UPDATE agent_runs SET app_version = ? WHERE id = ?", (version, lease.run_id)
+            )
+            return last_seq
+
+        return await self._write(write)
 
     async def set_run_wait(
         self,
