@@ -83,6 +83,7 @@ from .runs import (
     ResumeWorker,
     ToolCall,
     Verification,
+    VersionMigrations,
 )
 from .store import Event, SQLiteStore, open_store
 from .workflow import ChildResult, ReceivedMessage, WorkflowContext, send_message
@@ -158,6 +159,7 @@ __all__ = [
     "UnsupportedVersion",
     "Verification",
     "VersionDivergence",
+    "VersionMigrations",
     "WorkerError",
     "WorkflowContext",
     "WorkflowSuspended",

@@ -126,12 +126,20 @@ def _existing(database: str) -> ReadOnlyView:
     show_default=True,
     help="Show at most this many runs.",
 )
-def runs_list(database: str, status: str | None, limit: int) -> None:
-    """The latest runs, newest first."""
+@click.option(
+    "--version",
+    "app_version",
+    metavar="VERSION",
+    help="Only the runs of this application version (app_version).",
+)
+def runs_list(database: str, status: str | None, limit: int, app_version: str | None) -> None:
+    """The latest runs, newest first, with the application version each runs on."""
     from .store.report import format_runs
 
+    if app_version is not None:
+        check_id(app_version, "--version")
     with _existing(database).snapshot() as reader:
-        text = format_runs(reader.list_runs(status, limit))
+        text = format_runs(reader.list_runs(status, limit, app_version=app_version))
     click.echo(text)
 
 

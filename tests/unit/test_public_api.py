@@ -79,6 +79,7 @@ EXPORTS = [
     "UnsupportedVersion",
     "Verification",
     "VersionDivergence",
+    "VersionMigrations",
     "WorkerError",
     "WorkflowContext",
     "WorkflowSuspended",

@@ -10,6 +10,7 @@ from .._errors import InvalidInput
 from .._validate import check_id, check_lease_ttl
 from ..contract import OperationKind
 from ..durable import DurableRuntime
+from ..runs._versions import app_version_or_default
 from ..store import Store, as_store
 
 __all__ = ["DurableBinding", "Handlers"]
@@ -66,7 +67,8 @@ class DurableBinding:
 
     ``step_namespace`` prefixes every step id (``ns.model.request``) without changing
     handler ids or sequences; ``store`` holds the run's row and lease (default: the
-    runtime's own store).
+    runtime's own store); ``app_version`` is recorded on the run when it is created
+    (default ``$ZINCIR_APP_VERSION``, else unversioned).
     """
 
     runtime: DurableRuntime
@@ -75,6 +77,7 @@ class DurableBinding:
     step_namespace: str | None = None
     lease_ttl: timedelta = timedelta(seconds=30)
     store: Store | None = None
+    app_version: str | None = None
 
     def __post_init__(self) -> None:
         check_id(self.run_id, "a run id")
@@ -88,6 +91,8 @@ class DurableBinding:
         if self.step_namespace is not None:
             check_id(self.step_namespace, "a step namespace", run_id=self.run_id)
         object.__setattr__(self, "lease_ttl", check_lease_ttl(self.lease_ttl, run_id=self.run_id))
+        version = app_version_or_default(self.app_version, run_id=self.run_id)
+        object.__setattr__(self, "app_version", version)
 
     def step_id(self, step: str) -> str:
         """``step`` under the binding's namespace."""

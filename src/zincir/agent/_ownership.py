@@ -18,7 +18,12 @@ async def take_run(
     if not exists:
         try:
             return await AgentContext.create(
-                store, name=name, provider=provider, run_id=binding.run_id, lease_ttl=ttl
+                store,
+                name=name,
+                provider=provider,
+                run_id=binding.run_id,
+                lease_ttl=ttl,
+                app_version=binding.app_version,
             )
         except RunExists:
             pass

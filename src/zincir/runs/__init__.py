@@ -1,4 +1,4 @@
-"""Runs: AgentContext, leases and fencing, and the ResumeWorker."""
+"""Runs: AgentContext, leases and fencing, the ResumeWorker and version migrations."""
 
 from ._context import AgentContext, Verifier
 from ._entries import response_entry, tool_result_entry
@@ -12,6 +12,7 @@ from ._types import (
     ToolCall,
     Verification,
 )
+from ._versions import VersionMigrations
 from ._worker import ResumeWorker
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "ToolCall",
     "Verification",
     "Verifier",
+    "VersionMigrations",
     "response_entry",
     "tool_result_entry",
 ]

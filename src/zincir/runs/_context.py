@@ -23,6 +23,7 @@ from ._types import (
     ToolCall,
     Verification,
 )
+from ._versions import app_version_or_default
 
 __all__ = ["DEFAULT_LEASE_TTL", "AgentContext", "Verifier"]
 
@@ -77,10 +78,14 @@ class AgentContext:
         run_id: str | None = None,
         *,
         parent_id: str | None = None,
+        app_version: str | None = None,
     ) -> AgentContext:
         """Create a run (status ``running``) and take its lease.
 
         RunExists if ``run_id`` is taken; RunNotFound if ``parent_id`` names no run.
+        ``app_version`` is the version of the code starting it (default
+        ``$ZINCIR_APP_VERSION``; without either a child takes its parent's, any other run is
+        unversioned).
         """
         run_id = check_id(run_id, "a run id") if run_id is not None else str(uuid.uuid4())
         ttl = check_lease_ttl(lease_ttl, run_id=run_id)
@@ -100,6 +105,7 @@ class AgentContext:
             provider=provider,
             config_json=config_json,
             parent_id=parent,
+            app_version=app_version_or_default(app_version, run_id=run_id),
         )
         return cls._started(store, lease)
 

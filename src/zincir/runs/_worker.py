@@ -12,6 +12,14 @@ claim time + backoff, so a crashed attempt is retried no sooner than its lease e
 its backoff. A handler error records ``last_error`` and an ``attempt_failed`` event and
 backs off; after ``max_attempts`` the run is marked ``failed`` with the last error. A
 handler that leaves the run waiting (a workflow wait) resets the count: waiting is progress.
+
+Versions: a worker has an ``app_version`` (default ``$ZINCIR_APP_VERSION``). Unpinned (the
+default) it claims runs of every version, and unversioned ones. Pinned (:meth:`pin_version`)
+it claims only runs of its own version, and runs of a version that its registered
+migrations (:meth:`migrate_with`) move to its own; a run no live worker serves stays
+claimable, waiting for one that does. Unversioned runs are claimed by unpinned workers only.
+A claimed run of an older version with a migration chain to the worker's is migrated before
+the handler runs (see ``zincir.runs._versions``).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from .._validate import (
 from ..durable import RetryPolicy
 from ..store import Lease, Store, new_owner_id
 from ._context import DEFAULT_LEASE_TTL, AgentContext
+from ._versions import VersionMigrations, app_version_or_default
 
 __all__ = ["Handler", "ResumeWorker"]
 
@@ -52,10 +61,14 @@ class ResumeWorker:
         lease_ttl: timedelta | float = DEFAULT_LEASE_TTL,
         *,
         max_attempts: int | None = None,
+        app_version: str | None = None,
     ) -> None:
         self.store = store
         self.lease_ttl = check_lease_ttl(lease_ttl)
         self.owner = new_owner_id()
+        self.app_version = app_version_or_default(app_version)  # the code's version
+        self._pinned = False
+        self._migrations: VersionMigrations | None = None
         self._poll_interval = DEFAULT_POLL_INTERVAL.total_seconds()
         self._max_concurrency = 10
         self._max_attempts: int | None = None
@@ -102,6 +115,40 @@ class ResumeWorker:
         self._backoff = RetryPolicy(initial_interval=first, backoff=factor, max_interval=cap)
         return self
 
+    def pin_version(self, pinned: bool = True) -> Self:
+        """Claim only runs of this worker's ``app_version`` (and those its migrations move
+        to it); runs of other versions, and unversioned ones, wait for a worker that serves
+        them. Needs an ``app_version``."""
+        if pinned and self.app_version is None:
+            raise InvalidInput(
+                "pin_version() needs the worker's version: ResumeWorker(..., app_version=...) "
+                "or $ZINCIR_APP_VERSION"
+            )
+        self._pinned = bool(pinned)
+        return self
+
+    def migrate_with(self, migrations: VersionMigrations | None) -> Self:
+        """Move each claimed run of an older version along ``migrations`` to this worker's
+        version before the handler runs (a pinned worker also claims those runs)."""
+        if migrations is not None and not isinstance(migrations, VersionMigrations):
+            raise InvalidInput(
+                f"migrations must be a VersionMigrations, not {type(migrations).__name__}"
+            )
+        if migrations is not None and self.app_version is None:
+            raise InvalidInput(
+                "migrate_with() needs the worker's version: ResumeWorker(..., app_version=...) "
+                "or $ZINCIR_APP_VERSION"
+            )
+        self._migrations = migrations
+        return self
+
+    def served_versions(self) -> list[str] | None:
+        """The versions a pinned worker claims (its own first); None: every run."""
+        if not self._pinned or self.app_version is None:
+            return None
+        sources = [] if self._migrations is None else self._migrations.sources(self.app_version)
+        return [self.app_version, *sources]
+
     def delay(self, attempt: int) -> timedelta:
         """The backoff after attempt number ``attempt`` (1-based)."""
         return self._backoff.delay(attempt)
@@ -118,7 +165,12 @@ class ResumeWorker:
         if limit < 1:
             return []
         leases = await self.store.claim_runs(
-            self.owner, self.lease_ttl, limit, max_attempts=self._max_attempts, backoff=self.delay
+            self.owner,
+            self.lease_ttl,
+            limit,
+            max_attempts=self._max_attempts,
+            backoff=self.delay,
+            app_versions=self.served_versions(),
         )
         for lease in leases:
             log.info("[run %s] claimed (lease token %d)", lease.run_id, lease.token)
@@ -182,6 +234,7 @@ class ResumeWorker:
         ctx = AgentContext.adopt(self.store, lease)
         error: str | None = None
         try:
+            await self._migrate(ctx)
             outcome = handler(ctx)
             if inspect.isawaitable(outcome):
                 await outcome
@@ -198,6 +251,26 @@ class ResumeWorker:
         except Exception as failure:
             log.error("[run %s] could not record the attempt's end: %s", lease.run_id, failure)
         await self._release(ctx)
+
+    async def _migrate(self, ctx: AgentContext) -> None:
+        """Move a claimed run of an older version to this worker's, when a chain of
+        registered migrations does; any other run is left as it is."""
+        if self._migrations is None or self.app_version is None:
+            return
+        run = await self.store.get_run(ctx.run_id)
+        version = None if run is None else run["app_version"]
+        if version is None or version == self.app_version:
+            return
+        if self._migrations.chain(version, self.app_version) is None:
+            return  # unpinned: the handler runs it as it is (patched() branches)
+        steps = await self._migrations.migrate(ctx, version, self.app_version)
+        log.info(
+            "[run %s] migrated from version %s to %s (%d step(s))",
+            ctx.run_id,
+            version,
+            self.app_version,
+            steps,
+        )
 
     async def _release(self, ctx: AgentContext) -> None:
         try:

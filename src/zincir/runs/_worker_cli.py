@@ -16,9 +16,10 @@ from .._errors import ZincirError
 from .._target import import_target
 from .._validate import DEFAULT_POLL_INTERVAL, MAX_COUNT
 from ..store import open_store
+from ._versions import VersionMigrations
 from ._worker import Handler, ResumeWorker
 
-__all__ = ["load_handler", "worker_command"]
+__all__ = ["load_handler", "load_migrations", "worker_command"]
 
 
 def load_handler(target: str) -> Handler:
@@ -27,6 +28,17 @@ def load_handler(target: str) -> Handler:
     if not callable(handler):
         raise click.BadParameter(f"{target!r} is not callable", param_hint="TARGET")
     return cast(Handler, handler)
+
+
+def load_migrations(target: str) -> VersionMigrations:
+    """Import ``module:name`` and return the VersionMigrations registry it names."""
+    found = import_target(target, example="myapp.versions:migrations")
+    if not isinstance(found, VersionMigrations):
+        raise click.BadParameter(
+            f"{target!r} is a {type(found).__name__}, not a zincir.VersionMigrations",
+            param_hint="--migrations",
+        )
+    return found
 
 
 async def _serve(worker: ResumeWorker, handler: Handler) -> None:
@@ -71,6 +83,24 @@ async def _serve(worker: ResumeWorker, handler: Handler) -> None:
     default=None,
     help="Mark a run failed after this many unfinished attempts (default: no limit).",
 )
+@click.option(
+    "--app-version",
+    metavar="VERSION",
+    default=None,
+    help="The version of the code this worker runs (default: $ZINCIR_APP_VERSION).",
+)
+@click.option(
+    "--pin-version",
+    is_flag=True,
+    help="Claim only runs of --app-version (and those --migrations moves to it).",
+)
+@click.option(
+    "--migrations",
+    "migrations_target",
+    metavar="MODULE:NAME",
+    default=None,
+    help="A VersionMigrations registry: runs of older versions are migrated when claimed.",
+)
 def worker_command(
     target: str,
     database: str,
@@ -78,6 +108,9 @@ def worker_command(
     poll_interval: float,
     max_concurrency: int,
     max_attempts: int | None,
+    app_version: str | None,
+    pin_version: bool,
+    migrations_target: str | None,
 ) -> None:
     """Resume abandoned and due runs with the async handler TARGET (module:function).
 
@@ -85,6 +118,7 @@ def worker_command(
     until SIGINT or SIGTERM, then waits for the handlers in flight.
     """
     handler = load_handler(target)
+    migrations = None if migrations_target is None else load_migrations(migrations_target)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr
     )
@@ -92,14 +126,29 @@ def worker_command(
         store = open_store(database)
     except ZincirError as error:
         raise click.ClickException(str(error)) from None
-    worker = (
-        ResumeWorker(store, timedelta(seconds=lease_ttl), max_attempts=max_attempts)
-        .poll_interval(poll_interval)
-        .max_concurrency(max_concurrency)
+    try:
+        worker = (
+            ResumeWorker(
+                store,
+                timedelta(seconds=lease_ttl),
+                max_attempts=max_attempts,
+                app_version=app_version,
+            )
+            .poll_interval(poll_interval)
+            .max_concurrency(max_concurrency)
+            .migrate_with(migrations)
+            .pin_version(pin_version)
+        )
+    except ZincirError as error:
+        store.close_sync()
+        raise click.ClickException(str(error)) from None
+    served = worker.served_versions()
+    versions = f"version {worker.app_version or '-'}" + (
+        f", pinned to {', '.join(served)}" if served else ""
     )
     click.echo(
         f"zincir worker: serving {store.path} with {target} "
-        f"(max {max_concurrency} at once); stop with Ctrl-C",
+        f"(max {max_concurrency} at once, {versions}); stop with Ctrl-C",
         err=True,
     )
     try:

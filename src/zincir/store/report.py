@@ -25,15 +25,26 @@ def _short(value: Any, width: int = 90) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _version(run: RunRecord) -> str:
+    """A run's application version, ``-`` when it is unversioned."""
+    return run.get("app_version") or "-"
+
+
 def format_runs(runs: Iterable[RunRecord]) -> str:
-    """One line per run: id, status, events, updated, name."""
-    lines = [f"{'run id':<36}  {'status':<9}  {'events':>6}  {'updated':<27}  name"]
-    for run in runs:
+    """One line per run: id, status, events, updated, app version, name."""
+    found = list(runs)
+    if not found:
+        return "no runs"
+    width = max(len("version"), *(len(_version(run)) for run in found))
+    lines = [
+        f"{'run id':<36}  {'status':<9}  {'events':>6}  {'updated':<27}  {'version':<{width}}  name"
+    ]
+    for run in found:
         lines.append(
             f"{run['id']:<36}  {run['status']:<9}  {run['last_seq']:>6}  "
-            f"{run['updated_at']:<27}  {run['name']}"
+            f"{run['updated_at']:<27}  {_version(run):<{width}}  {run['name']}"
         )
-    return "\n".join(lines) if len(lines) > 1 else "no runs"
+    return "\n".join(lines)
 
 
 def format_run_log(run: RunRecord, events: Iterable[EventLine]) -> str:
@@ -48,6 +59,7 @@ def format_run_log(run: RunRecord, events: Iterable[EventLine]) -> str:
         f"name      {run['name']}",
         f"status    {run['status']}",
         f"provider  {run['provider'] or '-'}",
+        f"version   {_version(run)}",
         f"lease     {lease} (token {run['lease_token']})",
         f"config    {run['config']}",
         f"created   {run['created_at']}",

@@ -24,6 +24,7 @@ from .._validate import (
     check_positive_duration,
 )
 from ..runs._context import DEFAULT_LEASE_TTL, AgentContext
+from ..runs._versions import app_version_or_default
 from ..store import ChildResult, ReceivedMessage, Store, as_store, new_owner_id
 from ._children import join_child, spawn_child
 from ._core import Core, Sleeper, default_sleeper
@@ -87,8 +88,12 @@ class WorkflowContext:
         sleeper: Sleeper | None = None,
         poll_interval: timedelta | float = DEFAULT_POLL_INTERVAL,
         suspend_waits: bool = False,
+        app_version: str | None = None,
     ) -> WorkflowContext:
         """Create run ``run_id`` if absent, else take it over; raises LeaseHeld while live.
+
+        A created run records ``app_version`` (default ``$ZINCIR_APP_VERSION``, else none:
+        unversioned); a run taken over keeps its own.
 
         Every call takes a new fencing token. A terminal run raises RunTerminal. A new owner
         replays the workflow, which records again any wait still pending.
@@ -100,8 +105,14 @@ class WorkflowContext:
         config_json = dumps({} if config is None else config, what="config", run_id=run_id)
         wait = _sleeper(sleeper)
         interval = _interval(poll_interval)
+        version = app_version_or_default(app_version, run_id=run_id)
         lease = await store.open_run(
-            run_id, name=name, owner=new_owner_id(), ttl=ttl, config_json=config_json
+            run_id,
+            name=name,
+            owner=new_owner_id(),
+            ttl=ttl,
+            config_json=config_json,
+            app_version=version,
         )
         return cls(
             AgentContext.adopt(store, lease),

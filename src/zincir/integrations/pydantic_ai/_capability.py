@@ -34,6 +34,7 @@ from ...durable import DurableRuntime, HandlerRegistry, LocalRuntime, RetryPolic
 from ...restart import RestartStore
 from ...runs import AgentContext
 from ...runs._context import DEFAULT_LEASE_TTL
+from ...runs._versions import app_version_or_default
 from ...store import Store, as_store, open_store
 from ._approvals import apply_decisions
 from ._backend import ZincirBackend
@@ -95,7 +96,8 @@ class ZincirDurability(BaseDurabilityCapability[AgentDepsT]):
 
     ``runtime`` is any DurableRuntime (a LocalRuntime by default, on ``store``); ``retry``
     governs retryable failures that outlast the runtime's own attempts (each retry a durable
-    ``retry.delay``, then the unit under its next sequence); ``lease_ttl`` is the run's lease.
+    ``retry.delay``, then the unit under its next sequence); ``lease_ttl`` is the run's lease;
+    ``app_version`` is recorded on each run it creates (default ``$ZINCIR_APP_VERSION``).
     With ``restart_store`` (a FileRestartStore or SQLRestartStore) the ``event_stream_handler``
     is fed through a CheckpointedStreamSink per unit (segment ``<stream_segment>.<step>.<seq>``),
     so a restarted worker does not deliver again the events its predecessor committed.
@@ -129,6 +131,7 @@ class ZincirDurability(BaseDurabilityCapability[AgentDepsT]):
         lease_ttl: timedelta | float = DEFAULT_LEASE_TTL,
         restart_store: RestartStore | None = None,
         stream_segment: str = "events",
+        app_version: str | None = None,
     ) -> None:
         if restart_store is not None:
             if event_stream_handler is None:
@@ -139,6 +142,7 @@ class ZincirDurability(BaseDurabilityCapability[AgentDepsT]):
             raise InvalidInput(f"retry must be a RetryPolicy, not {type(retry).__name__}")
         self.retry = retry
         self.lease_ttl = check_lease_ttl(lease_ttl)
+        self.app_version = app_version_or_default(app_version)
         self._resources = _Resources(store, runtime)
 
     @property
@@ -178,6 +182,7 @@ class ZincirDurability(BaseDurabilityCapability[AgentDepsT]):
             config={"agent": self.name, "prompt": _jsonable(ctx.prompt)},
             lease_ttl=self.lease_ttl,
             parent_id=_parent_run(ctx, run_id),
+            app_version=self.app_version,
         )
         token = CURRENT_RUN.set(scope)
         try:

@@ -48,6 +48,7 @@ async def open_run(
     config: dict[str, Any],
     lease_ttl: timedelta,
     parent_id: str | None,
+    app_version: str | None = None,
 ) -> RunScope:
     """Create the run or take it over (``LeaseHeld`` while another process owns it); a
     completed run is opened for replay only, a failed or cancelled one is refused."""
@@ -71,6 +72,7 @@ async def open_run(
                 lease_ttl=lease_ttl,
                 run_id=run_id,
                 parent_id=parent_id,
+                app_version=app_version,
             )
         except RunExists:
             ctx = None
