@@ -10,8 +10,9 @@ from typing import Any
 
 from .._errors import CheckpointError, InvalidInput
 from .._json import dumps
+from .._replay import PATCH_MARKER, Replay, forget, register
 from .._validate import check_id, check_lease_ttl, check_optional_id, name_problem, printable
-from ..store import CheckpointRecord, Lease, Store, new_owner_id
+from ..store import CheckpointRecord, Lease, NewEvent, Store, new_owner_id
 from ._entries import response_entry, tool_result_entry
 from ._lease import Heartbeat
 from ._types import (
@@ -43,6 +44,8 @@ class AgentContext:
         self._lease = lease
         self._heartbeat = Heartbeat(store, lease)
         self._done = False
+        # What earlier owners recorded and this context has replayed (none on a first lease).
+        self.replay = Replay(store, lease.run_id, fresh=lease.token == 1)
 
     @property
     def run_id(self) -> str:
@@ -136,6 +139,7 @@ class AgentContext:
     def _started(cls, store: Store, lease: Lease) -> AgentContext:
         ctx = cls(store, lease)
         ctx._heartbeat.start()
+        register(lease, ctx.replay)
         return ctx
 
     @classmethod
@@ -246,10 +250,12 @@ class AgentContext:
         self._heartbeat.check()
         await self.store.finish_run(self._lease, status, result_json=result_json, error=error)
         self._done = True
+        forget(self._lease)
         await self._heartbeat.stop()
 
     async def release(self) -> None:
         """Stop the heartbeat and give up the lease without changing the status."""
+        forget(self._lease)
         await self._heartbeat.stop()
         if self._done:
             return
@@ -265,6 +271,32 @@ class AgentContext:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    # -- code versions ------------------------------------------------------------------
+
+    async def patched(self, patch_id: str) -> bool:
+        """True when the run reaches this point on code that has the change ``patch_id``
+        (the first time, a ``patch_marker`` event records it); False on the replay of a run
+        that passed this point without it (recorded work remains to replay and no marker).
+
+        The same answer comes back on every replay, so branch on it: the old path for runs
+        already past this point, the new one for the rest (``if await ctx.patched("fix")``).
+        """
+        run_id = self.run_id
+        check_id(patch_id, "a patch id", run_id=run_id)
+
+        async def mark() -> None:
+            body = dumps({"id": patch_id}, what="a patch marker", run_id=run_id)
+            self._heartbeat.check()
+            await self.store.append_events(self._lease, [NewEvent(PATCH_MARKER, body)])
+
+        return await self.replay.patched(patch_id, mark)
+
+    async def unreplayed(self) -> list[str]:
+        """Recorded steps and operations this context has not replayed (yet), in log order:
+        work that the code now running skipped, e.g. ``["step 'notify'"]``."""
+        await self.replay.load()
+        return self.replay.unreplayed()
 
     # -- reads --------------------------------------------------------------------------
 

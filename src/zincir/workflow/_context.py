@@ -6,7 +6,11 @@ ResumeWorker claim). Either way one lease and one heartbeat cover both APIs, and
 either releases it.
 
 Replay relies on the workflow code being deterministic: steps, timers and spawns are keyed by
-name, and unnamed sends and receives by their order within the context.
+name, and unnamed sends and receives by their order within the context. A context that takes
+over a run reads its log once and checks the new code against it: a step the run never
+recorded, asked for while recorded steps remain to replay, raises VersionDivergence before
+anything runs (see ``zincir._replay``); ``patched(id)`` lets new code branch around runs
+that already passed a point.
 """
 
 from __future__ import annotations
@@ -96,7 +100,8 @@ class WorkflowContext:
         unversioned); a run taken over keeps its own.
 
         Every call takes a new fencing token. A terminal run raises RunTerminal. A new owner
-        replays the workflow, which records again any wait still pending.
+        replays the workflow, which records again any wait still pending; it reads the run's
+        log once here, to check the steps it asks for against those recorded.
         """
         as_store(store)
         check_id(run_id)
@@ -114,12 +119,14 @@ class WorkflowContext:
             config_json=config_json,
             app_version=version,
         )
-        return cls(
-            AgentContext.adopt(store, lease),
-            sleeper=wait,
-            poll_interval=interval,
-            suspend_waits=suspend_waits,
-        )
+        agent = AgentContext.adopt(store, lease)
+        if not agent.replay.settled:  # taken over: what earlier owners recorded, read once
+            try:
+                await agent.replay.load()
+            except BaseException:
+                await agent.close()
+                raise
+        return cls(agent, sleeper=wait, poll_interval=interval, suspend_waits=suspend_waits)
 
     @classmethod
     def from_agent(
@@ -166,8 +173,28 @@ class WorkflowContext:
         result JSON cannot hold raises NotJsonSerializable. A step left running by another
         context, or still running in this one, raises StepInProgress (the former until
         :meth:`recover`); one whose result write failed here runs again when called again.
+
+        On a run taken over, a recorded step replays in whatever order it is asked for; a
+        name the run never recorded, asked for while recorded steps remain that this context
+        has not replayed, raises VersionDivergence before anything is claimed or run (the run
+        was started by other code). Once every recorded step was replayed, new names run.
         """
         return await run_step(self._core, name, fn)
+
+    async def patched(self, patch_id: str) -> bool:
+        """True when the run reaches this point on code that has the change ``patch_id``;
+        False on the replay of a run that passed this point without it.
+
+        ``if await wf.patched("new-path"): ... else: ...`` keeps old runs on the old path
+        and sends the others down the new one. The first True records a ``patch_marker``
+        event, so every replay answers the same, across kills.
+        """
+        return await self._core.agent.patched(patch_id)
+
+    async def unreplayed(self) -> list[str]:
+        """Recorded steps and operations this context has not replayed, in log order (e.g.
+        ``["step 'notify'"]`` once new code dropped that step): not an error, a report."""
+        return await self._core.agent.unreplayed()
 
     async def recover(self) -> list[str]:
         """Release unfinished step claims; returns the released step names.
@@ -185,7 +212,8 @@ class WorkflowContext:
         A restarted sleep with the same name waits only the remaining time; a due timer
         returns at once and is marked completed.
         """
-        await durable_sleep(self._core, name, duration)
+        with self._core.agent.replay.busy():
+            await durable_sleep(self._core, name, duration)
 
     async def send(
         self, to_run_id: str, topic: str, payload: Any, *, key: str | None = None
@@ -195,7 +223,8 @@ class WorkflowContext:
         The send is keyed by ``key`` or, without it, by its order among this context's sends
         to (``to_run_id``, ``topic``), so a replayed send returns the first message's id.
         """
-        return await send_from_run(self._core, to_run_id, topic, payload, key)
+        with self._core.agent.replay.busy():
+            return await send_from_run(self._core, to_run_id, topic, payload, key)
 
     async def recv(
         self, topic: str, timeout: timedelta | float | None = None, *, key: str | None = None
@@ -205,14 +234,16 @@ class WorkflowContext:
         Keyed like :meth:`send`; a replayed receive returns the same message (or the same
         timeout). The timeout is a stored deadline: a restart waits only what remains.
         """
-        message = await receive(self._core, topic, timeout, key)
+        with self._core.agent.replay.busy():
+            message = await receive(self._core, topic, timeout, key)
         return None if message is None else message.payload
 
     async def recv_message(
         self, topic: str, timeout: timedelta | float | None = None, *, key: str | None = None
     ) -> ReceivedMessage | None:
         """Like :meth:`recv` but returns the whole :class:`ReceivedMessage` (sender, id, time)."""
-        return await receive(self._core, topic, timeout, key)
+        with self._core.agent.replay.busy():
+            return await receive(self._core, topic, timeout, key)
 
     async def spawn(
         self,
@@ -226,11 +257,13 @@ class WorkflowContext:
 
         Spawning the same name again (a replay) returns the same child id.
         """
-        return await spawn_child(self._core, name, config, run_id, run_name)
+        with self._core.agent.replay.busy():
+            return await spawn_child(self._core, name, config, run_id, run_name)
 
     async def join(self, child_id: str) -> ChildResult:
         """Wait durably until run ``child_id`` is terminal; returns its status and result."""
-        return await join_child(self._core, child_id)
+        with self._core.agent.replay.busy():
+            return await join_child(self._core, child_id)
 
     # -- completion and release ---------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from .._errors import FencedOut, InvalidInput, RunTerminal, StepInProgress
 from .._json import dumps, loads_own
+from .._replay import step_item
 from .._validate import check_id
 from ._core import Core
 
@@ -42,12 +43,22 @@ async def run_step(core: Core, name: str, fn: Callable[[], Any]) -> Any:
     """Return the stored result of step ``name``, or claim it, run ``fn`` and store its result.
 
     A first run costs two transactions (the claim, then the result); a replay one that
-    writes nothing.
+    writes nothing. A name the run never recorded, asked for while recorded steps remain to
+    replay, raises VersionDivergence before anything is claimed.
     """
     run_id = core.run_id
     check_id(name, "a step name", run_id=run_id)
     if not callable(fn):
         raise InvalidInput(f"step {name!r}: fn must be callable, not {fn!r}", run_id=run_id)
+    replay = core.agent.replay
+    if replay.settled:
+        return await _claim_and_run(core, name, fn)
+    async with replay.request(step_item(name)):
+        return await _claim_and_run(core, name, fn)
+
+
+async def _claim_and_run(core: Core, name: str, fn: Callable[[], Any]) -> Any:
+    run_id = core.run_id
     lease = core.lease
     running = (run_id, lease.owner, lease.token, name)
     if running in _IN_FLIGHT:
