@@ -32,6 +32,7 @@ from .._errors import (
     Suspend,
 )
 from .._json import dumps, loads_strict
+from .._replay import Recorded, operation_item
 from ..contract import (
     Failure,
     Invocation,
@@ -98,7 +99,8 @@ REOPENED_EVENT = "approval_reopened"
 class Logged:
     """What the run's log already holds: how many responses, which tool results, the
     decision in force on each decided call (and the argument digest it binds), each
-    reopened call's decision round, and the latest pause.
+    reopened call's decision round, the latest pause, and the operations recorded (which
+    the run's new owner checks its requests against).
 
     A reopened call's decision is no longer in force: it waits for one in its new round."""
 
@@ -108,6 +110,7 @@ class Logged:
     bound: dict[str, str] = field(default_factory=dict)
     rounds: dict[str, int] = field(default_factory=dict)
     paused: PausedRun | None = None
+    recorded: Recorded = field(default_factory=Recorded)
 
     @classmethod
     def from_events(cls, events: Iterable[Event]) -> Logged:
@@ -126,6 +129,8 @@ class Logged:
                 logged.bound[call_id] = str(payload["args_sha256"])
             elif event.type == REOPENED_EVENT and isinstance(payload, dict):
                 logged.reopen(str(payload["call_id"]), int(payload["round"]))
+            else:
+                logged.recorded.add(event)
         return logged
 
     def reopen(self, call_id: str, round_: int) -> None:
@@ -158,6 +163,8 @@ class DurableExecutor:
         self.binding = binding
         self.ctx = ctx
         self.logged = logged
+        if ctx is not None:  # the log was read as the run was taken: no second read
+            ctx.replay.seed(logged.recorded)
         self.run_id: str | None = binding.run_id
         self.wake_at: datetime | None = None
         self.refused: dict[str, str] = {}  # call id -> the digest its refused decision binds
@@ -297,11 +304,15 @@ class DurableExecutor:
         document = ApprovalRequest(
             call=call, arguments=arguments, execution=execution, proposed=proposed
         )
-        sequence = attempt_sequence(
-            tool_sequence(number, position, run_id=run_id),
-            self.logged.rounds.get(call_id, 0),
-            run_id=run_id,
-        )
+        first = tool_sequence(number, position, run_id=run_id)
+        round_ = self.logged.rounds.get(call_id, 0)
+        sequence = attempt_sequence(first, round_, run_id=run_id)
+        if round_ and self.ctx is not None:  # the earlier rounds' decisions are retired
+            step_id = self.binding.step_id(APPROVAL_RESUME)
+            self.ctx.replay.supersede(
+                operation_item(step_id, attempt_sequence(first, earlier, run_id=run_id))
+                for earlier in range(round_)
+            )
         try:
             output = await self._execute(
                 APPROVAL_RESUME, sequence, OperationKind.APPROVAL_RESUME, document
@@ -506,14 +517,16 @@ class DurableExecutor:
         )
         runtime = self.binding.runtime
         ctx = self.ctx
-        if (
-            log is not None
-            and ctx is not None
-            and isinstance(runtime, LocalRuntime)
-            and runtime.store is ctx.store
-        ):
-            return await runtime.execute_and_log(invocation, log)
-        return await runtime.execute(invocation), False
+        if ctx is not None and isinstance(runtime, LocalRuntime) and runtime.store is ctx.store:
+            # This runtime sees the run's lease: it checks the identity against the log.
+            if log is not None:
+                return await runtime.execute_and_log(invocation, log)
+            return await runtime.execute(invocation), False
+        if ctx is None or ctx.replay.settled:
+            return await runtime.execute(invocation), False
+        # Another runtime: the identity is checked here against the run's recorded work.
+        async with ctx.replay.request(operation_item(invocation.step_id, sequence)):
+            return await runtime.execute(invocation), False
 
 
 def _read(document: type[D], output: str, where: str, handler: str, run_id: str) -> D:

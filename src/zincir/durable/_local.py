@@ -34,6 +34,7 @@ from .._errors import (
     StoreError,
     UnknownToolCall,
 )
+from .._replay import operation_item, replay_for
 from .._validate import DEFAULT_POLL_INTERVAL, check_count, check_positive_duration
 from ..contract import (
     DEFAULT_MAX_INPUT_BYTES,
@@ -139,8 +140,8 @@ class LocalRuntime:
         inline: Handler | None,
         log: Callable[[Record], Sequence[LogEntry]] | None,
     ) -> tuple[Record, bool]:
-        """One execution per identity in this process; concurrent callers share its record
-        (their log entries unwritten)."""
+        """Check the identity against the run's log when this process holds the run's lease
+        (VersionDivergence before anything else), then :meth:`_once`."""
         if not isinstance(invocation, Invocation):
             raise InvalidInvocation(
                 f"execute expects an Invocation, got {type(invocation).__name__}"
@@ -151,6 +152,21 @@ class LocalRuntime:
                 "inline must be a callable (invocation, request) -> output",
                 run_id=invocation.run_id,
             )
+        lease = self.store.lease_for(invocation.run_id)
+        replay = None if lease is None else replay_for(lease)
+        if replay is None or replay.settled:
+            return await self._once(invocation, inline, log)
+        async with replay.request(operation_item(invocation.step_id, invocation.sequence)):
+            return await self._once(invocation, inline, log)
+
+    async def _once(
+        self,
+        invocation: Invocation,
+        inline: Handler | None,
+        log: Callable[[Record], Sequence[LogEntry]] | None,
+    ) -> tuple[Record, bool]:
+        """One execution per identity in this process; concurrent callers share its record
+        (their log entries unwritten)."""
         operation = new_operation(invocation)
         key = invocation.stable_key()
         while (running := self._inflight.get(key)) is not None:
