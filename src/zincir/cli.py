@@ -1,4 +1,5 @@
-"""The ``zincir`` command line: demo, runs, threads, approvals, migrate, worker, ui."""
+"""The ``zincir`` command line: demo, runs, threads, approvals, migrate, worker,
+check-compat, ui."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ._cli_options import database_option, read_only_database
+from ._cli_options import Seconds, database_option, read_only_database
 from ._errors import InvalidInput, RunNotFound, ZincirError
 from ._json import StrictJsonError, loads_strict
 from ._validate import check_id
@@ -507,6 +508,41 @@ def approvals_result(database: str, approval_id: str, value: str, args_sha256: s
 
 
 main.add_command(worker_command)
+
+
+@main.command("check-compat")
+@click.argument("target")
+@database_option
+@click.option(
+    "--run",
+    "run_ids",
+    multiple=True,
+    metavar="RUN_ID",
+    help="Check only this run (repeat for several).",
+)
+@click.option(
+    "--timeout",
+    type=Seconds(0.001),
+    default=60.0,
+    show_default=True,
+    help="Seconds each run's replay may take.",
+)
+def check_compat_command(
+    target: str, database: str, run_ids: tuple[str, ...], timeout: float
+) -> None:
+    """Replay every unfinished run against the handler TARGET (module:function), as a
+    ResumeWorker would run it, but with no side effect and no write: print per run
+    compatible or where it diverges; exit 1 when any run diverges (or its replay fails)."""
+    from .runs._compat import check_compat, format_reports
+    from .runs._worker_cli import load_handler
+
+    for run_id in run_ids:
+        check_id(run_id, "--run")
+    handler = load_handler(target)
+    reports = asyncio.run(check_compat(database, handler, run_ids=run_ids or None, timeout=timeout))
+    click.echo(format_reports(reports))
+    if any(report.verdict != "compatible" for report in reports):
+        sys.exit(1)
 
 
 @main.command("ui")

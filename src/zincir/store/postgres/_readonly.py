@@ -171,6 +171,12 @@ class ReadOnlyPostgres:
             )
         return tables
 
+    def schema_version(self) -> int:
+        """The newest migration applied to the schema (after the checks of a snapshot)."""
+        with self.snapshot() as reader:
+            (newest,) = reader._tuples("SELECT coalesce(max(version), 0) FROM schema_migrations")[0]
+        return int(newest)
+
     def check(self) -> None:
         """Raise unless the schema is a zincir schema this code can read (NotAZincirDatabase,
         SchemaTooNew, ConnectionLost, ...)."""

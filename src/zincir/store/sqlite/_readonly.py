@@ -154,6 +154,26 @@ class ReadOnlyDatabase:
         with self.snapshot():
             pass
 
+    def copy_to(self, target: str) -> None:
+        """Copy the database, one consistent snapshot of it, into the new file ``target``
+        (SQLite's backup API reading through a read-only connection: this file is never
+        written). For work that must not touch the original (``zincir check-compat``)."""
+        if os.path.exists(target):
+            raise InvalidInput(f"{target} exists; copy_to writes a new file")
+        source = self._connect()
+        try:
+            self._tables(source)
+            with _reading(self.path):
+                copy = apsw.Connection(target)
+                try:
+                    with copy.backup("main", source, "main") as backup:
+                        while not backup.done:
+                            backup.step(-1)
+                finally:
+                    copy.close()
+        finally:
+            source.close()
+
     @contextmanager
     def snapshot(self) -> Iterator[SnapshotReader]:
         """A :class:`SnapshotReader` over one consistent read transaction."""
