@@ -43,6 +43,7 @@ __all__ = [
 ]
 
 PATCH_MARKER = "patch_marker"
+_PAGE = 2000  # events per read when a takeover reads the log
 
 
 class Item(NamedTuple):
@@ -75,13 +76,6 @@ class Recorded:
         self.order: list[Item] = []
         self.position: dict[Item, int] = {}
         self.markers: set[str] = set()
-
-    @classmethod
-    def from_events(cls, events: Iterable[Event]) -> Recorded:
-        recorded = cls()
-        for event in events:
-            recorded.add(event)
-        return recorded
 
     def add(self, event: Event) -> None:
         """Note ``event`` if it is recorded work or a patch marker; ignore it otherwise."""
@@ -119,7 +113,7 @@ class Replay:
         self.run_id = run_id
         self._recorded = Recorded()
         self._loaded = fresh
-        self._loading: asyncio.Task[list[Event]] | None = None
+        self._loading: asyncio.Task[Recorded] | None = None
         self._asked: set[Item] = set()
         self._left = 0  # recorded items nothing has asked for yet
         self._active = 0  # requests and workflow calls in progress, not waiting to be judged
@@ -150,14 +144,26 @@ class Replay:
             return
         loading = self._loading
         if loading is None:
-            loading = self._loading = asyncio.ensure_future(self.store.list_events(self.run_id))
+            loading = self._loading = asyncio.ensure_future(self._read())
         try:
-            events = await asyncio.shield(loading)
+            recorded = await asyncio.shield(loading)
         except BaseException:
             if self._loading is loading and loading.done():
                 self._loading = None
             raise
-        self.seed(Recorded.from_events(events))
+        self.seed(recorded)
+
+    async def _read(self) -> Recorded:
+        """The log's recorded work, read a page at a time: a long log is never all in memory."""
+        recorded = Recorded()
+        after = 0
+        while True:
+            page = await self.store.list_events(self.run_id, after_seq=after, limit=_PAGE)
+            for event in page:
+                recorded.add(event)
+            if len(page) < _PAGE:
+                return recorded
+            after = page[-1].seq
 
     # -- requests -----------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import pytest
 
 import zincir
 from zincir import AgentContext, WorkflowContext
-from zincir.store import Store
+from zincir.store import NewEvent, Store
 
 
 class Effects:
@@ -133,6 +133,19 @@ async def test_a_removed_step_followed_by_new_work_raises(store: Store) -> None:
     with pytest.raises(zincir.VersionDivergence) as raised:
         await run_steps(store, "r", ["fetch", "archive"], effects)
     assert (raised.value.recorded, raised.value.attempted) == ("step 'price'", "step 'archive'")
+
+
+async def test_a_long_log_is_read_a_page_at_a_time(store: Store) -> None:
+    effects = Effects()
+    async with await WorkflowContext.open(store, "r") as wf:
+        note = NewEvent("note", '{"n": 1}')
+        await store.append_events(wf.agent.lease, [note] * 4500)
+        await wf.step("fetch", effects("fetch"))
+        await store.append_events(wf.agent.lease, [note] * 10)
+        await wf.step("price", effects("price"))
+    with pytest.raises(zincir.VersionDivergence) as raised:
+        await run_steps(store, "r", ["fetch", "quote"], effects)
+    assert raised.value.recorded == "step 'price'"
 
 
 async def test_a_first_lease_reads_no_log_and_checks_nothing(store: Store) -> None:
