@@ -174,25 +174,23 @@ class Replay:
         items remain that nothing asked for, once the calls in flight here have settled.
         """
         self._active += 1
-        if item not in self._asked:
-            self._asked.add(item)
-            if self._loaded and item in self._recorded.position:
-                self._left -= 1
-                if not self._left:
-                    self._wake()
+        self._ask(item)
         return _Request(self, item)
 
     def supersede(self, items: Iterable[Item]) -> None:
         """Count recorded ``items`` as replayed: the code skips them by design (an earlier
         decision round of a reopened approval), so they are no divergence."""
         for item in items:
-            if item in self._asked:
-                continue
-            self._asked.add(item)
-            if self._loaded and item in self._recorded.position:
-                self._left -= 1
-                if not self._left:
-                    self._wake()
+            self._ask(item)
+
+    def _ask(self, item: Item) -> None:
+        if item in self._asked:
+            return
+        self._asked.add(item)
+        if self._loaded and item in self._recorded.position:
+            self._left -= 1
+            if not self._left:
+                self._wake()
 
     @contextmanager
     def busy(self) -> Iterator[None]:
@@ -237,7 +235,7 @@ class Replay:
         VersionDivergence."""
         if not await self._left_after_settling():
             return
-        first = next(item for item in self._recorded.order if item not in self._asked)
+        first = next(known for known in self._recorded.order if known not in self._asked)
         raise VersionDivergence(
             run_id=self.run_id,
             position=self._recorded.position[first],
