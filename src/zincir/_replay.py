@@ -13,11 +13,21 @@ A :class:`Replay`, one per lease, tracks which of those items this process has a
 - recorded items the code never asks for are not an error: :meth:`Replay.unreplayed` names
   them.
 
+A skipped recorded item followed by an unrecorded one cannot be told from a rename, so it
+diverges too; ``patched()`` is how new code drops a step for runs in flight.
+
 Concurrent calls (``asyncio.gather``) ask in their call order, whatever order they finish
 in; an unrecorded item is judged only once the calls started with it have asked and the
-replays in flight here have settled, so a gather that was cut short replays as it ran.
-``patched(id)`` markers (``patch_marker`` events) are not work: they only answer
-:meth:`Replay.patched`.
+replays in flight here (steps, operations, workflow sleeps, messages, child runs) have
+settled, so a gather that was cut short replays as it ran. Other awaits between two steps
+of a concurrent branch (a plain ``asyncio.sleep``, a network call) are invisible here: an
+unrecorded item judged meanwhile may be refused. ``patched(id)`` markers (``patch_marker``
+events) are not work: they only answer :meth:`Replay.patched`.
+
+The log is read before the lease's first request (when ``WorkflowContext.open`` takes the
+run, or from the agent loop's own read), so all it holds then was recorded by earlier
+owners; a runtime that records under the lease without this check (a TemporalRuntime used
+outside the agent loop) should not run before the first checked request.
 """
 
 from __future__ import annotations
