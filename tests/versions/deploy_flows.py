@@ -5,6 +5,8 @@ Handlers (``module:function`` for ``zincir worker`` and ``zincir check-compat``)
 fetch), ``remove`` (no price), and ``by_version``, which runs the plan of
 ``$ZINCIR_APP_VERSION`` (v1, or v2 = rename). Every step body first appends
 "RUN STEP VERSION" to the file ``$ZINCIR_LEDGER``: the external effect the tests count.
+``agent_v1``, ``agent_namespace`` and ``agent_add_tool`` resume the two-tool agent of
+``agent_versions.py`` in its versions (its tools append to the same ledger).
 
     deploy_flows.py DB RUN VERSION K
 
@@ -21,7 +23,9 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import zincir
+from tests.versions.agent_versions import HANDLERS, build
 from zincir import AgentContext, WorkflowContext
+from zincir.agent import DurableBinding, serve
 
 PLANS = {
     "v1": ["fetch", "price", "notify", "archive"],
@@ -68,6 +72,24 @@ async def remove(ctx: AgentContext) -> None:
 
 async def by_version(ctx: AgentContext) -> None:
     await run_plan(ctx, os.environ["ZINCIR_APP_VERSION"])
+
+
+def resume_agent(version: str) -> Callable[[AgentContext], Awaitable[None]]:
+    async def handler(ctx: AgentContext) -> None:
+        agent = build(version, os.environ["ZINCIR_LEDGER"], hold=False)
+        registry = zincir.HandlerRegistry()
+        serve(registry, agent, HANDLERS)
+        runtime = zincir.LocalRuntime(ctx.store, registry)
+        namespace = "support" if version == "namespace" else None
+        binding = DurableBinding(runtime, ctx.run_id, HANDLERS, step_namespace=namespace)
+        await agent.run("Use the tools.", durable=binding)
+
+    return handler
+
+
+agent_v1 = resume_agent("v1")
+agent_namespace = resume_agent("namespace")
+agent_add_tool = resume_agent("add-tool")
 
 
 async def start(db: str, run_id: str, version: str, hold: int) -> None:

@@ -183,3 +183,47 @@ def test_check_compat_on_a_missing_database_creates_nothing(tmp_path: Path) -> N
     )
     assert done.returncode == 1 and "no database" in done.stderr
     assert not db.exists() and os.listdir(tmp_path) == []
+
+
+async def test_check_compat_on_an_agent_run_killed_between_its_tools(
+    store_target: str, tmp_path: Path
+) -> None:
+    """The two-tool agent of agent_versions.py, killed after its first tool ran: the same
+    agent is compatible, one whose operations moved diverges, one given another tool drifts
+    at its first model request; no tool runs."""
+    db, ledger = store_target, tmp_path / "ledger.txt"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(Path(__file__).parent / "agent_versions.py"),
+        db,
+        "agent-1",
+        "v1",
+        str(ledger),
+        "hold",
+        env=ENV,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert child.stdout is not None
+    assert (await child.stdout.readline()).startswith(b"holding")
+    child.kill()
+    await child.wait()
+    before, effects = stored(db), ledger.read_text()
+    assert effects == "tool first\n"
+
+    code, verdicts, output = await asyncio.to_thread(check, db, "agent_v1", ledger)
+    assert code == 0, output
+    assert verdicts["agent-1"] == (
+        "compatible",
+        "replayed 2/2  stops at new work: operation model.request #1",
+    )
+    code, verdicts, output = await asyncio.to_thread(check, db, "agent_namespace", ledger)
+    assert code == 1, output
+    assert verdicts["agent-1"][0] == "divergent"
+    assert "recorded operation model.request #0" in verdicts["agent-1"][1]
+    assert "asks for operation support.model.request #0" in verdicts["agent-1"][1]
+    code, verdicts, output = await asyncio.to_thread(check, db, "agent_add_tool", ledger)
+    assert code == 1, output
+    assert verdicts["agent-1"][0] == "divergent" and "input drift" in verdicts["agent-1"][1]
+
+    assert ledger.read_text() == effects
+    assert stored(db) == before
