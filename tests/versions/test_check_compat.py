@@ -162,10 +162,12 @@ async def test_check_compat_as_a_function_with_a_gather_and_an_erroring_handler(
     async def broken(ctx: AgentContext) -> None:
         raise KeyError("missing configuration")
 
-    only = await check_compat(store_url, broken, run_ids=["g", "nope"])
+    only = await check_compat(store_url, broken, run_ids=["g"])
     assert [(r.run_id, r.verdict, r.detail) for r in only] == [
         ("g", "error", "KeyError: 'missing configuration'")
     ]
+    with pytest.raises(zincir.RunNotFound, match="nope"):
+        await check_compat(store_url, broken, run_ids=["g", "nope"])
     assert [e.type for e in await store.list_events("g")].count("run_claimed") == 0
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
-from .._errors import InputDrift, StoreError, VersionDivergence, ZincirSignal
+from .._errors import InputDrift, RunNotFound, StoreError, VersionDivergence, ZincirSignal
 from .._validate import MAX_SEQUENCE, printable
 from ..store import Lease, RunRecord, Store, open_store
 from ..store._readonly import ReadOnlyView, open_read_only
@@ -75,8 +75,9 @@ async def check_compat(
     run_ids: Sequence[str] | None = None,
     timeout: float = 60.0,
 ) -> list[CompatReport]:
-    """Replay every pending or running run of ``database`` (or only ``run_ids``) against
-    ``handler`` in the dry mode; one report per run, oldest update first."""
+    """Replay every pending or running run of ``database`` (or those of ``run_ids`` that
+    are; RunNotFound for an id it lacks) against ``handler`` in the dry mode; one report per
+    run, oldest update first."""
     view = open_read_only(database)
     view.check()
     async with _private_store(view, database) as (inner, reads):
@@ -87,8 +88,12 @@ async def check_compat(
 def _unfinished(view: ReadOnlyView, run_ids: Sequence[str] | None) -> list[RunRecord]:
     with view.snapshot() as reader:
         if run_ids is not None:
-            found = [reader.get_run(run_id) for run_id in run_ids]
-            runs = [run for run in found if run is not None]
+            runs = []
+            for run_id in run_ids:
+                run = reader.get_run(run_id)
+                if run is None:
+                    raise RunNotFound(f"no run {run_id!r} in {view.path}", run_id=run_id)
+                runs.append(run)
         else:
             runs = [
                 run

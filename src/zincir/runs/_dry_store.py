@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from .._errors import VersionDivergence
+from .._errors import RunExists, VersionDivergence
 from ..store import (
     ApprovalRow,
     CheckpointRecord,
@@ -195,7 +195,7 @@ class DryStore:
         app_version: str | None = None,
     ) -> Lease:
         if self._ours(run_id):
-            return self.lease  # the run exists: a creating handler takes it over
+            raise RunExists("a run with this id already exists", run_id=run_id)
         raise self._stop(f"creates run {run_id!r}")
 
     async def open_run(
