@@ -139,8 +139,8 @@ def split_schema(url: str) -> tuple[str, str, str]:
 
 
 class PostgresBase:
-    """An opened, migrated PostgreSQL schema: a pool of write connections, one of read-only
-    connections, and the worker threads that use them."""
+    """An opened, migrated PostgreSQL schema: pools of write, unsynced-write (step claims)
+    and read-only connections, the worker threads that use them, and a LISTEN connection."""
 
     backend = "postgres"
 
