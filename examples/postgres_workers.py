@@ -28,6 +28,7 @@ from pathlib import Path
 
 import zincir
 from zincir import AgentContext, WorkflowContext
+from zincir.store.postgres import split_schema
 
 JOBS = 12
 STEPS = ("fetch", "summarise", "publish")
@@ -95,7 +96,7 @@ def main() -> None:
         return
     effects = Path(tempfile.mkdtemp(prefix="zincir-workers-")) / "effects.txt"
     asyncio.run(queue_jobs(url))
-    print(f"queued {JOBS} reports in {zincir.store.postgres.split_schema(url)[2]}")
+    print(f"queued {JOBS} reports in {split_schema(url)[2]}")
     workers = {
         name: subprocess.Popen([sys.executable, __file__, "--worker", name, str(effects)])
         for name in ("worker-a", "worker-b", "worker-c")

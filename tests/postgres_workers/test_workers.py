@@ -15,6 +15,7 @@ from pathlib import Path
 import zincir
 from tests.conftest import REPO
 from tests.postgres_server import PostgresServer
+from zincir.store.postgres import split_schema
 
 WORKER = Path(__file__).with_name("worker.py")
 ENV = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
@@ -92,7 +93,7 @@ def run_rows(url: str) -> dict[str, zincir.store.RunRecord]:
 
 
 def completed_steps(server: PostgresServer, url: str) -> set[tuple[str, str]]:
-    schema = zincir.store.postgres.split_schema(url)[1]
+    schema = split_schema(url)[1]
     with server.admin() as conn:
         found = conn.execute(
             f"SELECT run_id, name FROM {schema}.steps WHERE status = 'completed'"
