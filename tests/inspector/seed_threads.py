@@ -144,6 +144,22 @@ def _write_rows() -> list[Write]:
     ]
 
 
+def checkpoint_values(c: Checkpoint) -> tuple[Any, ...]:
+    """The ``langgraph_checkpoints`` column values of ``c``, in the seeding INSERT's order
+    (the same on SQLite and PostgreSQL)."""
+    return (
+        c.thread_id,
+        c.ns,
+        c.checkpoint_id,
+        c.parent,
+        c.metadata.get("run_id"),
+        c.type,
+        c.raw if c.type != "json" else _json(c.value),
+        json.dumps(c.metadata, ensure_ascii=False),
+        c.created_at,
+    )
+
+
 def seed_threads(path: Path) -> None:
     """Create and migrate a zincir database at ``path`` and add the seeded threads."""
 
@@ -159,17 +175,7 @@ def seed_threads(path: Path) -> None:
                     "INSERT INTO langgraph_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
                     "parent_checkpoint_id, run_id, type, checkpoint, metadata, created_at) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        c.thread_id,
-                        c.ns,
-                        c.checkpoint_id,
-                        c.parent,
-                        c.metadata.get("run_id"),
-                        c.type,
-                        c.raw if c.type != "json" else _json(c.value),
-                        json.dumps(c.metadata, ensure_ascii=False),
-                        c.created_at,
-                    ),
+                    checkpoint_values(c),
                 )
             for row in _write_rows():
                 conn.execute(

@@ -9,7 +9,6 @@ The runs are seeded through zincir's APIs (AgentContext, WorkflowContext, LocalR
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import secrets
 from collections.abc import Awaitable, Callable, Iterator
@@ -43,8 +42,8 @@ from tests.inspector.seed_threads import (
     PLAIN,
     RAW_SECRET,
     _checkpoint_rows,
-    _json,
     _write_rows,
+    checkpoint_values,
     seed_threads,
 )
 from tests.postgres_server import PostgresServer, free_port, schema_name
@@ -93,17 +92,7 @@ def insert_threads(server: PostgresServer, schema: str) -> None:
                 "INSERT INTO langgraph_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
                 "parent_checkpoint_id, run_id, type, checkpoint, metadata, created_at) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::timestamptz)",
-                (
-                    c.thread_id,
-                    c.ns,
-                    c.checkpoint_id,
-                    c.parent,
-                    c.metadata.get("run_id"),
-                    c.type,
-                    c.raw if c.type != "json" else _json(c.value),
-                    json.dumps(c.metadata, ensure_ascii=False),
-                    c.created_at,
-                ),
+                checkpoint_values(c),
             )
         for row in _write_rows():
             conn.execute(
