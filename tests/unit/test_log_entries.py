@@ -183,6 +183,27 @@ async def test_a_result_may_follow_its_intent_in_one_log(
     assert open_intents(store_url, "run-same-log") == []
 
 
+async def refused(
+    store: SQLiteStore,
+    store_url: str,
+    ctx: AgentContext,
+    log: Sequence[LogEntry],
+    error: type[Exception],
+    match: str | None = None,
+) -> tuple[Any, list[tuple[int, str, str | None]]]:
+    """``finish_operation`` with ``log`` raises ``error`` and leaves the run's log as it was;
+    returns the operation and that log."""
+    run_id = ctx.run_id
+    before = events(store_url, run_id)
+    operation = new_operation(make_invocation(run_id))
+    with pytest.raises(error, match=match):
+        await store.finish_operation(
+            operation, finished(run_id), owner="a/1", lease=ctx.lease, log=log
+        )
+    assert events(store_url, run_id) == before
+    return operation, before
+
+
 @pytest.mark.parametrize("opened", ["before", "in_the_log"])
 async def test_two_results_for_one_call_in_one_log_store_nothing(
     store: SQLiteStore, store_url: str, opened: str
@@ -197,14 +218,10 @@ async def test_two_results_for_one_call_in_one_log_store_nothing(
             await ctx.record_response("first", [ToolCall("call-1", "lookup")])
         else:
             log.insert(0, asks_for("run-two", "call-1"))
-        before = events(store_url, "run-two")
         intents = open_intents(store_url, "run-two")
-        operation = new_operation(make_invocation("run-two"))
-        with pytest.raises(DuplicateToolCall, match="already has a result"):
-            await store.finish_operation(
-                operation, finished("run-two"), owner="a/1", lease=ctx.lease, log=log
-            )
-        assert events(store_url, "run-two") == before
+        operation, _ = await refused(
+            store, store_url, ctx, log, DuplicateToolCall, "already has a result"
+        )
         assert open_intents(store_url, "run-two") == intents
         assert await store.get_operation(operation.key) is None
     finally:
@@ -216,17 +233,10 @@ async def test_a_result_for_an_unknown_call_stores_nothing(
 ) -> None:
     ctx = await AgentContext.create(store, name="log", run_id="run-unknown")
     try:
-        before = events(store_url, "run-unknown")
-        operation = new_operation(make_invocation("run-unknown"))
-        with pytest.raises(UnknownToolCall, match="call-x"):
-            await store.finish_operation(
-                operation,
-                finished("run-unknown"),
-                owner="a/1",
-                lease=ctx.lease,
-                log=[ToolResultEntry("call-x", '{"id":"call-x","result":1,"is_error":false}')],
-            )
-        assert events(store_url, "run-unknown") == before
+        unknown = ToolResultEntry("call-x", '{"id":"call-x","result":1,"is_error":false}')
+        operation, before = await refused(
+            store, store_url, ctx, [unknown], UnknownToolCall, "call-x"
+        )
         assert last_seq(store_url, "run-unknown") == len(before)
         assert await store.get_operation(operation.key) is None
         assert count(store_url, "operations") == 0
@@ -243,31 +253,15 @@ async def test_a_response_reusing_a_call_id_stores_nothing(
     ctx = await AgentContext.create(store, name="log", run_id="run-dup")
     try:
         await ctx.record_response("first", [ToolCall("call-1", "lookup")])
-        before = events(store_url, "run-dup")
-        operation = new_operation(make_invocation("run-dup"))
-        with pytest.raises(DuplicateToolCall):
-            await store.finish_operation(
-                operation,
-                finished("run-dup"),
-                owner="a/1",
-                lease=ctx.lease,
-                log=[asks_for("run-dup", "call-2", "call-1")],
-            )
-        assert events(store_url, "run-dup") == before
+        log = [asks_for("run-dup", "call-2", "call-1")]
+        operation, _ = await refused(store, store_url, ctx, log, DuplicateToolCall)
         assert open_intents(store_url, "run-dup") == ["call-1"]
         assert await store.get_operation(operation.key) is None
         # the same holds once the reused call has its result: its intent is in the log
         await ctx.record_tool_result("call-1", "done")
-        before = events(store_url, "run-dup")
-        with pytest.raises(DuplicateToolCall):
-            await store.finish_operation(
-                operation,
-                finished("run-dup"),
-                owner="a/1",
-                lease=ctx.lease,
-                log=[asks_for("run-dup", "call-1")],
-            )
-        assert events(store_url, "run-dup") == before
+        operation, _ = await refused(
+            store, store_url, ctx, [asks_for("run-dup", "call-1")], DuplicateToolCall
+        )
         assert await store.get_operation(operation.key) is None
     finally:
         await ctx.close()
@@ -280,17 +274,10 @@ async def test_a_second_result_for_a_call_stores_nothing(
     try:
         await ctx.record_response("first", [ToolCall("call-1", "lookup")])
         await ctx.record_tool_result("call-1", "done")
-        before = events(store_url, "run-twice")
-        operation = new_operation(make_invocation("run-twice"))
-        with pytest.raises(DuplicateToolCall, match="already has a result"):
-            await store.finish_operation(
-                operation,
-                finished("run-twice"),
-                owner="a/1",
-                lease=ctx.lease,
-                log=[tool_result_entry("run-twice", "call-1", "again")],
-            )
-        assert events(store_url, "run-twice") == before
+        log = [tool_result_entry("run-twice", "call-1", "again")]
+        operation, _ = await refused(
+            store, store_url, ctx, log, DuplicateToolCall, "already has a result"
+        )
         assert await store.get_operation(operation.key) is None
     finally:
         await ctx.close()
