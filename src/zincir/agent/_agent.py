@@ -13,7 +13,7 @@ from .._errors import ApprovalMismatch, InvalidDocument, InvalidInput, ZincirErr
 from .._validate import check_count, check_id, check_positive_duration
 from ..contract.payloads import EventDelivery, RunContext
 from ..durable import RetryPolicy
-from ..store import OperationKey, Store
+from ..store import Event, OperationKey, Store
 from ._approval import PausedRun, args_sha256, as_document
 from ._binding import DurableBinding
 from ._capabilities import LOAD_CAPABILITY, capability_toolsets, load_capability_tool
@@ -255,9 +255,10 @@ class Agent:
         store = binding.run_store()
         check_route(self, binding, streaming=emit is not None)
         row = await store.get_run(binding.run_id)
+        earlier: list[Event] = []  # the log read to refuse a conflict before taking the run
         if proposals and row is not None:
-            events = await store.list_events(binding.run_id)
-            _check_conflicts(Logged.from_events(events), proposals, binding.run_id)
+            earlier = await store.list_events(binding.run_id)
+            _check_conflicts(Logged.from_events(earlier), proposals, binding.run_id)
         if row is not None:
             await _check_same_mode(store, binding, streaming=emit is not None)
         if row is not None and row["status"] == "completed":
@@ -271,7 +272,9 @@ class Agent:
         try:
             if row is not None and row["wait_kind"] is not None:
                 await store.set_run_wait(ctx.lease, None)  # no longer parked: it runs now
-            logged = Logged.from_events(await store.list_events(binding.run_id))
+            after = earlier[-1].seq if earlier else 0  # only what taking the run appended
+            events = earlier + await store.list_events(binding.run_id, after_seq=after)
+            logged = Logged.from_events(events)
             _check_conflicts(logged, proposals or {}, binding.run_id)
             decisions = {cid: Proposal(doc) for cid, doc in logged.proposals.items()}
             recorded = (
