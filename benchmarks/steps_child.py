@@ -13,6 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from peers_child import step_result  # noqa: E402  (what every benchmarked step returns)
+
 import zincir  # noqa: E402
 from zincir.workflow import WorkflowContext  # noqa: E402
 
@@ -24,7 +26,7 @@ async def main(target: str, run_id: str, steps: int, start_at: float) -> None:
             await asyncio.sleep(max(0.0, start_at - time.time()))
             started = time.time()
             for i in range(steps):
-                await wf.step(f"step-{i}", lambda i=i: {"i": i, "payload": "x" * 100})
+                await wf.step(f"step-{i}", lambda i=i: step_result(i))
             ended = time.time()
             await wf.complete()
         print(json.dumps({"start": started, "end": ended, "steps": steps}))
