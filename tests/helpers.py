@@ -28,24 +28,29 @@ def rows(db_path: Path | str, sql: str, params: tuple[Any, ...] = ()) -> list[tu
         conn.close()
 
 
-def event_types(db_path: Path | str, run_id: str) -> list[str]:
+def event_types(target: Path | str, run_id: str) -> list[str]:
+    """The types of a run's events in seq order (either backend)."""
     return [
         t
-        for (t,) in rows(
-            db_path, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        for (t,) in select(
+            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
         )
     ]
 
 
-def seqs(db_path: Path | str, run_id: str) -> list[int]:
+def seqs(target: Path | str, run_id: str) -> list[int]:
+    """The seqs of a run's events in order (either backend)."""
     return [
         s
-        for (s,) in rows(db_path, "SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+        for (s,) in select(
+            target, "SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
     ]
 
 
-def count(db_path: Path | str, table: str) -> int:
-    return int(rows(db_path, f"SELECT COUNT(*) FROM {table}")[0][0])
+def count(target: Path | str, table: str) -> int:
+    """The rows of ``table`` (either backend)."""
+    return int(select(target, f"SELECT COUNT(*) FROM {table}")[0][0])
 
 
 BOTH_BACKENDS = ("sqlite", "postgres")

@@ -12,7 +12,7 @@ import pytest
 import zincir
 from tests.agent.conftest import Durable
 from tests.agent.reference import build, call, lines, parallel
-from tests.helpers import select
+from tests.helpers import event_types, select, seqs
 from zincir.agent import Agent, DurableOperationFailed, FunctionModel, ToolRetriesExhausted
 from zincir.payloads import ModelRequest, ModelResponse, TextPart
 
@@ -26,18 +26,6 @@ def operations(db: str, run_id: str) -> list[tuple[str, int, str, str]]:
             "ORDER BY sequence, step_id",
             (run_id,),
         )
-    ]
-
-
-def event_types(db: str, run_id: str) -> list[str]:
-    return [
-        t for (t,) in select(db, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
-    ]
-
-
-def seqs(db: str, run_id: str) -> list[int]:
-    return [
-        s for (s,) in select(db, "SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
     ]
 
 

@@ -17,22 +17,13 @@ import pytest
 
 import zincir
 from tests.conftest import REPO, START, FakeClock
-from tests.helpers import select
+from tests.helpers import event_types, select
 from zincir import AgentContext, SQLiteStore
 from zincir.runs._worker import ResumeWorker
 from zincir.workflow import WorkflowContext, send_message
 
 CHILD = REPO / "tests" / "crash" / "workflow_child.py"
 ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-
-
-def event_types(target: str, run_id: str) -> list[str]:
-    return [
-        t
-        for (t,) in select(
-            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-        )
-    ]
 
 
 def an_hour_later() -> datetime:

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 import zincir
-from tests.helpers import select
+from tests.helpers import count, event_types, select, seqs
 from zincir import (
     AgentContext,
     CheckpointCandidate,
@@ -27,28 +27,6 @@ from zincir import (
     UnknownToolCall,
     Verification,
 )
-
-
-def count(target: str, table: str) -> int:
-    return int(select(target, f"SELECT COUNT(*) FROM {table}")[0][0])
-
-
-def event_types(target: str, run_id: str) -> list[str]:
-    return [
-        t
-        for (t,) in select(
-            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-        )
-    ]
-
-
-def seqs(target: str, run_id: str) -> list[int]:
-    return [
-        s
-        for (s,) in select(
-            target, "SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-        )
-    ]
 
 
 async def accept(candidate: CheckpointCandidate) -> Verification:

@@ -14,7 +14,7 @@ import pytest
 import zincir
 import zincir.agent
 from tests.conftest import START, FakeClock
-from tests.helpers import select
+from tests.helpers import event_types, select
 from zincir import (
     ApprovalDecided,
     ApprovalExpired,
@@ -30,15 +30,6 @@ from zincir.store._restart_records import APPROVAL_TOPIC, approval_run_id
 
 TTL = timedelta(seconds=30)
 APPROVE = '{"decision":"approve"}'
-
-
-def event_types(target: str, run_id: str) -> list[str]:
-    return [
-        t
-        for (t,) in select(
-            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-        )
-    ]
 
 
 def digest(arguments: dict[str, Any]) -> str:

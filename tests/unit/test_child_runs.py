@@ -6,18 +6,9 @@ import asyncio
 
 import pytest
 
-from tests.helpers import select
+from tests.helpers import event_types, select
 from zincir import AgentContext, InvalidInput, RunExists, RunNotFound, SQLiteStore
 from zincir.workflow import ChildResult, WorkflowContext, WorkflowSuspended
-
-
-def event_types(target: str, run_id: str) -> list[str]:
-    return [
-        t
-        for (t,) in select(
-            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-        )
-    ]
 
 
 async def test_spawn_is_idempotent_under_replay(store: SQLiteStore, store_url: str) -> None:

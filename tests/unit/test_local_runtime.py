@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import zincir
-from tests.helpers import select
+from tests.helpers import count, select, seqs
 from tests.runtime_conformance import (
     Calls,
     MakeRuntime,
@@ -55,19 +55,6 @@ class TestLocalRuntime(RuntimeConformance):
             return LocalRuntime(store, registry, poll_interval=0.01)
 
         return make
-
-
-def count(target: str, table: str) -> int:
-    return int(select(target, f"SELECT COUNT(*) FROM {table}")[0][0])
-
-
-def seqs(target: str, run_id: str) -> list[int]:
-    return [
-        s
-        for (s,) in select(
-            target, "SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-        )
-    ]
 
 
 def runtime_for(store: SQLiteStore, handler: Any, **options: Any) -> LocalRuntime:

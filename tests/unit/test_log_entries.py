@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import zincir
-from tests.helpers import select
+from tests.helpers import count, select, seqs
 from tests.runtime_conformance import Calls, make_invocation, never_called, registry_with
 from zincir import (
     AgentContext,
@@ -29,19 +29,6 @@ from zincir.runs import response_entry, tool_result_entry
 from zincir.store import LogEntry, OperationOutcome, ResponseEntry, ToolResultEntry
 
 TTL = timedelta(seconds=30)
-
-
-def count(target: str, table: str) -> int:
-    return int(select(target, f"SELECT COUNT(*) FROM {table}")[0][0])
-
-
-def seqs(target: str, run_id: str) -> list[int]:
-    return [
-        s
-        for (s,) in select(
-            target, "SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-        )
-    ]
 
 
 def finished(run_id: str, sequence: int = 0, output: str = '"ok"') -> OperationOutcome:

@@ -9,18 +9,9 @@ import pytest
 
 import zincir
 from tests.conftest import START, FakeClock
-from tests.helpers import select
+from tests.helpers import event_types, select
 from zincir import FencedOut, InvalidInput, NotJsonSerializable, RunNotFound, SQLiteStore
 from zincir.workflow import WorkflowContext, WorkflowSuspended, send_message
-
-
-def event_types(target: str, run_id: str) -> list[str]:
-    return [
-        t
-        for (t,) in select(
-            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-        )
-    ]
 
 
 async def make_runs(store: SQLiteStore, *run_ids: str) -> None:

@@ -12,14 +12,10 @@ from typing import Any
 import pytest
 
 import zincir
-from tests.helpers import select
+from tests.helpers import count, select
 from zincir import AgentContext, ResumeWorker, SQLiteStore, ToolCall, Verification
 
 COLLIDING_KEYS: list[Any] = [{1: "a", "1": "b"}, {True: 1, "true": 2}, {None: 0}, {1.5: "x"}]
-
-
-def count(target: str, table: str) -> int:
-    return int(select(target, f"SELECT COUNT(*) FROM {table}")[0][0])
 
 
 def _deep(levels: int) -> Any:

@@ -10,7 +10,7 @@ import pytest
 
 import zincir
 import zincir._validate
-from tests.helpers import select
+from tests.helpers import event_types, select
 from zincir import InvalidInput, SQLiteStore
 from zincir.workflow import WorkflowContext, send_message
 
@@ -26,15 +26,6 @@ BAD_DURATIONS = [
     True,
     pytest.param(10**400, id="10**400"),
 ]
-
-
-def event_types(target: str, run_id: str) -> list[str]:
-    return [
-        t
-        for (t,) in select(
-            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-        )
-    ]
 
 
 def nothing_stored(target: str) -> None:

@@ -10,7 +10,7 @@ import apsw
 import pytest
 
 import zincir
-from tests.helpers import rows, select
+from tests.helpers import event_types, rows, select
 from zincir import (
     AgentContext,
     NotJsonSerializable,
@@ -20,15 +20,6 @@ from zincir import (
     StoreUnavailable,
 )
 from zincir.workflow import WorkflowContext
-
-
-def event_types(target: Path | str, run_id: str) -> list[str]:
-    return [
-        t
-        for (t,) in select(
-            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-        )
-    ]
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import select
+from tests.helpers import event_types, select
 from zincir import (
     AgentContext,
     FencedOut,
@@ -20,15 +20,6 @@ from zincir import (
     StepInProgress,
 )
 from zincir.workflow import WorkflowContext
-
-
-def event_types(target: str, run_id: str) -> list[str]:
-    return [
-        t
-        for (t,) in select(
-            target, "SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-        )
-    ]
 
 
 async def test_open_creates_the_run_with_a_transition(store: SQLiteStore, store_url: str) -> None:
