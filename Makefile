@@ -6,7 +6,7 @@ BASE   := $(VENV)/.installed-base
 DEV    := $(VENV)/.installed-dev
 UI     := $(VENV)/.installed-ui
 
-.PHONY: demo ui test test-quick lint bench bench-quick bench-peers system-deps clean
+.PHONY: demo ui test test-quick lint bench bench-quick bench-peers reliability system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,8 @@ system-deps:
 	@scripts/install-system-deps.sh
 
 lint: $(DEV)
-	$(BIN)/ruff check src tests examples benchmarks
-	$(BIN)/ruff format --check src tests examples benchmarks
+	$(BIN)/ruff check src tests examples benchmarks reliability
+	$(BIN)/ruff format --check src tests examples benchmarks reliability
 	$(BIN)/mypy
 
 test: $(DEV) system-deps lint
@@ -51,6 +51,11 @@ bench: $(DEV)
 
 bench-quick: $(DEV)
 	$(BIN)/python benchmarks/run.py --quick
+
+# Every fault-injection scenario at full counts; rewrites RELIABILITY.md (`make test` runs
+# the same scenarios at short counts).
+reliability: $(DEV) system-deps
+	$(BIN)/python -m reliability --write RELIABILITY.md
 
 # The peers run in a virtualenv of their own, at the versions the reference figures used.
 .venv-peers/.installed:
