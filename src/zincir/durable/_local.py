@@ -155,15 +155,17 @@ class LocalRuntime:
         lease = self.store.lease_for(invocation.run_id)
         replay = None if lease is None else replay_for(lease)
         if replay is None or replay.settled:
-            return await self._once(invocation, inline, log)
+            return await self._once(invocation, inline, log, new_work=replay is not None)
         async with replay.request(operation_item(invocation.step_id, invocation.sequence)):
-            return await self._once(invocation, inline, log)
+            return await self._once(invocation, inline, log, new_work=False)
 
     async def _once(
         self,
         invocation: Invocation,
         inline: Handler | None,
         log: Callable[[Record], Sequence[LogEntry]] | None,
+        *,
+        new_work: bool,
     ) -> tuple[Record, bool]:
         """One execution per identity in this process; concurrent callers share its record
         (their log entries unwritten)."""
@@ -178,7 +180,7 @@ class LocalRuntime:
         self._inflight[key] = done
         result: Record | None = None
         try:
-            result, logged = await self._execute(invocation, operation, inline, log)
+            result, logged = await self._execute(invocation, operation, inline, log, new_work)
             return result, logged
         finally:
             del self._inflight[key]
@@ -192,8 +194,12 @@ class LocalRuntime:
         operation: NewOperation,
         inline: Handler | None,
         log: Callable[[Record], Sequence[LogEntry]] | None,
+        new_work: bool,
     ) -> tuple[Record, bool]:
-        row = await self.store.get_operation(operation.key)
+        """Replay the stored record, or claim the identity and run it. ``new_work`` (the
+        run's log under this lease holds nothing more to replay) skips the first read: the
+        claim's own transaction finds any row there is."""
+        row = None if new_work else await self.store.get_operation(operation.key)
         if row is not None:
             _check_same(row, inv, operation)
             if row.status == "completed":
