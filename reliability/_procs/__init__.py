@@ -46,8 +46,9 @@ class Child:
         self.lines: list[str] = []
 
     @classmethod
-    async def start(cls, script: str, *args: str) -> Child:
-        """Run ``python -m reliability._procs.<script> args…`` with stdout piped to us."""
+    async def start(cls, script: str, *args: str, stdin: bool = False) -> Child:
+        """Run ``python -m reliability._procs.<script> args…`` with stdout (and, with
+        ``stdin``, its input) piped to us."""
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "src")])}
         process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -56,6 +57,7 @@ class Child:
             *args,
             cwd=REPO,
             env=env,
+            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -78,6 +80,12 @@ class Child:
             self.lines.append(line)
             if line.startswith(prefix):
                 return line
+
+    async def send(self, line: str) -> None:
+        """Write one line to the child's stdin."""
+        assert self.process.stdin is not None
+        self.process.stdin.write((line + "\n").encode())
+        await self.process.stdin.drain()
 
     async def finish(self, timeout: float) -> int | None:
         """Read the rest of stdout and wait for the exit code; None if it outlived ``timeout``
@@ -110,6 +118,8 @@ class Child:
     async def close(self) -> None:
         """Make sure the child is gone and its pipes drained."""
         await self.kill()
+        if self.process.stdin is not None:
+            self.process.stdin.close()
         for stream in (self.process.stdout, self.process.stderr):
             if stream is not None:
                 await stream.read()
