@@ -127,7 +127,7 @@ def fuzz_cli(db: Path, folder: Path, count: int, processes: int, rng: random.Ran
 
 def _process(tally: Tally, args: list[str], folder: Path) -> None:
     """One command line as a real ``python -m zincir`` process (argv as the OS passes it)."""
-    argv = [os.fsencode(arg) for arg in args if "\x00" not in arg]
+    argv = [arg.encode("utf-8", "surrogatepass") for arg in args if "\x00" not in arg]
     src = str(Path(__file__).resolve().parents[1] / "src")
     env = {**os.environ, "PYTHONPATH": src, "ZINCIR_DATABASE_PATH": str(folder / "none.db")}
     tally.tried += 1
