@@ -71,11 +71,18 @@ FAULT_KINDS: dict[str, dict[str, int]] = {
 @dataclass(frozen=True)
 class FaultPlan:
     """Fail the ``at``-th operation eligible for ``kind`` (1-based), and with
-    ``persistent`` every eligible one after it too, until :meth:`FaultVFS.disarm`."""
+    ``persistent`` every eligible one after it too, until :meth:`FaultVFS.disarm`.
+    ``operations`` narrows the eligible operations (say, only ``sync``)."""
 
     kind: FaultKind
     at: int
     persistent: bool = False
+    operations: frozenset[str] | None = None
+
+    def eligible(self, operation: str) -> bool:
+        """Whether this plan counts (and may fail) ``operation``."""
+        allowed = FAULT_KINDS[self.kind]
+        return operation in allowed and (self.operations is None or operation in self.operations)
 
     def fails(self, ordinal: int) -> bool:
         """Whether the eligible operation numbered ``ordinal`` fails."""
@@ -131,6 +138,8 @@ class FaultVFS(apsw.VFS):
         self.track_durability = track_durability
         self.calls: Counter[str] = Counter()
         self.injected = 0
+        self.failed: list[str] = []
+        """Each injected failure: the operation and the file's name."""
         self._plan: FaultPlan | None = None
         self._eligible = 0
         self._lock = threading.Lock()
@@ -144,6 +153,7 @@ class FaultVFS(apsw.VFS):
         with self._lock:
             self._plan, self._eligible, self.injected = plan, 0, 0
             self.calls.clear()
+            self.failed.clear()
 
     def disarm(self) -> None:
         """The fault clears: every operation succeeds again (counting goes on)."""
@@ -155,21 +165,22 @@ class FaultVFS(apsw.VFS):
         """Operations the armed plan's kind could have failed, since :meth:`arm`."""
         return self._eligible
 
-    def check(self, operation: Operation) -> None:
-        """Count ``operation``; raise the planned SQLite error if it is the one to fail."""
+    def check(self, operation: Operation, path: str | None = None) -> None:
+        """Count ``operation`` (on the file at ``path``); raise the planned SQLite error if
+        it is the one to fail, noting it in :attr:`failed`."""
         with self._lock:
             self.calls[operation] += 1
             plan = self._plan
             if plan is None:
                 return
-            codes = FAULT_KINDS[plan.kind]
-            if operation not in codes:
+            if not plan.eligible(operation):
                 return
             self._eligible += 1
             if not plan.fails(self._eligible):
                 return
             self.injected += 1
-        raise apsw.exception_for(codes[operation])
+            self.failed.append(f"{operation} {os.path.basename(path or '(temporary file)')}")
+        raise apsw.exception_for(FAULT_KINDS[plan.kind][operation])
 
     # -- durable images -------------------------------------------------------------------
 
@@ -184,8 +195,8 @@ class FaultVFS(apsw.VFS):
     # -- the VFS methods ------------------------------------------------------------------
 
     def xOpen(self, name: str | apsw.URIFilename | None, flags: list[int]) -> FaultFile:  # noqa: N802
-        self.check("open")
         path = name.filename() if isinstance(name, apsw.URIFilename) else name
+        self.check("open", path)
         image = None
         if self.track_durability and path is not None and flags[0] & _DURABLE_FILES:
             image = self.image_for(path)
@@ -212,14 +223,15 @@ class FaultFile(apsw.VFSFile):
     ) -> None:
         self._vfs = vfs
         self._image = image
+        self._path = name.filename() if isinstance(name, apsw.URIFilename) else name
         super().__init__(_BASE_VFS, name, flags)
 
     def xRead(self, amount: int, offset: int) -> bytes:  # noqa: N802
-        self._vfs.check("read")
+        self._vfs.check("read", self._path)
         return super().xRead(amount, offset)  # type: ignore[no-any-return]
 
     def xWrite(self, data: bytes, offset: int) -> None:  # noqa: N802
-        self._vfs.check("write")
+        self._vfs.check("write", self._path)
         image = self._image
         if image is None:
             super().xWrite(data, offset)
@@ -229,7 +241,7 @@ class FaultFile(apsw.VFSFile):
             image.pending.append((offset, bytes(data)))
 
     def xTruncate(self, newsize: int) -> None:  # noqa: N802
-        self._vfs.check("truncate")
+        self._vfs.check("truncate", self._path)
         image = self._image
         if image is None:
             super().xTruncate(newsize)
@@ -239,7 +251,7 @@ class FaultFile(apsw.VFSFile):
             image.pending.append(newsize)
 
     def xSync(self, flags: int) -> None:  # noqa: N802
-        self._vfs.check("sync")
+        self._vfs.check("sync", self._path)
         image = self._image
         if image is None:
             super().xSync(flags)
@@ -249,11 +261,11 @@ class FaultFile(apsw.VFSFile):
             image.sync()
 
     def xFileSize(self) -> int:  # noqa: N802
-        self._vfs.check("filesize")
+        self._vfs.check("filesize", self._path)
         return super().xFileSize()  # type: ignore[no-any-return]
 
     def xLock(self, level: int) -> None:  # noqa: N802
-        self._vfs.check("lock")
+        self._vfs.check("lock", self._path)
         super().xLock(level)
 
 

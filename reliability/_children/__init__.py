@@ -49,9 +49,12 @@ class Child:
     def line(self, timeout: float) -> str | None:
         """The next line the child printed; None once it exited; TimeoutError if it is silent."""
         try:
-            return self._lines.get(timeout=timeout)
+            line = self._lines.get(timeout=timeout)
         except queue.Empty:
             raise TimeoutError(f"the child printed nothing for {timeout:g} s") from None
+        if line is None:
+            self._lines.put(None)  # the end stays marked for later calls
+        return line
 
     def rest(self, timeout: float = 60.0) -> list[str]:
         """Every line still to read, after the child exited (or was killed)."""
