@@ -4,6 +4,12 @@
 clock (``open_store(path, clock=clock)``) and its ``sleep`` to a workflow as its sleeper
 (``WorkflowContext(..., sleeper=clock.sleep)``): leases, timers and deadlines then expire
 when the test says so, and nothing really waits.
+
+``crash_point(name)`` marks a boundary where a fault-injection test may kill the process:
+a no-op unless ``ZINCIR_CRASH_AT=name[:nth]`` is set (or ``arm_crash_point`` was called in
+a process forked after import), then SIGKILL on that point's ``nth`` hit. ``CRASH_POINTS``
+names every boundary zincir marks; ``count_crash_points()`` then ``crash_census()`` tell
+how often a workload reaches each.
 """
 
 from __future__ import annotations
@@ -12,7 +18,21 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-__all__ = ["FakeClock"]
+from ._crash import CRASH_POINTS, crash_point
+from ._crash import arm as arm_crash_point
+from ._crash import census as crash_census
+from ._crash import count as count_crash_points
+from ._crash import disarm as disarm_crash_points
+
+__all__ = [
+    "CRASH_POINTS",
+    "FakeClock",
+    "arm_crash_point",
+    "count_crash_points",
+    "crash_census",
+    "crash_point",
+    "disarm_crash_points",
+]
 
 _START: Final = datetime(2030, 1, 1, tzinfo=UTC)
 

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from .._crash import crash_point
 from .._errors import ApprovalMismatch, InvalidInput, OperationFailed
 from ..contract.payloads import (
     ApprovalDecision,
@@ -184,6 +185,7 @@ async def run_loop(
             usage = add_usage(usage, response.usage)
             conversation.add_response(response)
             await executor.record_response(number, response)
+            crash_point("agent.response_logged")
         calls = tool_calls(response)
         if not calls:
             return AgentRunResult(response_text(response), tuple(conversation.messages), usage)
@@ -233,6 +235,7 @@ async def run_loop(
             if refusals:
                 raise _mismatch(refusals, executor.run_id)
             return AgentRunResult("", tuple(conversation.messages), usage, paused=paused)
+        crash_point("agent.tools_done")
         for plan in plans:
             if plan.rejection is None:
                 failures.pop(plan.call.tool_name, None)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Final
 
+from .._crash import crash_point
 from .._errors import (
     DigestMismatch,
     DuplicateToolCall,
@@ -210,6 +211,7 @@ class LocalRuntime:
         claimed = await self._acquire(inv, operation, owner, row, lease)
         if isinstance(claimed, Record):
             return claimed, False
+        crash_point("operation.claimed")
         return await self._run(inv, operation, handler, owner, lease, log)
 
     async def _acquire(
@@ -270,6 +272,7 @@ class LocalRuntime:
             raise
         if isinstance(result, Record):
             return result, False
+        crash_point("operation.handled")
         record = Record.for_invocation(inv, result)
         outcome = stored_outcome(record, encode_record(record))
         entries: Sequence[LogEntry] = ()
@@ -287,6 +290,7 @@ class LocalRuntime:
                 raise
             entries = ()
             stored = await self.store.finish_operation(operation, outcome, owner=owner, lease=lease)
+        crash_point("operation.recorded")
         if stored is None:
             return record, bool(entries)
         _check_same(stored, inv, operation)

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
+from .._crash import crash_point
 from .._errors import CheckpointError, InvalidInput
 from .._json import dumps
 from .._replay import PATCH_MARKER, Replay, forget, register
@@ -209,6 +210,7 @@ class AgentContext:
             return await self._decide(pending, verify)
         self._heartbeat.check()
         proposed = await self.store.propose_checkpoint(self._lease, body, state_json)
+        crash_point("checkpoint.proposed")
         return await self._decide(proposed, verify)
 
     async def resume_checkpoint(self, verify: Verifier) -> CheckpointOutcome | None:
@@ -230,8 +232,10 @@ class AgentContext:
             )
         accepted = bool(verdict.passed)
         dumps(verdict.evidence, what="verifier evidence", run_id=run_id)
+        crash_point("checkpoint.verified")
         self._heartbeat.check()
         await self.store.decide_checkpoint(self._lease, pending, accepted, verdict.evidence)
+        crash_point("checkpoint.decided")
         return CheckpointOutcome(accepted, pending.id, pending.round, verdict.evidence)
 
     async def complete(self, result: Any = None) -> None:

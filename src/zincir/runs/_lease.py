@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from .._crash import crash_point
 from .._errors import LeaseLost, StoreError
 from .._validate import MIN_LEASE_TTL
 from ..store import Lease, Store
@@ -59,6 +60,7 @@ class Heartbeat:
         interval = lease.ttl.total_seconds() / 3
         while True:
             await asyncio.sleep(interval)
+            crash_point("lease.before_renew")
             try:
                 renewed = await self._store.renew_lease(lease)
             except StoreError as error:
@@ -68,6 +70,7 @@ class Heartbeat:
                 )
                 log.warning("%s", self.failure)
                 return
+            crash_point("lease.after_renew")
             if not renewed:
                 self.failure = LeaseLost(
                     "the lease was taken over or released; this context must stop writing",

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, Self
 
+from .._crash import crash_point
 from .._errors import InvalidInput, ZincirSignal
 from .._validate import (
     DEFAULT_POLL_INTERVAL,
@@ -174,6 +175,8 @@ class ResumeWorker:
         )
         for lease in leases:
             log.info("[run %s] claimed (lease token %d)", lease.run_id, lease.token)
+        if leases:
+            crash_point("worker.claimed")
         return leases
 
     # -- dispatching ------------------------------------------------------------------

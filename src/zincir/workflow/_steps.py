@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from .._crash import crash_point
 from .._errors import FencedOut, InvalidInput, RunTerminal, StepInProgress
 from .._json import dumps, loads_own
 from .._replay import step_item
@@ -80,6 +81,7 @@ async def _claim_and_run(core: Core, name: str, fn: Callable[[], Any]) -> Any:
                 "the step again",
                 run_id=run_id,
             )
+        crash_point("step.claimed")
         try:
             value = fn()
             if inspect.isawaitable(value):
@@ -88,8 +90,10 @@ async def _claim_and_run(core: Core, name: str, fn: Callable[[], Any]) -> Any:
         except BaseException:
             await _abandon(core, name)
             raise
+        crash_point("step.body_done")
         core.check()
         await core.store.finish_step(lease, name, result_json)
+        crash_point("step.completed")
         # Return the stored form, so a first run and a replay see the same value.
         return loads_own(result_json)
     finally:

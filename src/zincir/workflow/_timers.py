@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from .._crash import crash_point
 from .._validate import check_duration, check_id
+from ..store import WaitAttempt
 from ._core import Core
 
 __all__ = ["durable_sleep"]
@@ -23,4 +25,10 @@ async def durable_sleep(core: Core, name: str, duration: timedelta | float) -> N
     if stored is not None and stored.completed:
         return
     store, lease = core.store, core.lease
-    await core.block("timer", name, lambda: store.sleep_attempt(lease, name, length), None)
+
+    async def attempt() -> WaitAttempt[None]:
+        tried = await store.sleep_attempt(lease, name, length)
+        crash_point("timer.fired" if tried.done else "timer.stored")
+        return tried
+
+    await core.block("timer", name, attempt, None)

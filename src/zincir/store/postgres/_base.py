@@ -40,6 +40,7 @@ import psycopg_pool
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from ..._crash import crash_point
 from ..._errors import (
     ConnectionLost,
     InvalidInput,
@@ -336,7 +337,10 @@ class PostgresBase:
                 if self._closed:
                     raise StoreError(f"the store at {self.path} is closed")
                 with pool.connection() as conn:
-                    return conn.execute(query, params).fetchone()
+                    crash_point("store.before_begin")
+                    row = conn.execute(query, params).fetchone()
+                    crash_point("store.after_commit")
+                    return row
             except psycopg.Error as error:
                 if error.sqlstate == CHECK_FAILED:
                     raise CheckFailed(error.diag.message_primary or "") from None
@@ -380,9 +384,15 @@ class PostgresBase:
         attempt = 0
         while True:
             try:
-                with self._writers.connection() as conn, conn.transaction():
-                    self._start(conn, durable=durable)
-                    return fn(conn)
+                with self._writers.connection() as conn:
+                    crash_point("store.before_begin")
+                    with conn.transaction():
+                        crash_point("store.after_begin")
+                        self._start(conn, durable=durable)
+                        result = fn(conn)
+                        crash_point("store.after_statements")
+                    crash_point("store.after_commit")
+                    return result
             except psycopg.Error as error:
                 if error.sqlstate == CHECK_FAILED:
                     raise CheckFailed(error.diag.message_primary or "") from None

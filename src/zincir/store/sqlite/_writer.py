@@ -31,6 +31,7 @@ from typing import Any, TypeVar, cast
 
 import apsw
 
+from ..._crash import crash_point
 from ..._errors import StoreError, StoreUnavailable, ZincirError
 from ._errors import DRIVER_ERRORS, translate
 
@@ -218,8 +219,10 @@ class Writer:
         conn = self._conn
         self._set_sync(any(job.durable for job in jobs))
         try:
+            crash_point("store.before_begin")
             if not self._begin(wait):
                 return False
+            crash_point("store.after_begin")
             if not self._run_optimistic(jobs):
                 if len(jobs) == 1:
                     return True  # its error is set and nothing is left to commit
@@ -227,10 +230,12 @@ class Writer:
                     _clear(jobs)
                     return False
                 self._run_isolated(jobs)
+            crash_point("store.after_statements")
             if not self._end(wait):
                 _safe_rollback(conn)
                 _clear(jobs)
                 return False
+            crash_point("store.after_commit")
         except ZincirError as error:
             _safe_rollback(conn)
             for job in jobs:
