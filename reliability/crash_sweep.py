@@ -1,0 +1,438 @@
+"""Kill-point sweep: jobs killed with SIGKILL at a random named crash point, then resumed.
+
+Each job (``_sweep_workload``: workflow steps, a durable sleep, an operation, a verified
+checkpoint, a durable agent with two tool calls, all through an external idempotent ledger)
+runs in a process forked from this one, armed to kill itself on the ``nth`` hit of one
+crash point, both chosen at random among the points a job reaches. The job is then resumed
+in fresh processes (a quarter of them armed again) until it completes, and the database is
+checked against what the killed processes acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import tempfile
+import traceback
+from collections import Counter, defaultdict
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from reliability._harness import Figure, Report, at_least, equal
+from reliability._sweep_workload import CHARGES, run_job
+from zincir import decode_record
+from zincir.testing import (
+    CRASH_POINTS,
+    arm_crash_point,
+    count_crash_points,
+    crash_census,
+    disarm_crash_points,
+)
+
+ORDER = 10
+TITLE = "Kill-point sweep: SIGKILL at every named crash point"
+_RESUMES = 6  # processes a job may take after its first kill before it counts as stuck
+_REARM = 0.25  # the share of resumes armed to be killed again
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One process of a job: the job's files and, when armed, where it kills itself."""
+
+    job: str
+    point: str | None = None
+    nth: int = 1
+
+
+@dataclass
+class Tally:
+    """What the sweep counted at one crash point (or in all)."""
+
+    kills: int = 0
+    survived: int = 0
+    lost: int = 0
+    mismatched: int = 0
+    repeated: int = 0
+    gaps: int = 0
+    broken: int = 0
+    stuck: int = 0
+    reexecuted: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class Verdict:
+    """One finished job checked against its database, its ledger and its acknowledgements."""
+
+    completed: bool = False
+    lost: int = 0
+    mismatched: int = 0
+    repeated: int = 0
+    gaps: int = 0
+    integrity: bool = True
+    reexecuted: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.completed
+            and self.integrity
+            and not (self.lost or self.mismatched or self.repeated or self.gaps)
+        )
+
+
+class Lane:
+    """The files of one lane of jobs: a store, a ledger and an ack file."""
+
+    def __init__(self, root: Path, number: int) -> None:
+        self.db = str(root / f"lane{number}.db")
+        self.ledger = str(root / f"lane{number}-ledger.db")
+        self.acks = str(root / f"lane{number}-acks.jsonl")
+        self.errors = str(root / f"lane{number}-errors.txt")
+
+
+def _child(lane: Lane, spec: Spec) -> int:
+    """The body of a forked process: run the job, armed or not; its exit code."""
+    try:
+        if spec.point is not None:
+            arm_crash_point(spec.point, spec.nth)
+        else:
+            disarm_crash_points()
+        asyncio.run(run_job(lane.db, lane.ledger, lane.acks, spec.job))
+        return 0
+    except BaseException as error:
+        with open(lane.errors, "a", encoding="utf-8") as out:
+            out.write(json.dumps({"job": spec.job, "error": type(error).__name__}) + "\n")
+            out.write(json.dumps({"trace": traceback.format_exc()}) + "\n")
+        return 1
+
+
+def _fork(lane: Lane, spec: Spec) -> int:
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = _child(lane, spec)
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _counted(lane: Lane, job: str, out: Path, point: str | None) -> None:
+    """Run ``job`` in a forked process counting crash-point hits (killed at ``point``'s
+    first hit when given); the counts land in ``out``."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            if point is None:
+                count_crash_points()
+            else:
+                arm_crash_point(point)
+            asyncio.run(run_job(lane.db, lane.ledger, lane.acks, job))
+            out.write_text(json.dumps(crash_census()))
+            code = 0
+        finally:
+            os._exit(code)
+    os.waitpid(pid, 0)
+
+
+def census(root: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """How often a job reaches each crash point: uninterrupted, and when resumed after a
+    kill (a resume also passes the ResumeWorker's claim)."""
+    lane = Lane(root, 999)
+    first, resumed = root / "census-first.json", root / "census-resumed.json"
+    _counted(lane, "census-a", first, None)
+    _counted(lane, "census-b", root / "unused.json", "step.body_done")
+    _counted(lane, "census-b", resumed, None)
+    if not first.exists() or not resumed.exists():
+        raise RuntimeError(f"the census jobs failed: {Path(lane.errors).read_text()}")
+    return json.loads(first.read_text()), json.loads(resumed.read_text())
+
+
+@contextmanager
+def _reading(path: str) -> Iterator[apsw.Connection]:
+    conn = apsw.Connection(path)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@dataclass
+class Stored:
+    """What a job's database holds, read once for the checks."""
+
+    integrity: bool
+    status: dict[str, str]
+    gaps: int
+    steps: dict[str, object]
+    operation: str | None
+    checkpoints: dict[int, str]
+    tool_results: list[str]
+
+
+def _gapless(conn: apsw.Connection, run_id: str) -> bool:
+    seqs = [
+        s
+        for (s,) in conn.execute("SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+    ]
+    row = conn.execute("SELECT last_seq FROM agent_runs WHERE id = ?", (run_id,)).fetchone()
+    return seqs == list(range(1, len(seqs) + 1)) and row is not None and row[0] == len(seqs)
+
+
+def read_stored(db: str, job: str) -> Stored:
+    """The job's runs, step results, operation record, checkpoints and tool results."""
+    wf, ag = f"wf-{job}", f"ag-{job}"
+    with _reading(db) as conn:
+        operation = conn.execute(
+            "SELECT record FROM operations WHERE run_id = ? AND step_id = 'ledger.op' "
+            "AND status = 'completed'",
+            (wf,),
+        ).fetchone()
+        return Stored(
+            integrity=conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)],
+            status=dict(
+                conn.execute("SELECT id, status FROM agent_runs WHERE id IN (?, ?)", (wf, ag))
+            ),
+            gaps=sum(not _gapless(conn, run) for run in (wf, ag)),
+            steps={
+                name: json.loads(result)
+                for name, result in conn.execute(
+                    "SELECT name, result FROM steps WHERE run_id = ? AND status = 'completed'",
+                    (wf,),
+                )
+            },
+            operation=None if operation is None else str(operation[0]),
+            checkpoints=dict(
+                conn.execute("SELECT id, status FROM checkpoints WHERE run_id = ?", (wf,))
+            ),
+            tool_results=[
+                str(payload)
+                for (payload,) in conn.execute(
+                    "SELECT payload FROM events WHERE run_id = ? AND type = 'tool_result'", (ag,)
+                )
+            ],
+        )
+
+
+def _acks(lane: Lane, job: str) -> list[dict[str, Any]]:
+    runs = {f"wf-{job}", f"ag-{job}"}
+    with open(lane.acks, encoding="utf-8") as lines:
+        return [ack for line in lines if (ack := json.loads(line))["run"] in runs]
+
+
+def _present(stored: Stored, ack: dict[str, Any]) -> bool:
+    """Whether the write an acknowledgement reported is in the database as reported."""
+    kind, key, value = ack["kind"], str(ack["key"]), ack["value"]
+    if kind == "step":
+        return key in stored.steps and stored.steps[key] == value
+    if kind == "operation":
+        return stored.operation is not None and decode_record(stored.operation) == decode_record(
+            value
+        )
+    if kind == "checkpoint":
+        return stored.checkpoints.get(int(key)) == ("accepted" if value else "rejected")
+    return stored.status.get(str(ack["run"])) == "completed"  # complete, agent
+
+
+def _covered(ack: dict[str, Any]) -> set[str]:
+    """The ledger keys whose effects an acknowledgement reported done."""
+    run = str(ack["run"])
+    if ack["kind"] == "step":
+        return {f"{run}/{ack['key']}"}
+    if ack["kind"] == "operation":
+        return {str(ack["key"])}
+    if ack["kind"] == "agent":
+        return {f"{run}/c{n}" for n in CHARGES}
+    return set()
+
+
+def _disagreements(stored: Stored, effects: dict[str, str], job: str) -> int:
+    """Records whose value is not the one the ledger applied for their key."""
+    wf, ag = f"wf-{job}", f"ag-{job}"
+    wrong = sum(stored.steps[name] != effects.get(f"{wf}/{name}") for name in stored.steps)
+    if stored.operation is not None:
+        record = decode_record(stored.operation)
+        output = json.loads(getattr(record.outcome, "output_json", "null"))
+        applied = effects.get(record.invocation.stable_key())
+        wrong += not isinstance(output, dict) or output.get("value") != applied
+    values = {effects.get(f"{ag}/c{n}") for n in CHARGES}
+    wrong += sum(not any(v and v in payload for v in values) for payload in stored.tool_results)
+    return wrong
+
+
+def verify(lane: Lane, job: str) -> Verdict:
+    """Check a finished job: runs completed, acknowledged writes present, the log gapless,
+    records agreeing with the ledger, nothing acknowledged run again, the file intact."""
+    pattern = (f"%-{job}/%",)
+    with _reading(lane.ledger) as ledger:
+        effects = dict(ledger.execute("SELECT key, value FROM effects WHERE key LIKE ?", pattern))
+        calls = list(ledger.execute("SELECT key, at FROM calls WHERE key LIKE ?", pattern))
+    stored = read_stored(lane.db, job)
+    verdict = Verdict(
+        completed=stored.status == {f"wf-{job}": "completed", f"ag-{job}": "completed"},
+        integrity=stored.integrity,
+        gaps=stored.gaps,
+        mismatched=_disagreements(stored, effects, job),
+    )
+    for ack in _acks(lane, job):
+        verdict.lost += not _present(stored, ack)
+        covered = _covered(ack)
+        verdict.repeated += sum(key in covered and at > ack["at"] for key, at in calls)
+    verdict.reexecuted = len(calls) - len({key for key, _ in calls})
+    return verdict
+
+
+def _lane(
+    lane: Lane,
+    jobs: list[str],
+    choices: tuple[list[tuple[str, int]], list[tuple[str, int]]],
+    rng: random.Random,
+    tallies: dict[str, Tally],
+) -> Generator[Spec, int, None]:
+    """Run ``jobs`` one after another in ``lane``: yield each process to fork, receive its
+    exit status, verify each job once it completed."""
+    for job in jobs:
+        point, nth = rng.choice(choices[0])
+        tally = tallies[point]
+        status = yield Spec(job, point, rng.randint(1, nth))
+        killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+        if not killed:
+            tally.errors["not reached" if os.waitstatus_to_exitcode(status) == 0 else "error"] += 1
+            if os.waitstatus_to_exitcode(status) == 0:
+                continue
+        else:
+            tally.kills += 1
+        finished = False
+        for _ in range(_RESUMES):
+            again, again_nth = rng.choice(choices[1]) if rng.random() < _REARM else (None, 1)
+            status = yield Spec(job, again, rng.randint(1, again_nth))
+            code = os.waitstatus_to_exitcode(status)
+            if code == 0:
+                finished = True
+                break
+            if code != -signal.SIGKILL:
+                tally.errors["resume error"] += 1
+        if not finished:
+            tally.stuck += 1
+            continue
+        verdict = verify(lane, job)
+        tally.survived += killed and verdict.ok
+        tally.lost += verdict.lost
+        tally.mismatched += verdict.mismatched
+        tally.repeated += verdict.repeated
+        tally.gaps += verdict.gaps
+        tally.broken += not verdict.integrity
+        tally.reexecuted += verdict.reexecuted
+
+
+def sweep(jobs: int, lanes: int, seed: int, root: Path) -> tuple[dict[str, Tally], Counter[str]]:
+    """Run ``jobs`` killed jobs over ``lanes`` concurrent lanes; the tallies per point."""
+    first, resumed = census(root)
+    choices = (
+        [(point, count) for point, count in sorted(first.items()) if count > 0],
+        [(point, count) for point, count in sorted(resumed.items()) if count > 0],
+    )
+    hits = Counter(first) + Counter(resumed)
+    rng = random.Random(seed)
+    tallies: dict[str, Tally] = defaultdict(Tally)
+    ids = [f"j{n:05d}" for n in range(jobs)]
+    running: dict[int, tuple[Lane, Generator[Spec, int, None]]] = {}
+    for number in range(lanes):
+        lane = Lane(root, number)
+        generator = _lane(lane, ids[number::lanes], choices, random.Random(rng.random()), tallies)
+        try:
+            spec = next(generator)
+        except StopIteration:
+            continue
+        running[_fork(lane, spec)] = (lane, generator)
+    while running:
+        pid, status = os.waitpid(-1, 0)
+        if pid not in running:
+            continue
+        lane, generator = running.pop(pid)
+        try:
+            spec = generator.send(status)
+        except StopIteration:
+            continue
+        running[_fork(lane, spec)] = (lane, generator)
+    return dict(tallies), hits
+
+
+def _errors_seen(root: Path, lanes: int) -> list[str]:
+    """The first few errors the lanes' processes wrote (their exception names)."""
+    lines = []
+    for number in range(lanes):
+        path = root / f"lane{number}-errors.txt"
+        if path.exists():
+            lines += [line for line in path.read_text().splitlines() if '"error"' in line]
+    return lines[:4]
+
+
+def _total(tallies: dict[str, Tally]) -> Tally:
+    total = Tally()
+    for tally in tallies.values():
+        for name in ("kills", "survived", "lost", "mismatched", "repeated", "gaps", "broken"):
+            setattr(total, name, getattr(total, name) + getattr(tally, name))
+        total.stuck += tally.stuck
+        total.reexecuted += tally.reexecuted
+        total.errors.update(tally.errors)
+    return total
+
+
+def run(short: bool) -> Report:
+    jobs, lanes = (24, 2) if short else (1000, 2)
+    root = Path(tempfile.mkdtemp(prefix="zincir-sweep-"))
+    try:
+        tallies, hits = sweep(jobs, lanes=lanes, seed=20261130, root=root)
+        errors = _errors_seen(root, lanes)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    total = _total(tallies)
+    reached = {point for point, count in hits.items() if count > 0}
+    killed_at = {point for point, tally in tallies.items() if tally.kills}
+    figures: list[Figure] = [
+        at_least("jobs killed", total.kills, jobs * 0.9),
+        equal("killed jobs completed with every check passed", total.survived, total.kills),
+        equal("acknowledged writes lost", total.lost, 0),
+        equal("records disagreeing with the external ledger", total.mismatched, 0),
+        equal("acknowledged work run again", total.repeated, 0),
+        equal("runs with a seq gap", total.gaps, 0),
+        equal("integrity_check failures", total.broken, 0),
+        equal(f"jobs not complete after {_RESUMES} resumes", total.stuck, 0),
+        equal("crash points a job reaches", len(reached), len(CRASH_POINTS)),
+    ]
+    if not short:
+        figures.append(equal("crash points killed at", len(killed_at), len(reached)))
+    figures += [
+        Figure(
+            f"`{point}`: kills survived",
+            f"{tallies[point].survived} / {tallies[point].kills}",
+            "all",
+            tallies[point].survived == tallies[point].kills,
+        )
+        for point in sorted(killed_at)
+    ]
+    unreached = ", ".join(sorted(set(CRASH_POINTS) - reached)) or "none"
+    notes = [
+        f"{jobs:,} jobs over {lanes} concurrent lanes. Each job's first process is killed on "
+        "a random hit of a random point; a quarter of its resumes are killed again.",
+        f"Bodies run again after a kill, inside the at-least-once window between a body and "
+        f"its record: {total.reexecuted:,}. None ran again after its acknowledgement.",
+        f"Crash points no job reaches: {unreached}.",
+    ]
+    if total.errors:
+        ended = ", ".join(f"{name} {count}" for name, count in sorted(total.errors.items()))
+        notes.append(f"Processes that ended other than by their kill: {ended}.")
+    notes += [f"Error seen: {line[:200]}" for line in errors]
+    return Report("crash_sweep", TITLE, figures, notes, short=short)
