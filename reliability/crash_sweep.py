@@ -19,7 +19,7 @@ import signal
 import tempfile
 import traceback
 from collections import Counter, defaultdict
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +40,8 @@ from zincir.testing import (
 
 ORDER = 10
 TITLE = "Kill-point sweep: SIGKILL at every named crash point"
+StoreFor = Callable[[int], "str | None"]
+"""Where lane ``n`` keeps its store: None for a SQLite file in the sweep's folder."""
 _RESUMES = 6  # processes a job may take after its first kill before it counts as stuck
 _REARM = 0.25  # the share of resumes armed to be killed again
 
@@ -91,10 +93,11 @@ class Verdict:
 
 
 class Lane:
-    """The files of one lane of jobs: a store, a ledger and an ack file."""
+    """The files of one lane of jobs: a store (a SQLite file unless ``db`` is a PostgreSQL
+    URL), a ledger and an ack file."""
 
-    def __init__(self, root: Path, number: int) -> None:
-        self.db = str(root / f"lane{number}.db")
+    def __init__(self, root: Path, number: int, db: str | None = None) -> None:
+        self.db = db or str(root / f"lane{number}.db")
         self.ledger = str(root / f"lane{number}-ledger.db")
         self.acks = str(root / f"lane{number}-acks.jsonl")
         self.errors = str(root / f"lane{number}-errors.txt")
@@ -146,10 +149,10 @@ def _counted(lane: Lane, job: str, out: Path, point: str | None) -> None:
     os.waitpid(pid, 0)
 
 
-def census(root: Path) -> tuple[dict[str, int], dict[str, int]]:
+def census(root: Path, store: StoreFor) -> tuple[dict[str, int], dict[str, int]]:
     """How often a job reaches each crash point: uninterrupted, and when resumed after a
     kill (a resume also passes the ResumeWorker's claim)."""
-    lane = Lane(root, 999)
+    lane = Lane(root, 999, store(999))
     first, resumed = root / "census-first.json", root / "census-resumed.json"
     _counted(lane, "census-a", first, None)
     _counted(lane, "census-b", root / "unused.json", "step.body_done")
@@ -168,6 +171,35 @@ def _reading(path: str) -> Iterator[apsw.Connection]:
         conn.close()
 
 
+class _Rows:
+    """Read-only queries on a job's store: a SQLite file, or a PostgreSQL URL."""
+
+    def __init__(self, db: str) -> None:
+        self.postgres = db.startswith("postgresql://")
+        self._db = db
+
+    def __enter__(self) -> _Rows:
+        if self.postgres:
+            import psycopg
+
+            self._pg = psycopg.connect(self._db, autocommit=True)
+        else:
+            self._sqlite = apsw.Connection(self._db)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        (self._pg if self.postgres else self._sqlite).close()
+
+    def all(self, query: str, *params: object) -> list[tuple[Any, ...]]:
+        if self.postgres:
+            return list(self._pg.execute(query.replace("?", "%s"), params).fetchall())
+        return list(self._sqlite.execute(query, params).fetchall())
+
+    def integrity(self) -> bool:
+        """SQLite's integrity_check (PostgreSQL has no equivalent to run here: True)."""
+        return self.postgres or self.all("PRAGMA integrity_check") == [("ok",)]
+
+
 @dataclass
 class Stored:
     """What a job's database holds, read once for the checks."""
@@ -181,45 +213,39 @@ class Stored:
     tool_results: list[str]
 
 
-def _gapless(conn: apsw.Connection, run_id: str) -> bool:
+def _gapless(rows: _Rows, run_id: str) -> bool:
     seqs = [
-        s
-        for (s,) in conn.execute("SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+        seq for (seq,) in rows.all("SELECT seq FROM events WHERE run_id = ? ORDER BY seq", run_id)
     ]
-    row = conn.execute("SELECT last_seq FROM agent_runs WHERE id = ?", (run_id,)).fetchone()
-    return seqs == list(range(1, len(seqs) + 1)) and row is not None and row[0] == len(seqs)
+    last = rows.all("SELECT last_seq FROM agent_runs WHERE id = ?", run_id)
+    return seqs == list(range(1, len(seqs) + 1)) and last == [(len(seqs),)]
 
 
 def read_stored(db: str, job: str) -> Stored:
     """The job's runs, step results, operation record, checkpoints and tool results."""
     wf, ag = f"wf-{job}", f"ag-{job}"
-    with _reading(db) as conn:
-        operation = conn.execute(
+    with _Rows(db) as rows:
+        operation = rows.all(
             "SELECT record FROM operations WHERE run_id = ? AND step_id = 'ledger.op' "
             "AND status = 'completed'",
-            (wf,),
-        ).fetchone()
+            wf,
+        )
         return Stored(
-            integrity=conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)],
-            status=dict(
-                conn.execute("SELECT id, status FROM agent_runs WHERE id IN (?, ?)", (wf, ag))
-            ),
-            gaps=sum(not _gapless(conn, run) for run in (wf, ag)),
+            integrity=rows.integrity(),
+            status=dict(rows.all("SELECT id, status FROM agent_runs WHERE id IN (?, ?)", wf, ag)),
+            gaps=sum(not _gapless(rows, run) for run in (wf, ag)),
             steps={
                 name: json.loads(result)
-                for name, result in conn.execute(
-                    "SELECT name, result FROM steps WHERE run_id = ? AND status = 'completed'",
-                    (wf,),
+                for name, result in rows.all(
+                    "SELECT name, result FROM steps WHERE run_id = ? AND status = 'completed'", wf
                 )
             },
-            operation=None if operation is None else str(operation[0]),
-            checkpoints=dict(
-                conn.execute("SELECT id, status FROM checkpoints WHERE run_id = ?", (wf,))
-            ),
+            operation=str(operation[0][0]) if operation else None,
+            checkpoints=dict(rows.all("SELECT id, status FROM checkpoints WHERE run_id = ?", wf)),
             tool_results=[
                 str(payload)
-                for (payload,) in conn.execute(
-                    "SELECT payload FROM events WHERE run_id = ? AND type = 'tool_result'", (ag,)
+                for (payload,) in rows.all(
+                    "SELECT payload FROM events WHERE run_id = ? AND type = 'tool_result'", ag
                 )
             ],
         )
@@ -336,9 +362,11 @@ def _lane(
         tally.reexecuted += verdict.reexecuted
 
 
-def sweep(jobs: int, lanes: int, seed: int, root: Path) -> tuple[dict[str, Tally], Counter[str]]:
+def sweep(
+    jobs: int, lanes: int, seed: int, root: Path, store: StoreFor
+) -> tuple[dict[str, Tally], Counter[str]]:
     """Run ``jobs`` killed jobs over ``lanes`` concurrent lanes; the tallies per point."""
-    first, resumed = census(root)
+    first, resumed = census(root, store)
     choices = (
         [(point, count) for point, count in sorted(first.items()) if count > 0],
         [(point, count) for point, count in sorted(resumed.items()) if count > 0],
@@ -349,7 +377,7 @@ def sweep(jobs: int, lanes: int, seed: int, root: Path) -> tuple[dict[str, Tally
     ids = [f"j{n:05d}" for n in range(jobs)]
     running: dict[int, tuple[Lane, Generator[Spec, int, None]]] = {}
     for number in range(lanes):
-        lane = Lane(root, number)
+        lane = Lane(root, number, store(number))
         generator = _lane(lane, ids[number::lanes], choices, random.Random(rng.random()), tallies)
         try:
             spec = next(generator)
@@ -390,33 +418,31 @@ def _total(tallies: dict[str, Tally]) -> Tally:
     return total
 
 
-def run(short: bool) -> Report:
-    jobs, lanes = (24, 2) if short else (1000, 2)
-    root = Path(tempfile.mkdtemp(prefix="zincir-sweep-"))
-    try:
-        tallies, hits = sweep(jobs, lanes=lanes, seed=20261130, root=root)
-        errors = _errors_seen(root, lanes)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+def _judged(
+    tallies: dict[str, Tally], hits: Counter[str], jobs: int, short: bool, backend: str
+) -> tuple[list[Figure], list[str]]:
+    """The figures and notes of one backend's sweep."""
     total = _total(tallies)
     reached = {point for point, count in hits.items() if count > 0}
     killed_at = {point for point, tally in tallies.items() if tally.kills}
+    on = f" ({backend})"
     figures: list[Figure] = [
-        at_least("jobs killed", total.kills, jobs * 0.9),
-        equal("killed jobs completed with every check passed", total.survived, total.kills),
-        equal("acknowledged writes lost", total.lost, 0),
-        equal("records disagreeing with the external ledger", total.mismatched, 0),
-        equal("acknowledged work run again", total.repeated, 0),
-        equal("runs with a seq gap", total.gaps, 0),
-        equal("integrity_check failures", total.broken, 0),
-        equal(f"jobs not complete after {_RESUMES} resumes", total.stuck, 0),
-        equal("crash points a job reaches", len(reached), len(CRASH_POINTS)),
+        at_least("jobs killed" + on, total.kills, jobs * 0.75),
+        equal("killed jobs completed, every check passed" + on, total.survived, total.kills),
+        equal("acknowledged writes lost" + on, total.lost, 0),
+        equal("records disagreeing with the external ledger" + on, total.mismatched, 0),
+        equal("acknowledged work run again" + on, total.repeated, 0),
+        equal("runs with a seq gap" + on, total.gaps, 0),
+        equal(f"jobs not complete after {_RESUMES} resumes" + on, total.stuck, 0),
+        equal("crash points a job reaches" + on, len(reached), len(CRASH_POINTS)),
     ]
+    if backend == "SQLite":
+        figures.insert(6, equal("integrity_check failures" + on, total.broken, 0))
     if not short:
-        figures.append(equal("crash points killed at", len(killed_at), len(reached)))
+        figures.append(equal("crash points killed at" + on, len(killed_at), len(reached)))
     figures += [
         Figure(
-            f"`{point}`: kills survived",
+            f"`{point}`: kills survived{on}",
             f"{tallies[point].survived} / {tallies[point].kills}",
             "all",
             tallies[point].survived == tallies[point].kills,
@@ -425,14 +451,56 @@ def run(short: bool) -> Report:
     ]
     unreached = ", ".join(sorted(set(CRASH_POINTS) - reached)) or "none"
     notes = [
-        f"{jobs:,} jobs over {lanes} concurrent lanes. Each job's first process is killed on "
-        "a random hit of a random point; a quarter of its resumes are killed again.",
-        f"Bodies run again after a kill, inside the at-least-once window between a body and "
-        f"its record: {total.reexecuted:,}. None ran again after its acknowledgement.",
-        f"Crash points no job reaches: {unreached}.",
+        f"{backend}: bodies run again after a kill, inside the at-least-once window between "
+        f"a body and its record: {total.reexecuted:,}; none after its acknowledgement. Crash "
+        f"points no job reaches: {unreached}."
     ]
     if total.errors:
         ended = ", ".join(f"{name} {count}" for name, count in sorted(total.errors.items()))
-        notes.append(f"Processes that ended other than by their kill: {ended}.")
-    notes += [f"Error seen: {line[:200]}" for line in errors]
-    return Report("crash_sweep", TITLE, figures, notes, short=short)
+        notes.append(f"{backend}: processes that ended other than by their kill: {ended}.")
+    return figures, notes
+
+
+def _swept(
+    jobs: int, lanes: int, short: bool, backend: str, store: StoreFor
+) -> tuple[list[Figure], list[str]]:
+    root = Path(tempfile.mkdtemp(prefix="zincir-sweep-"))
+    try:
+        tallies, hits = sweep(jobs, lanes=lanes, seed=20261130, root=root, store=store)
+        figures, notes = _judged(tallies, hits, jobs, short, backend)
+        notes += [f"{backend}: error seen: {line[:200]}" for line in _errors_seen(root, lanes)]
+        return figures, notes
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _on_postgres(jobs: int, lanes: int, short: bool) -> tuple[list[Figure], list[str]]:
+    """The sweep on a throwaway PostgreSQL server (a schema per lane), or why it did not run."""
+    try:
+        from tests.postgres_server import PostgresError, PostgresServer
+    except ImportError as error:  # run from outside the repository
+        return [], [f"PostgreSQL: not run ({error})."]
+    server = PostgresServer()
+    try:
+        server.start()
+    except PostgresError as error:
+        return [], [f"PostgreSQL: not run (no server: {str(error)[:200]})."]
+    try:
+        urls = {n: server.new_schema_url(f"sweep_{n}") for n in (*range(lanes), 999)}
+        return _swept(jobs, lanes, short, "PostgreSQL", urls.get)
+    finally:
+        server.stop()
+
+
+def run(short: bool) -> Report:
+    jobs, pg_jobs, lanes = (20, 8, 2) if short else (1000, 200, 2)
+    figures, notes = _swept(jobs, lanes, short, "SQLite", lambda _: None)
+    pg_figures, pg_notes = _on_postgres(pg_jobs, lanes, short)
+    notes = [
+        f"{jobs:,} jobs on SQLite and {pg_jobs:,} on PostgreSQL, over {lanes} concurrent "
+        "lanes each. Each job's first process is killed on a random hit of a random point; a "
+        "quarter of its resumes are killed again. PostgreSQL has no integrity_check.",
+        *notes,
+        *pg_notes,
+    ]
+    return Report("crash_sweep", TITLE, figures + pg_figures, notes, short=short)
