@@ -27,7 +27,7 @@ from typing import Any
 import apsw
 
 import zincir
-from reliability._children import Child
+from reliability._children import FAST_FOLDER, Child
 from reliability._children.io_fault_child import RUN_ID, STEPS
 from reliability._harness import Figure, Report, at_least, equal
 from zincir.testing import FakeClock
@@ -39,9 +39,13 @@ KEY = "io_errors"
 
 KINDS = ("ioerr", "full")
 MODES = ("once", "persistent")
+PATHS = ("inline", "writer-thread")
 SYNC_MODES = {True: ("full",), False: ("full", "normal")}
-SHORT_STRIDE = 4
-"""Short counts try every fourth fault point (from a seeded offset); full counts try all."""
+SHORT_STRIDE = 8
+"""Short counts try every eighth fault point (from a seeded offset); full counts try all."""
+WRITER_THREAD_MARGIN = 3
+"""Extra fault points past the census on the writer-thread path, whose retries while the
+lock is held elsewhere may ask for a file's size a few more times than the census did."""
 CENSUS_POINT = 10**9
 NOTHING_WRITTEN = "nothing was written"
 """What zincir's StoreUnavailable says of a failed write: a promise the check holds it to."""
@@ -131,10 +135,14 @@ def check_trial(trial: dict[str, Any], folder: Path, tally: Tally, label: str) -
     where = f"{label} k={trial['k']}"
     if not trial["injected"]:
         tally.controls += 1
-        if trial["completed"] and trial["closed"] and not trial["failures"]:
+        clean = trial["completed"] and trial["closed"] and not trial["failures"]
+        if clean and ("writer-thread" not in label or trial["writer_thread_commits"]):
             tally.controls_clean += 1
         else:
-            tally.problems.append(f"{where}: the fault-free control failed: {trial['failures']}")
+            tally.problems.append(
+                f"{where}: the fault-free control failed ({trial['failures']}) or did not "
+                f"commit on the writer thread ({trial['writer_thread_commits']})"
+            )
     else:
         tally.tried += 1
     for failure in trial["failures"]:
@@ -161,16 +169,23 @@ def check_trial(trial: dict[str, Any], folder: Path, tally: Tally, label: str) -
         if NOTHING_WRITTEN in trial["failures"][0]["message"]:
             tally.said_nothing_written += phantom
     if lost or phantom:
+        errors = [f"{failure['call']}: {failure['message'][-60:]}" for failure in trial["failures"]]
         tally.problems.append(
-            f"{where} ({trial['first_fault']} failed): acknowledged {sorted(acked)} "
-            f"completed={trial['completed']}, "
-            f"stored {sorted(steps)} {status}; failures {trial['failures']}"
+            f"{where} ({trial['first_fault']} failed): acknowledged {sorted(acked)}, "
+            f"completed={trial['completed']}; after a crash {sorted(steps)}, run {status}; "
+            f"errors {errors}"
         )
-    for database in (crash, folder / "zincir.db"):
+    finished_here = trial["same_store"] == "resumed" or trial["closed"]
+    for database in (crash,) if finished_here else (crash, folder / "zincir.db"):
         problem = asyncio.run(resume(database))
         if problem is not None:
             tally.not_resumable += 1
             tally.problems.append(f"{where}: {database.parent.name}: {problem}")
+    if finished_here:
+        steps, status = _stored(folder / "zincir.db")
+        if status != "completed" or steps != set(STEPS):
+            tally.not_resumable += 1
+            tally.problems.append(f"{where}: the same store left the run {status}, {steps}")
     if trial["same_store"] != "not tried":
         tally.same_store_tried += 1
         if trial["same_store"] == "resumed":
@@ -181,7 +196,7 @@ def check_trial(trial: dict[str, Any], folder: Path, tally: Tally, label: str) -
 
 
 def run_batch(
-    base: Path, workdir: Path, kind: str, mode: str, synchronous: str, points: list[int]
+    base: Path, workdir: Path, setting: tuple[str, str, str, str], points: list[int]
 ) -> list[dict[str, Any]]:
     """Run the fault points in child processes (a new one after a hang); their reports."""
     reports: list[dict[str, Any]] = []
@@ -191,9 +206,7 @@ def run_batch(
             "io_fault_child",
             str(base),
             str(workdir),
-            kind,
-            mode,
-            synchronous,
+            *setting,
             *map(str, remaining),
             stderr_path=workdir / f"stderr-{remaining[0]}.txt",
         )
@@ -223,12 +236,14 @@ def _hung(point: int) -> dict[str, Any]:
     return {"k": point, "hang": "the whole process", "injected": 1, "failures": []}
 
 
-def fault_points(eligible: int, short: bool, rng: random.Random) -> list[int]:
-    """The k to try for a sequence of ``eligible`` operations, plus one past its end."""
+def fault_points(eligible: int, margin: int, short: bool, rng: random.Random) -> list[int]:
+    """The k to try for a sequence of ``eligible`` operations, then ``margin`` more and one
+    past them all (a fault-free control)."""
+    end = eligible + margin + 1
     if not short:
-        return list(range(1, eligible + 2))
+        return list(range(1, end + 1))
     offset = rng.randrange(SHORT_STRIDE)
-    return [*range(1 + offset, eligible + 1, SHORT_STRIDE), eligible + 1]
+    return [*range(1 + offset, end, SHORT_STRIDE), end]
 
 
 def run(short: bool) -> Report:
@@ -236,33 +251,38 @@ def run(short: bool) -> Report:
     rng = random.Random(20_260_531)
     tally = Tally()
     ranges: dict[str, int] = {}
-    with tempfile.TemporaryDirectory(prefix="zincir-io-errors-") as folder:
+    with tempfile.TemporaryDirectory(prefix="zincir-io-errors-", dir=FAST_FOLDER) as folder:
         root = Path(folder)
         base = root / "base.db"
         zincir.open_store(str(base)).close_sync()
         for synchronous in SYNC_MODES[short]:
-            census_dir = root / f"census-{synchronous}"
-            census_dir.mkdir()
-            census = run_batch(base, census_dir, "ioerr", "once", synchronous, [CENSUS_POINT])[0]
-            counts = {
-                "ioerr": int(census["eligible"]),
-                "full": int(census["calls"].get("write", 0)),
-            }
-            for kind in KINDS:
-                ranges[f"{kind}/{synchronous}"] = counts[kind]
-                for mode in MODES:
-                    label = f"{kind} {mode} synchronous={synchronous}"
-                    workdir = root / f"{kind}-{mode}-{synchronous}"
-                    workdir.mkdir()
-                    points = fault_points(counts[kind], short, rng)
-                    tally.planned += len(points) - 1
-                    for trial in run_batch(base, workdir, kind, mode, synchronous, points):
-                        if trial.get("hang") == "the whole process":
-                            tally.hangs += 1
-                            tally.tried += 1
-                            continue
-                        check_trial(trial, workdir / str(trial["k"]), tally, label)
-                        shutil.rmtree(workdir / str(trial["k"]))
+            for path in PATHS:
+                census_dir = root / f"census-{synchronous}-{path}"
+                census_dir.mkdir()
+                setting = ("ioerr", "once", synchronous, path)
+                census = run_batch(base, census_dir, setting, [CENSUS_POINT])[0]
+                counts = {
+                    "ioerr": int(census["eligible"]),
+                    "full": int(census["calls"].get("write", 0)),
+                }
+                margin = WRITER_THREAD_MARGIN if path == "writer-thread" else 0
+                for kind in KINDS:
+                    ranges[f"{kind}/{synchronous}/{path}"] = counts[kind]
+                    for mode in MODES:
+                        label = f"{kind} {mode} synchronous={synchronous} {path}"
+                        workdir = root / f"{kind}-{mode}-{synchronous}-{path}"
+                        workdir.mkdir()
+                        points = fault_points(counts[kind], margin, short, rng)
+                        sure = counts[kind] - margin  # reached whatever the timing
+                        tally.planned += sum(point <= sure for point in points)
+                        setting = (kind, mode, synchronous, path)
+                        for trial in run_batch(base, workdir, setting, points):
+                            if trial.get("hang") == "the whole process":
+                                tally.hangs += 1
+                                tally.tried += 1
+                                continue
+                            check_trial(trial, workdir / str(trial["k"]), tally, label)
+                            shutil.rmtree(workdir / str(trial["k"]))
     return _report(tally, ranges, short)
 
 
@@ -270,7 +290,7 @@ def _report(tally: Tally, ranges: dict[str, int], short: bool) -> Report:
     untyped = sum(tally.untyped.values())
     figures = [
         at_least(
-            "fault points tried (k × once/persistent × I/O error/full disk)",
+            "fault points tried (k × once/persistent × I/O error/full disk × commit path)",
             tally.tried,
             tally.planned,
         ),
@@ -301,13 +321,17 @@ def _report(tally: Tally, ranges: dict[str, int], short: bool) -> Report:
     sequence = ", ".join(f"{name}: {count}" for name, count in sorted(ranges.items()))
     notes = [
         "The workload: open the store, WorkflowContext.open, four steps (each a claim and a "
-        "result), complete, close the store, on a copy of a migrated empty database. Its I/O "
-        f"sequence (operations a fault kind can fail, by kind/synchronous): {sequence}. "
-        f"{'Every fourth k (short counts)' if short else 'Every k'} is tried, plus one past "
-        "the end as a fault-free control.",
+        "result), complete, close the store, on a copy of a migrated empty database. It runs "
+        "on the inline commit path (the process's only writer), and on the writer thread: "
+        "another connection holds the write lock for 3 ms at each workflow call, as another "
+        "process would, so each commit waits on zincir's writer thread. Its I/O sequence "
+        "(operations a fault kind can fail, by kind/synchronous/path): "
+        f"{sequence}. {'Every eighth k (short counts)' if short else 'Every k'} is tried, "
+        "plus one past the end as a fault-free control.",
         "Acknowledged = the await returned. After the error the fault clears; the database "
         "and WAL as they are then (a crash, -shm dropped) are checked in the parent process "
         "and resumed there: recover(), the steps replayed or run, complete.",
+        f"Files in {FAST_FOLDER or 'the temporary folder'}. "
         "Ops on the -shm are not failed (the unix VFS maps it itself). APSW raises a Python "
         "VFS's exception even where SQLite ignores the error it returned (a failed "
         "checkpoint inside sqlite3_close), so close() sees errors a C VFS would not show.",

@@ -24,7 +24,7 @@ from statistics import fmean
 import apsw
 
 import zincir
-from reliability._children import Child
+from reliability._children import FAST_FOLDER, Child
 from reliability._fault_vfs import lose_power
 from reliability._harness import Figure, Report, at_least, equal
 
@@ -246,7 +246,7 @@ def run(short: bool) -> Report:
     rounds = ROUNDS[short]
     rng = random.Random(20_260_530)
     tallies: dict[str, ModeTally] = {}
-    with tempfile.TemporaryDirectory(prefix="zincir-power-loss-") as folder:
+    with tempfile.TemporaryDirectory(prefix="zincir-power-loss-", dir=FAST_FOLDER) as folder:
         for synchronous in SYNC_MODES:
             workdir = Path(folder) / synchronous
             workdir.mkdir()
@@ -298,7 +298,9 @@ def run(short: bool) -> Report:
         f"Kills before the first acknowledgement: {full.killed_before_first_ack} (full), "
         f"{normal.killed_before_first_ack} (normal); they test opening, migrating and the first "
         "claims.",
-        "Model limits: unsynced writes are all dropped (a real disk may keep any subset; "
+        f"Files in {FAST_FOLDER or 'the temporary folder'}: what survives is decided by the "
+        "VFS's durable images, not by the disk. Model limits: unsynced writes are all "
+        "dropped (a real disk may keep any subset; "
         "SQLite's WAL checksums are designed for that), a file deletion is durable at once, "
         "and writes an fsync covers are applied in order (a kill during the copy leaves a "
         "prefix).",

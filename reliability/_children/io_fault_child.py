@@ -1,8 +1,11 @@
 """Runs a workflow against a disk that fails the k-th I/O operation, for each k given.
 
-    python -m reliability._children.io_fault_child BASE WORKDIR KIND MODE SYNCHRONOUS K...
+    python -m reliability._children.io_fault_child BASE WORKDIR KIND MODE SYNCHRONOUS PATH K...
 
-KIND is ``ioerr`` or ``full``, MODE ``once`` or ``persistent``. For each K: copy the
+KIND is ``ioerr`` or ``full``, MODE ``once`` or ``persistent``, PATH ``inline`` (the
+process's only writer commits on its own thread) or ``writer-thread`` (another connection
+holds the write lock for a few milliseconds at each workflow call, so every commit waits
+on zincir's writer thread, as with another process writing). For each K: copy the
 migrated empty database BASE to ``WORKDIR/K/zincir.db``, arm the fault, then open the store,
 run a workflow of a few steps, complete it and close the store, stopping at the first
 error. Then the fault clears: the database files are copied to ``WORKDIR/K/crash/`` (what a
@@ -18,6 +21,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import traceback
 from collections import Counter
 from collections.abc import Awaitable
@@ -25,6 +29,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
+
+import apsw
 
 import zincir
 from reliability._fault_vfs import FaultPlan, FaultVFS
@@ -39,6 +45,34 @@ LEASE_TTL = timedelta(seconds=60)
 """Long enough that no heartbeat writes during a trial: the I/O sequence stays the same."""
 HANG_LIMIT = 10.0
 """Seconds an await may take before the trial counts it as a hang."""
+LOCK_HOLD = 0.003
+"""Seconds the other connection holds the write lock at each call (PATH writer-thread)."""
+
+
+class LockHolder:
+    """Another connection, on SQLite's own VFS (its I/O neither counted nor failed), that
+    takes the write lock before a call and drops it moments later: zincir's inline commit
+    finds the database busy and hands its batch to the writer thread, which waits."""
+
+    def __init__(self, database: Path) -> None:
+        self._conn = apsw.Connection(str(database), vfs="unix")
+        self._release: threading.Timer | None = None
+
+    def hold(self) -> None:
+        """Take the write lock; a timer thread drops it after :data:`LOCK_HOLD`."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._release = threading.Timer(LOCK_HOLD, self._conn.execute, ("ROLLBACK",))
+        self._release.start()
+
+    def wait(self) -> None:
+        """Wait until the lock taken by :meth:`hold` is dropped."""
+        if self._release is not None:
+            self._release.join()
+            self._release = None
+
+    def close(self) -> None:
+        self.wait()
+        self._conn.close()
 
 
 @dataclass
@@ -83,26 +117,38 @@ class Trial:
     hang: str | None = None
     same_store: str = "not tried"
     same_store_reruns: list[str] = field(default_factory=list)
+    writer_thread_commits: int = 0
 
 
 class Runner:
     """Runs the trials of one fault kind and mode, in this process, on the fault VFS."""
 
-    def __init__(self, base: Path, workdir: Path, plan: FaultPlan, synchronous: str) -> None:
+    def __init__(
+        self, base: Path, workdir: Path, plan: FaultPlan, synchronous: str, contended: bool
+    ) -> None:
         self.base = base
         self.workdir = workdir
         self.plan = plan
         self.synchronous: Any = synchronous
+        self.contended = contended
+        self.holder: LockHolder | None = None
         self.vfs = FaultVFS()
 
     async def call(self, trial: Trial, name: str, awaitable: Awaitable[T]) -> T | None:
-        """Await a zincir call; record its failure (typed or not) or hang; None if it failed."""
+        """Await a zincir call (with the write lock held elsewhere for a moment, on the
+        writer-thread path); record its failure (typed or not) or hang; None if it failed."""
+        holder = self.holder
+        if holder is not None:
+            holder.hold()
         try:
             return await asyncio.wait_for(awaitable, HANG_LIMIT)
         except TimeoutError:
             trial.hang = trial.hang or name
         except Exception as error:
             trial.failures.append(Failure.of(name, error))
+        finally:
+            if holder is not None:
+                holder.wait()
         return None
 
     async def trial(self, k: int) -> Trial:
@@ -121,10 +167,14 @@ class Runner:
         except Exception as error:
             trial.failures.append(Failure.of("open_store", error))
         wf = None
+        self.holder = LockHolder(database) if self.contended else None
         if store is not None:
             wf = await self.call(trial, "open", WorkflowContext.open(store, RUN_ID, LEASE_TTL))
         if wf is not None and store is not None:
             await self.faulty_run(trial, store, wf)
+        if self.holder is not None:
+            self.holder.close()
+            self.holder = None
         trial.eligible, trial.injected = self.vfs.eligible, self.vfs.injected
         trial.calls = dict(self.vfs.calls)
         trial.first_fault = self.vfs.failed[0] if self.vfs.failed else ""
@@ -150,6 +200,10 @@ class Runner:
         if await self.call(trial, "complete", _true(wf.complete(results))) is None:
             return
         trial.completed = True
+        trial.writer_thread_commits = store.writer_stats.batch_commits
+        if self.holder is not None:  # closing: nobody else holds the database
+            self.holder.close()
+            self.holder = None
         if await self.call(trial, "store.close", _true(store.close())) is None:
             return
         trial.closed = True
@@ -200,10 +254,11 @@ async def _true(awaitable: Awaitable[Any]) -> bool:
 
 async def main(argv: list[str]) -> None:
     """Run every trial given on the command line, reporting each on stdout."""
-    base, workdir, kind, mode, synchronous, *points = argv
+    base, workdir, kind, mode, synchronous, path, *points = argv
     assert kind in ("ioerr", "full") and mode in ("once", "persistent")
+    assert path in ("inline", "writer-thread")
     plan = FaultPlan("ioerr" if kind == "ioerr" else "full", 0, persistent=mode == "persistent")
-    runner = Runner(Path(base), Path(workdir), plan, synchronous)
+    runner = Runner(Path(base), Path(workdir), plan, synchronous, path == "writer-thread")
     for point in points:
         print("start", point, flush=True)
         trial = await runner.trial(int(point))
