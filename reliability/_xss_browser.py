@@ -67,9 +67,9 @@ AUDIT = """(() => {
     }
   }
   const converted = document.querySelectorAll('time[title*="(shown in "]').length;
-  const text = document.documentElement.textContent;
+  const text = document.documentElement.textContent.replace(/\s+/g, " ");
   return JSON.stringify({found, ownScriptRan: converted > 0,
-                         showsPayloadText: /alert|<script/i.test(text)});
+                         showsPayloadText: text.includes(PROBE)});
 })()"""
 
 
@@ -221,8 +221,11 @@ class Browser:
         self.send("Page.addScriptToEvaluateOnNewDocument", {"source": HOOK})
         self.send("Fetch.enable", {"patterns": [{"urlPattern": "*"}]})
 
-    def render(self, url: str, *, bypass_csp: bool, settle: float = 0.15) -> PageResult:
-        """Load ``url``, let its timers run for ``settle`` seconds, then audit its DOM."""
+    def render(
+        self, url: str, *, bypass_csp: bool, settle: float = 0.15, probe: str = ""
+    ) -> PageResult:
+        """Load ``url``, let its timers run for ``settle`` seconds, then audit its DOM (and
+        whether its text shows ``probe``)."""
         page = PageResult(url)
         self._page = page
         self.send("Page.setBypassCSP", {"enabled": bypass_csp})
@@ -237,7 +240,8 @@ class Browser:
             if message is None:
                 raise RuntimeError("Chromium exited")
             self._event(message)
-        result = self.send("Runtime.evaluate", {"expression": AUDIT, "returnByValue": True})
+        expression = AUDIT.replace("PROBE", json.dumps(probe))
+        result = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True})
         audit = json.loads(result["result"]["value"])
         page.live_elements = list(audit["found"])
         page.own_script_ran = bool(audit["ownScriptRan"])

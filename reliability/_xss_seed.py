@@ -59,7 +59,8 @@ class Seeded:
 
     runs: list[str] = field(default_factory=list)
     threads: list[str] = field(default_factory=list)
-    fields: int = 0
+    probes: dict[str, str] = field(default_factory=dict)
+    """Per run or thread id, text its page must show (the head of its group's first payload)."""
 
 
 async def _reject(payloads: list[str]) -> Verification:
@@ -123,7 +124,7 @@ async def _workflow_run(store: zincir.SQLiteStore, group: list[str], tag: str) -
 
 async def _operations_run(store: zincir.SQLiteStore, group: list[str], tag: str) -> str:
     run_id = as_id(group[0], f" #{tag}.operations")
-    ctx = await AgentContext.create(store, name=as_id(group[-1]), run_id=run_id)
+    ctx = await AgentContext.create(store, name=as_id(group[0]), run_id=run_id)
     handler_id = as_id(group[0], limit=100)
     registry = HandlerRegistry()
 
@@ -188,10 +189,13 @@ async def seed(store: zincir.SQLiteStore, groups: list[list[str]]) -> Seeded:
     seeded = Seeded()
     for index, group in enumerate(groups):
         tag = str(index)
-        seeded.runs += await _agent_run(store, group, tag)
-        seeded.runs += await _workflow_run(store, group, tag)
-        seeded.runs.append(await _operations_run(store, group, tag))
+        runs = await _agent_run(store, group, tag)
+        runs += await _workflow_run(store, group, tag)
+        runs.append(await _operations_run(store, group, tag))
         thread = await _thread(store, group, tag)
-        if thread is not None:
-            seeded.threads.append(thread)
+        threads = [] if thread is None else [thread]
+        probe = " ".join(as_id(group[0]).split())[:30]
+        seeded.probes.update({item: probe for item in [*runs, *threads]})
+        seeded.runs += runs
+        seeded.threads += threads
     return seeded

@@ -95,12 +95,16 @@ def _seed(path: Path, groups: list[list[str]]) -> Seeded:
     return asyncio.run(main())
 
 
-def pages_of(seeded: Seeded) -> list[str]:
-    """Every HTML page of the seeded database: the lists, each run and each thread."""
+def pages_of(seeded: Seeded) -> list[tuple[str, str]]:
+    """Every HTML page of the seeded database (the lists, each run and each thread), each
+    with the text it must show ("" for the lists)."""
     lists = ["/", "/?status=failed", "/?status=running", "/?status=completed", "/threads"]
-    runs = ["/runs/" + quote(run_id, safe="") for run_id in seeded.runs]
-    threads = ["/threads/" + quote(thread_id, safe="") for thread_id in seeded.threads]
-    return [*lists, *runs, *threads]
+    runs = [("/runs/" + quote(run_id, safe=""), seeded.probes[run_id]) for run_id in seeded.runs]
+    threads = [
+        ("/threads/" + quote(thread_id, safe=""), seeded.probes[thread_id])
+        for thread_id in seeded.threads
+    ]
+    return [*((page, "") for page in lists), *runs, *threads]
 
 
 def routes_of(seeded: Seeded) -> list[str]:
@@ -158,11 +162,14 @@ def probe_routes(base: str, db: Path, routes: list[str]) -> tuple[int, int, list
 
 
 def render_all(
-    browser: Browser, base: str, pages: list[str], settle: float
+    browser: Browser, base: str, pages: list[tuple[str, str]], settle: float
 ) -> tuple[list[PageResult], list[PageResult]]:
     """Each page as served, then with CSP bypassed."""
-    served = [browser.render(base + page, bypass_csp=False, settle=settle) for page in pages]
-    bare = [browser.render(base + page, bypass_csp=True, settle=settle) for page in pages]
+    served = [
+        browser.render(base + page, bypass_csp=False, settle=settle, probe=probe)
+        for page, probe in pages
+    ]
+    bare = [browser.render(base + page, bypass_csp=True, settle=settle) for page, _ in pages]
     return served, bare
 
 
@@ -204,7 +211,7 @@ def run(short: bool) -> Report:
         equal("payloads executed", len(executed), 0),
         equal("payload elements live in a DOM", len(live), 0),
         equal("run pages where the inspector's own script did not run", _silent(served), 0),
-        equal("run and thread pages not showing the payloads as text", _blank(served), 0),
+        equal("run and thread pages not showing their payloads as text", _blank(served), 0),
         at_least("route × method × Host requests", requests, 14 * len(METHODS) * 3),
         equal("requests not refused (mutating: 405, foreign Host: 403)", len(unrefused), 0),
         equal("writes (database or WAL bytes changed)", writes + (after != before), 0),
