@@ -67,7 +67,7 @@ AUDIT = """(() => {
     }
   }
   const converted = document.querySelectorAll('time[title*="(shown in "]').length;
-  const text = document.documentElement.textContent.replace(/\s+/g, " ");
+  const text = document.documentElement.textContent.replace(/\\s+/g, " ");
   return JSON.stringify({found, ownScriptRan: converted > 0,
                          showsPayloadText: text.includes(PROBE)});
 })()"""
