@@ -194,7 +194,8 @@ class FaultVFS(apsw.VFS):
 
     # -- the VFS methods ------------------------------------------------------------------
 
-    def xOpen(self, name: str | apsw.URIFilename | None, flags: list[int]) -> FaultFile:  # noqa: N802
+    def xOpen(self, name: str | apsw.URIFilename | None, flags: list[int]) -> FaultFile:
+        """Open through the ``unix`` VFS; a database, WAL or journal gets its durable image."""
         path = name.filename() if isinstance(name, apsw.URIFilename) else name
         self.check("open", path)
         image = None
@@ -202,13 +203,13 @@ class FaultVFS(apsw.VFS):
             image = self.image_for(path)
         return FaultFile(self, name, flags, image)
 
-    def xDelete(self, filename: str, syncdir: bool) -> None:  # noqa: N802
+    def xDelete(self, filename: str, syncdir: bool) -> None:
+        """Delete the file and its durable image (a deletion counts as durable at once)."""
         super().xDelete(filename, syncdir)
         if self.track_durability:
             with self._lock:
-                image = self._images.pop(filename, None)
-            if image is not None or os.path.exists(filename + DURABLE_SUFFIX):
-                Path(filename + DURABLE_SUFFIX).unlink(missing_ok=True)
+                self._images.pop(filename, None)
+            Path(filename + DURABLE_SUFFIX).unlink(missing_ok=True)
 
 
 class FaultFile(apsw.VFSFile):
@@ -226,11 +227,13 @@ class FaultFile(apsw.VFSFile):
         self._path = name.filename() if isinstance(name, apsw.URIFilename) else name
         super().__init__(_BASE_VFS, name, flags)
 
-    def xRead(self, amount: int, offset: int) -> bytes:  # noqa: N802
+    def xRead(self, amount: int, offset: int) -> bytes:
+        """Read, unless this read is the one to fail."""
         self._vfs.check("read", self._path)
         return super().xRead(amount, offset)  # type: ignore[no-any-return]
 
-    def xWrite(self, data: bytes, offset: int) -> None:  # noqa: N802
+    def xWrite(self, data: bytes, offset: int) -> None:
+        """Write through to the file; queue the write for the image until the next sync."""
         self._vfs.check("write", self._path)
         image = self._image
         if image is None:
@@ -240,7 +243,8 @@ class FaultFile(apsw.VFSFile):
             super().xWrite(data, offset)
             image.pending.append((offset, bytes(data)))
 
-    def xTruncate(self, newsize: int) -> None:  # noqa: N802
+    def xTruncate(self, newsize: int) -> None:
+        """Truncate the file; queue the truncation for the image until the next sync."""
         self._vfs.check("truncate", self._path)
         image = self._image
         if image is None:
@@ -250,7 +254,8 @@ class FaultFile(apsw.VFSFile):
             super().xTruncate(newsize)
             image.pending.append(newsize)
 
-    def xSync(self, flags: int) -> None:  # noqa: N802
+    def xSync(self, flags: int) -> None:
+        """fsync the file, then apply every queued write to the image: now it is durable."""
         self._vfs.check("sync", self._path)
         image = self._image
         if image is None:
@@ -260,11 +265,13 @@ class FaultFile(apsw.VFSFile):
             super().xSync(flags)
             image.sync()
 
-    def xFileSize(self) -> int:  # noqa: N802
+    def xFileSize(self) -> int:
+        """The file's size, unless this call is the one to fail."""
         self._vfs.check("filesize", self._path)
         return super().xFileSize()  # type: ignore[no-any-return]
 
-    def xLock(self, level: int) -> None:  # noqa: N802
+    def xLock(self, level: int) -> None:
+        """Take the lock, unless this call is the one to fail."""
         self._vfs.check("lock", self._path)
         super().xLock(level)
 

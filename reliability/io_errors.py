@@ -188,11 +188,16 @@ def check_trial(trial: dict[str, Any], folder: Path, tally: Tally, label: str) -
             tally.problems.append(f"{where}: the same store left the run {status}, {steps}")
     if trial["same_store"] != "not tried":
         tally.same_store_tried += 1
+        rerun = acked & set(trial["same_store_reruns"])
+        if rerun:  # the store that acknowledged these steps lost them while it stayed open
+            tally.acknowledged_lost += len(rerun)
+            tally.problems.append(f"{where}: the same store ran {sorted(rerun)} again")
         if trial["same_store"] == "resumed":
             tally.same_store_resumed += 1
         else:
-            first = next(f for f in trial["failures"] if f["call"].startswith(("resume", "close")))
-            tally.same_store_failures[f"{first['call']}: {first['type']}"] += 1
+            after = [f for f in trial["failures"] if f["call"].startswith(("resume", "close"))]
+            cause = f"{after[0]['call']}: {after[0]['type']}" if after else str(trial["hang"])
+            tally.same_store_failures[cause] += 1
 
 
 def run_batch(
@@ -233,6 +238,7 @@ def run_batch(
 
 
 def _hung(point: int) -> dict[str, Any]:
+    """The report of a fault point whose child stopped answering (killed by the parent)."""
     return {"k": point, "hang": "the whole process", "injected": 1, "failures": []}
 
 

@@ -71,6 +71,7 @@ class LockHolder:
             self._release = None
 
     def close(self) -> None:
+        """Drop the lock if held, then close the connection."""
         self.wait()
         self._conn.close()
 

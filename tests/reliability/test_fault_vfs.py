@@ -60,6 +60,7 @@ def open_table(database: Path, vfs: FaultVFS) -> apsw.Connection:
 
 
 def rows(conn: apsw.Connection) -> list[int]:
+    """The values in table ``t``, in order."""
     return [int(n) for (n,) in conn.execute("SELECT n FROM t ORDER BY n")]
 
 

@@ -17,6 +17,7 @@ def test_power_loss_meets_its_targets() -> None:
 
 
 def acks(*pairs: tuple[str, int]) -> Acks:
+    """Acknowledgements of (run, step) in this order."""
     return Acks.parse(f"ack {run} {number}" for run, number in pairs)
 
 
