@@ -68,6 +68,7 @@ __all__ = [
     "ApprovalRequired",
     "CallDeferred",
     "CheckpointError",
+    "CommitUncertain",
     "ConnectionLost",
     "DatabaseCorrupt",
     "DatabaseReadOnly",
@@ -169,6 +170,12 @@ class StoreError(ZincirError):
 class StoreUnavailable(StoreError):
     """A transient failure (a lock held past the busy timeout, an I/O error, a full disk);
     nothing of the failed write was stored and it may be tried again."""
+
+
+class CommitUncertain(StoreUnavailable):
+    """The disk failed while COMMIT made a SQLite write durable (an fsync error): the write
+    may or may not be stored, and a restart may find it. zincir's writes are fenced and
+    keyed, so re-reading (or repeating the call through the same API) is safe."""
 
 
 class ConnectionLost(StoreUnavailable):

@@ -1,8 +1,6 @@
-"""I/O errors and a full disk at short counts, and reproductions of what the scenario found.
-
-The scenario misses two targets today, each reproduced below in a few lines and marked
-``xfail(strict=True)``: when zincir is fixed, the strict xfail fails and the marker goes.
-"""
+"""I/O errors and a full disk at short counts, and regression tests of what the scenario
+found: errors while closing escaped untyped, and a failed COMMIT fsync was said to have
+written nothing although a restart may recover it."""
 
 from __future__ import annotations
 
@@ -21,21 +19,6 @@ from zincir.workflow import WorkflowContext
 
 pytestmark = pytest.mark.crash
 
-UNTYPED = "untyped errors (not a ZincirError)"
-SAID_NOTHING_WRITTEN = (
-    f"failed writes found done after a crash, the error having said {io_errors.NOTHING_WRITTEN!r}"
-)
-CLOSE_ESCAPES = (
-    "closing a connection is outside the driver-error boundary: Writer.close "
-    "(store/sqlite/_writer.py, self._conn.close()) and the cleanup in "
-    "SQLiteBase._open_checked (store/sqlite/_base.py, conn.close()) let apsw errors out"
-)
-COMMIT_OUTCOME = (
-    "an fsync failure at COMMIT is translated to StoreUnavailable('… nothing was written') "
-    "(store/sqlite/_errors.py translate), yet the WAL holds the whole commit and a restart "
-    "recovers it: the outcome is unknown, not 'nothing'"
-)
-
 
 @pytest.fixture(scope="module")
 def report() -> Report:
@@ -43,14 +26,6 @@ def report() -> Report:
     return io_errors.run(short=True)
 
 
-def test_every_other_target_is_met(report: Report) -> None:
-    known = {UNTYPED, SAID_NOTHING_WRITTEN}
-    assert {figure.name for figure in report.figures} >= known
-    missed = [figure for figure in report.figures if not figure.met and figure.name not in known]
-    assert not missed, report.failures()
-
-
-@pytest.mark.xfail(strict=True, reason=f"{CLOSE_ESCAPES}; {COMMIT_OUTCOME}")
 def test_every_target_is_met(report: Report) -> None:
     assert report.ok, report.failures()
 
@@ -66,7 +41,6 @@ def default_fault_vfs() -> Iterator[FaultVFS]:
     assert apsw.vfs_names()[0] == "unix"
 
 
-@pytest.mark.xfail(strict=True, reason=CLOSE_ESCAPES)
 async def test_an_io_error_while_closing_the_store_is_a_zincir_error(
     tmp_path: Path, default_fault_vfs: FaultVFS
 ) -> None:
@@ -79,7 +53,6 @@ async def test_an_io_error_while_closing_the_store_is_a_zincir_error(
         await store.close()
 
 
-@pytest.mark.xfail(strict=True, reason=CLOSE_ESCAPES)
 def test_an_io_error_while_opening_the_store_is_a_zincir_error(
     tmp_path: Path, default_fault_vfs: FaultVFS
 ) -> None:
@@ -103,7 +76,6 @@ def test_an_io_error_while_opening_the_store_is_a_zincir_error(
     assert untyped == []
 
 
-@pytest.mark.xfail(strict=True, reason=COMMIT_OUTCOME)
 async def test_a_commit_whose_fsync_failed_is_not_said_to_be_unwritten(
     tmp_path: Path, default_fault_vfs: FaultVFS
 ) -> None:
@@ -111,7 +83,7 @@ async def test_a_commit_whose_fsync_failed_is_not_said_to_be_unwritten(
     wf = await WorkflowContext.open(store, "run", lease_ttl=60)
     # The step's claim commits without fsync; its result's commit fsyncs the WAL: that fails.
     default_fault_vfs.arm(FaultPlan("ioerr", at=1, operations=frozenset({"sync"})))
-    with pytest.raises(zincir.StoreUnavailable) as failed:
+    with pytest.raises(zincir.CommitUncertain) as failed:
         await wf.step("a", lambda: 1)
     default_fault_vfs.disarm()
     assert default_fault_vfs.failed == ["sync zincir.db-wal"]

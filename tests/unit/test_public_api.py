@@ -23,6 +23,7 @@ EXPORTS = [
     "CheckpointOutcome",
     "ChildResult",
     "CommandHandler",
+    "CommitUncertain",
     "ConnectionLost",
     "DatabaseCorrupt",
     "DatabaseReadOnly",

@@ -36,7 +36,7 @@ from ..._time import Clock, system_clock, to_db
 from ..._validate import check_duration
 from .._grouping import writes_grouped
 from .._records import Lease
-from ._errors import DRIVER_ERRORS, translate, translating
+from ._errors import DRIVER_ERRORS, close_quietly, translate, translating
 from ._writer import Writer, WriterStats
 
 __all__ = ["SQLiteBase", "Synchronous", "migrations", "one", "sqlite_path_from_url"]
@@ -181,7 +181,7 @@ class SQLiteBase:
             if applied != {version for version, _, _ in migrations()}:
                 self._migrate(write_conn)
         except BaseException:
-            write_conn.close()
+            close_quietly(write_conn)
             raise
         write_conn.setbusytimeout(0)
         self._writer = Writer(
@@ -208,7 +208,7 @@ class SQLiteBase:
                 )
             self._configure(conn)
         except BaseException:
-            conn.close()
+            close_quietly(conn)
             raise
         return conn, applied
 
@@ -354,8 +354,10 @@ class SQLiteBase:
         if self._closed:
             return
         self._closed = True
-        self._writer.close()
-        with self._readers_lock:
-            for conn in self._readers:
-                conn.close()
-            self._readers.clear()
+        try:
+            self._writer.close()
+        finally:
+            with self._readers_lock:  # a reader's close can only fail its checkpoint: no loss
+                readers, self._readers = self._readers, []
+                for conn in readers:
+                    close_quietly(conn)

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import apsw
 
 from ..._errors import (
+    CommitUncertain,
     DatabaseCorrupt,
     DatabaseReadOnly,
     InvalidInput,
@@ -21,7 +22,7 @@ from ..._errors import (
     ZincirError,
 )
 
-__all__ = ["DRIVER_ERRORS", "translate", "translating"]
+__all__ = ["DRIVER_ERRORS", "close_quietly", "commit_failed", "translate", "translating"]
 
 DRIVER_ERRORS = (apsw.Error, OverflowError, UnicodeError)
 """What a statement can raise from the driver or from binding a value; ``translate`` maps each."""
@@ -66,6 +67,26 @@ def translate(error: BaseException, path: str) -> ZincirError:
     if isinstance(error, OverflowError | UnicodeError):
         return InvalidInput(f"a value cannot be stored in SQLite: {error}")
     return StoreError(f"SQLite error on {path}: {error}")
+
+
+def commit_failed(error: BaseException, path: str) -> ZincirError:
+    """The zincir error for ``error`` raised by COMMIT: an I/O error there (a failed fsync)
+    leaves the write's fate unknown, since a restart may recover it from the WAL."""
+    if isinstance(error, apsw.IOError):
+        return CommitUncertain(
+            f"I/O error on {path} while COMMIT made the write durable ({error}); it may or "
+            "may not be stored (a restart may find it): re-read before acting on it"
+        )
+    return translate(error, path)
+
+
+def close_quietly(conn: apsw.Connection) -> None:
+    """Close ``conn`` after another error, which is the one that matters: a failure of the
+    close itself (a checkpoint that could not run) is dropped."""
+    try:
+        conn.close()
+    except DRIVER_ERRORS:
+        pass
 
 
 @contextmanager

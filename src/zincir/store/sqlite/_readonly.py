@@ -47,7 +47,7 @@ from .._readonly_rows import (
 from .._records import RUN_COLUMNS, RunRecord
 from .._thread_rows import PREVIEW_BYTES
 from ._base import check_zincir_file, migrations
-from ._errors import DRIVER_ERRORS, translate
+from ._errors import DRIVER_ERRORS, close_quietly, translate
 from ._readonly_threads import ThreadReads
 
 __all__ = ["PREVIEW_BYTES", "ReadOnlyDatabase", "SnapshotReader"]
@@ -126,7 +126,7 @@ class ReadOnlyDatabase:
                 conn.setbusytimeout(5000)
                 conn.execute("PRAGMA query_only=1")
         except BaseException:
-            conn.close()
+            close_quietly(conn)
             raise
         return conn
 
@@ -170,9 +170,9 @@ class ReadOnlyDatabase:
                         while not backup.done:
                             backup.step(-1)
                 finally:
-                    copy.close()
+                    close_quietly(copy)
         finally:
-            source.close()
+            close_quietly(source)
 
     @contextmanager
     def snapshot(self) -> Iterator[SnapshotReader]:
@@ -188,7 +188,7 @@ class ReadOnlyDatabase:
                     if not conn.getautocommit():
                         conn.execute("COMMIT")
             finally:
-                conn.close()
+                close_quietly(conn)
 
 
 class SnapshotReader(ThreadReads):

@@ -33,7 +33,7 @@ import apsw
 
 from ..._crash import crash_point
 from ..._errors import StoreError, StoreUnavailable, ZincirError
-from ._errors import DRIVER_ERRORS, translate
+from ._errors import DRIVER_ERRORS, commit_failed, translate
 
 __all__ = ["WriteFn", "Writer", "WriterStats"]
 
@@ -155,7 +155,13 @@ class Writer:
             self._wakeup.notify()
         self._thread.join()
         with self._conn_lock:
-            self._conn.close()
+            try:
+                self._conn.close()
+            except DRIVER_ERRORS as error:
+                raise StoreUnavailable(
+                    f"closing {self._path} failed ({error}); every committed write stays in "
+                    "its WAL file and is recovered when the database is next opened"
+                ) from None
 
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
         batch = self._batches.pop(loop)
@@ -231,7 +237,15 @@ class Writer:
                     return False
                 self._run_isolated(jobs)
             crash_point("store.after_statements")
-            if not self._end(wait):
+            try:
+                ended = self._end(wait)
+            except apsw.Error as error:
+                _safe_rollback(conn)
+                failure = commit_failed(error, self._path)
+                for job in jobs:
+                    job.result, job.error = None, failure
+                return True
+            if not ended:
                 _safe_rollback(conn)
                 _clear(jobs)
                 return False
