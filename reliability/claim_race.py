@@ -84,7 +84,7 @@ def run(short: bool) -> Report:
 def race(target: str, processes: int, rounds: int) -> Report:
     """Race ``processes`` racers for ``rounds`` rounds on ``target`` (a SQLite path or a
     postgresql:// URL) and judge the grants."""
-    grants, attempts, empty, logs, final = asyncio.run(_race(target, processes, rounds))
+    grants, finished, attempts, empty, logs, final = asyncio.run(_race(target, processes, rounds))
     same_token = sum(n - 1 for n in Counter((g.run_id, g.token) for g in grants).values() if n > 1)
     overlaps = out_of_order = 0
     for claims in logs.values():
@@ -108,8 +108,8 @@ def race(target: str, processes: int, rounds: int) -> Report:
     latencies = [grant.after - grant.before for grant in grants]
     p50, p99 = (percentile(latencies, q) * 1000 for q in (0.5, 0.99))
     figures = [
-        equal("racer processes", processes, processes),
-        equal("rounds", rounds, rounds),
+        equal("racer processes that finished", finished, processes),
+        equal("claims made (processes × rounds)", attempts, processes * rounds),
         at_least("grants", len(grants), rounds),
         equal("double grants (a token twice, or overlapping leases)", same_token + overlaps, 0),
         equal("tokens out of order", out_of_order + stale, 0),
@@ -130,9 +130,9 @@ def race(target: str, processes: int, rounds: int) -> Report:
 
 async def _race(
     target: str, processes: int, rounds: int
-) -> tuple[list[Grant], int, int, dict[str, list[LoggedClaim]], dict[str, int]]:
-    """Run the racers; return their grants, claims made, empty claims, the runs' logged
-    claims and each run's final token."""
+) -> tuple[list[Grant], int, int, int, dict[str, list[LoggedClaim]], dict[str, int]]:
+    """Run the racers; return their grants, how many finished, claims made, empty claims,
+    the runs' logged claims and each run's final token."""
     store = zincir.open_store(target)
     try:
         run_ids = [f"race-{index}" for index in range(RUNS)]
@@ -169,7 +169,7 @@ async def _race(
             for racer in racers:
                 await racer.close()
         grants: list[Grant] = []
-        attempts = empty = 0
+        finished = attempts = empty = 0
         for racer in racers:
             for line in racer.lines:
                 words = line.split()
@@ -177,6 +177,7 @@ async def _race(
                     run_id, token, holder, before, after = words[1:]
                     grants.append(Grant(run_id, int(token), holder, float(before), float(after)))
                 elif words[0] == "done":
+                    finished += 1
                     attempts += int(words[1])
                     empty += int(words[2])
         logs = {run_id: await _logged_claims(store, run_id) for run_id in run_ids}
@@ -184,7 +185,7 @@ async def _race(
         for run_id in run_ids:
             record = await store.get_run(run_id)
             final[run_id] = -1 if record is None else int(record["lease_token"])
-        return grants, attempts, empty, logs, final
+        return grants, finished, attempts, empty, logs, final
     finally:
         await store.close()
 
