@@ -19,12 +19,6 @@ def test_a_starved_owner_whose_run_was_taken_over_starts_no_work() -> None:
     assert report.ok, report.failures()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="zincir does not check the lease deadline locally before a step body or a tool "
-    "call: after its loop was blocked past the deadline, an owner nobody took over yet "
-    "starts new work on an expired lease (only the store's token fence is checked)",
-)
 def test_a_starved_owner_starts_no_work_after_its_lease_deadline() -> None:
     report = split_brain.starved_loop(taken_over=False)
     assert report.ok, report.failures()

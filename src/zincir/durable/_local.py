@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Final
 
+from .. import _deadlines as deadlines
 from .._crash import crash_point
 from .._errors import (
     DigestMismatch,
@@ -307,6 +308,8 @@ class LocalRuntime:
         """Retry retryable failures in place under the RetryPolicy; the last outcome wins."""
         attempt = 1
         while True:
+            if lease is not None and (lapsed := deadlines.lapsed(lease)):
+                raise lapsed  # a starved loop: another owner may be running this already
             outcome = await attempt_outcome(handler, inv)
             retry = isinstance(outcome, Failure) and outcome.retryable
             if not retry or attempt >= self.retry.max_attempts:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
+from .. import _deadlines as deadlines
 from .._crash import crash_point
 from .._errors import LeaseLost, StoreError
 from .._validate import MIN_LEASE_TTL
@@ -34,6 +36,7 @@ class Heartbeat:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        deadlines.extend(self._lease, time.monotonic())
         self._task = asyncio.get_running_loop().create_task(
             self._beat(), name=f"zincir-heartbeat:{self._lease.run_id}"
         )
@@ -43,6 +46,7 @@ class Heartbeat:
         task, self._task = self._task, None
         if task is not None:
             self._store.drop_lease(self._lease)
+            deadlines.forget(self._lease)
         if task is not None and not task.done():
             task.cancel()
             try:
@@ -51,7 +55,10 @@ class Heartbeat:
                 pass
 
     def check(self) -> None:
-        """Raise LeaseLost if a renewal failed; called before every write."""
+        """Raise LeaseLost if a renewal failed or the lease lapsed unrenewed; called before
+        every write and before a step body starts."""
+        if self.failure is None and self._task is not None:
+            self.failure = deadlines.lapsed(self._lease)
         if self.failure is not None:
             raise self.failure
 
@@ -61,6 +68,7 @@ class Heartbeat:
         while True:
             await asyncio.sleep(interval)
             crash_point("lease.before_renew")
+            renewing_at = time.monotonic()
             try:
                 renewed = await self._store.renew_lease(lease)
             except StoreError as error:
@@ -71,6 +79,8 @@ class Heartbeat:
                 log.warning("%s", self.failure)
                 return
             crash_point("lease.after_renew")
+            if renewed:
+                deadlines.extend(lease, renewing_at)
             if not renewed:
                 self.failure = LeaseLost(
                     "the lease was taken over or released; this context must stop writing",

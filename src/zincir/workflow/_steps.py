@@ -83,6 +83,7 @@ async def _claim_and_run(core: Core, name: str, fn: Callable[[], Any]) -> Any:
             )
         crash_point("step.claimed")
         try:
+            core.check()  # the claim's write may have waited: no body starts on a lapsed lease
             value = fn()
             if inspect.isawaitable(value):
                 value = await value
