@@ -327,18 +327,20 @@ def _lane(
     tallies: dict[str, Tally],
 ) -> Generator[Spec, int, None]:
     """Run ``jobs`` one after another in ``lane``: yield each process to fork, receive its
-    exit status, verify each job once it completed."""
+    exit status, verify each job once it completed. ``tallies[""]`` counts jobs; the other
+    keys count kills at each point (a job's first kill and the kills of its resumes)."""
+    total = tallies[""]
     for job in jobs:
         point, nth = rng.choice(choices[0])
-        tally = tallies[point]
         status = yield Spec(job, point, rng.randint(1, nth))
-        killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-        if not killed:
-            tally.errors["not reached" if os.waitstatus_to_exitcode(status) == 0 else "error"] += 1
-            if os.waitstatus_to_exitcode(status) == 0:
-                continue
-        else:
-            tally.kills += 1
+        code = os.waitstatus_to_exitcode(status)
+        if code == 0:
+            total.errors["armed point not reached"] += 1
+            continue
+        killed_at = [point] if code == -signal.SIGKILL else []
+        if not killed_at:
+            total.errors["error"] += 1
+        total.kills += bool(killed_at)
         finished = False
         for _ in range(_RESUMES):
             again, again_nth = rng.choice(choices[1]) if rng.random() < _REARM else (None, 1)
@@ -347,19 +349,24 @@ def _lane(
             if code == 0:
                 finished = True
                 break
-            if code != -signal.SIGKILL:
-                tally.errors["resume error"] += 1
+            if code == -signal.SIGKILL and again is not None:
+                killed_at.append(again)
+            else:
+                total.errors["resume error"] += 1
         if not finished:
-            tally.stuck += 1
+            total.stuck += 1
             continue
         verdict = verify(lane, job)
-        tally.survived += killed and verdict.ok
-        tally.lost += verdict.lost
-        tally.mismatched += verdict.mismatched
-        tally.repeated += verdict.repeated
-        tally.gaps += verdict.gaps
-        tally.broken += not verdict.integrity
-        tally.reexecuted += verdict.reexecuted
+        for killer in killed_at:
+            tallies[killer].kills += 1
+            tallies[killer].survived += verdict.ok
+        total.survived += bool(killed_at) and verdict.ok
+        total.lost += verdict.lost
+        total.mismatched += verdict.mismatched
+        total.repeated += verdict.repeated
+        total.gaps += verdict.gaps
+        total.broken += not verdict.integrity
+        total.reexecuted += verdict.reexecuted
 
 
 def sweep(
@@ -407,24 +414,13 @@ def _errors_seen(root: Path, lanes: int) -> list[str]:
     return lines[:4]
 
 
-def _total(tallies: dict[str, Tally]) -> Tally:
-    total = Tally()
-    for tally in tallies.values():
-        for name in ("kills", "survived", "lost", "mismatched", "repeated", "gaps", "broken"):
-            setattr(total, name, getattr(total, name) + getattr(tally, name))
-        total.stuck += tally.stuck
-        total.reexecuted += tally.reexecuted
-        total.errors.update(tally.errors)
-    return total
-
-
 def _judged(
     tallies: dict[str, Tally], hits: Counter[str], jobs: int, short: bool, backend: str
 ) -> tuple[list[Figure], list[str]]:
     """The figures and notes of one backend's sweep."""
-    total = _total(tallies)
+    total = tallies.get("", Tally())
     reached = {point for point, count in hits.items() if count > 0}
-    killed_at = {point for point, tally in tallies.items() if tally.kills}
+    killed_at = {point for point, tally in tallies.items() if point and tally.kills}
     on = f" ({backend})"
     figures: list[Figure] = [
         at_least("jobs killed" + on, total.kills, jobs * 0.75),
