@@ -15,13 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import socket
-import subprocess
-import sys
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -31,6 +25,7 @@ import zincir
 from reliability._harness import Report, at_least, equal
 from reliability._xss_browser import CHROMIUM, Browser, PageResult
 from reliability._xss_seed import Seeded, load_corpus, seed
+from tests.inspector.ui_process import ui_server
 
 ORDER = 10
 TITLE = "Inspector: stored XSS and read-only routes"
@@ -40,48 +35,6 @@ METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 CONTROL_PAGE = (
     "data:text/html,<title>control</title><script>alert(1)</script><img src=x onerror=confirm(2)>"
 )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@contextmanager
-def ui_server(db: Path, log: Path) -> Iterator[str]:
-    """``zincir ui --db DB`` in its own process on a free loopback port; yields its base URL."""
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "ZINCIR_UI_ADDRESS": f"127.0.0.1:{port}"}
-    code = "from zincir.inspector import ui_command; ui_command()"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-c", code, "--db", str(db)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(base + "/", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"zincir ui did not start:\n{log.read_text()}")
-            time.sleep(0.05)
-        yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _seed(path: Path, groups: list[list[str]]) -> Seeded:
@@ -191,7 +144,7 @@ def run(short: bool) -> Report:
         browser = Browser(folder / "profile", "http://127.0.0.1:")
         try:
             control = browser.render(CONTROL_PAGE, bypass_csp=True)
-            with ui_server(db, folder / "ui.log") as base:
+            with ui_server(db, folder) as base:
                 before = _files_digest(db)
                 served, bare = render_all(browser, base, pages, 0.05 if short else 0.2)
                 requests, writes, unrefused = probe_routes(base, db, routes_of(seeded))

@@ -9,20 +9,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.inspector.conftest import digest
 from tests.inspector.html_audit import assert_inert
 from tests.inspector.seed import Seeded
+from tests.inspector.ui_process import ui_server
 from zincir.inspector._app import run_url
 
 pytestmark = pytest.mark.browser
@@ -42,54 +38,6 @@ def require_chromium() -> str:
     if os.environ.get("CI"):
         pytest.fail(f"CI must run the browser tests; {reason}")
     pytest.skip(reason)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@contextmanager
-def ui_server(db: Path, log_dir: Path) -> Iterator[str]:
-    """`zincir ui --db DB` in its own process on a free loopback port; yields its base URL."""
-    port = free_port()
-    log = log_dir / "ui.log"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "ZINCIR_UI_ADDRESS": f"127.0.0.1:{port}"}
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "from zincir.inspector import ui_command; ui_command()",
-                "--db",
-                str(db),
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(base + "/", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"zincir ui did not start:\n{log.read_text()}")
-            time.sleep(0.1)
-        yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture(scope="module")

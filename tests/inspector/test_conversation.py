@@ -23,8 +23,8 @@ from tests.inspector.test_browser import (
     chromium,
     dump_dom,
     require_chromium,
-    ui_server,
 )
+from tests.inspector.ui_process import ui_server
 from zincir import AgentContext, SQLiteStore, ToolCall
 from zincir.agent import Agent, DurableBinding, FunctionModel, Handlers, serve, tool
 from zincir.inspector._app import MAX_TEXT, run_url
