@@ -38,7 +38,7 @@ from zincir.testing import (
     disarm_crash_points,
 )
 
-ORDER = 10
+ORDER = 1
 TITLE = "Kill-point sweep: SIGKILL at every named crash point"
 StoreFor = Callable[[int], "str | None"]
 """Where lane ``n`` keeps its store: None for a SQLite file in the sweep's folder."""

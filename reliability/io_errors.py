@@ -33,7 +33,7 @@ from reliability._harness import Figure, Report, at_least, equal
 from zincir.testing import FakeClock
 from zincir.workflow import WorkflowContext
 
-ORDER = 40
+ORDER = 4
 TITLE = "I/O errors and a full disk"
 KEY = "io_errors"
 

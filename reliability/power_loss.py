@@ -28,7 +28,7 @@ from reliability._children import FAST_FOLDER, Child
 from reliability._fault_vfs import lose_power
 from reliability._harness import Figure, Report, at_least, equal
 
-ORDER = 30
+ORDER = 3
 TITLE = "Power loss"
 KEY = "power_loss"
 
