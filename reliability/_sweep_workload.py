@@ -1,39 +1,45 @@
-"""The kill sweep's workload: one job is a workflow run and an agent run, each resumable.
+"""The kill sweep's workload: one job is a workflow run, an agent run and a LangGraph thread.
 
 A job's workflow runs three steps, a durable sleep, an operation on a ``LocalRuntime`` and a
 verified checkpoint; its agent makes one model request asking for two tool calls, then
-answers. Every side effect goes through an external idempotent :class:`Ledger` (its own
-SQLite file), keyed by the identity zincir replays: the step name, the operation's stable
-key, the tool arguments the stored model response holds. What the caller was told is done
-goes to the ack file, stamped with ``CLOCK_MONOTONIC`` like every ledger call, so the sweep
-can tell a body re-run after its acknowledgement from the at-least-once re-run zincir
-promises when a crash lands between a body and its record.
+answers; its graph (on ``AsyncZincirSaver``) runs three nodes in a row. Every side effect
+goes through an external idempotent :class:`Ledger` (its own SQLite file), keyed by the
+identity zincir replays: the step name, the operation's stable key, the tool arguments the
+stored model response holds, the graph node. What the caller was told is done goes to the
+ack file, stamped with ``CLOCK_MONOTONIC`` like every ledger call, so the sweep can tell a
+body re-run after its acknowledgement from the at-least-once re-run zincir promises when a
+crash lands between a body and its record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import operator
 import os
 import time
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import apsw
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 
 import zincir
 from zincir import Invocation, OperationKind, Verification, WorkflowContext
 from zincir.agent import Agent, DurableBinding, FunctionModel, Handlers, serve, tool
 from zincir.contract.payloads import ModelRequest, ModelResponse, TextPart, ToolCallPart
 from zincir.durable import HandlerRegistry, LocalRuntime, RetryPolicy
+from zincir.integrations.langgraph import AsyncZincirSaver
 from zincir.store import Store
 
-__all__ = ["LEASE", "Acks", "Ledger", "run_job"]
+__all__ = ["LEASE", "NODES", "Acks", "Ledger", "graph_values", "run_job"]
 
 LEASE = timedelta(milliseconds=450)
 STEPS = ("s0", "s1", "s2")
 CHARGES = (0, 1)
+NODES = ("n0", "n1", "n2")
 _POLL = 0.02
 
 
@@ -183,6 +189,51 @@ async def _run_workflow(
             await asyncio.sleep(_POLL)
 
 
+class GraphState(TypedDict):
+    values: Annotated[list[str], operator.add]
+
+
+def _graph(ledger: Ledger, thread: str, saver: AsyncZincirSaver) -> CompiledStateGraph[Any]:
+    """Three nodes in a row, each applying its ledger effect once per key."""
+    builder = StateGraph(GraphState)
+    for name in NODES:
+
+        def node(state: GraphState, name: str = name) -> dict[str, list[str]]:
+            return {"values": [ledger.apply(f"{thread}/{name}")]}
+
+        builder.add_node(name, node)
+    builder.add_edge(START, NODES[0])
+    for before, after in zip(NODES, NODES[1:], strict=False):
+        builder.add_edge(before, after)
+    builder.add_edge(NODES[-1], END)
+    return builder.compile(checkpointer=saver)
+
+
+async def _run_graph(store: Store, ledger: Ledger, acks: Acks, thread: str) -> None:
+    """Start the graph, or resume it from its latest checkpoint (a finished one returns)."""
+    saver = AsyncZincirSaver(store)
+    config: Any = {"configurable": {"thread_id": thread}}
+    started = await saver.aget_tuple(config) is not None
+    result = await _graph(ledger, thread, saver).ainvoke(
+        None if started else {"values": []}, config
+    )
+    acks.write("graph", thread, "", result["values"])
+
+
+async def graph_values(db: str, thread: str) -> list[str] | None:
+    """The values of the graph's latest checkpoint, read back through the saver."""
+    store = zincir.open_store(db)
+    try:
+        saver = AsyncZincirSaver(store)
+        snapshot = await _graph(Ledger(":memory:"), thread, saver).aget_state(
+            {"configurable": {"thread_id": thread}}
+        )
+        values = snapshot.values.get("values") if snapshot.values else None
+        return None if snapshot.next else values
+    finally:
+        await store.close()
+
+
 async def run_job(db: str, ledger_path: str, ack_path: str, job: str) -> None:
     """Run (or resume) job ``job`` to completion on the store at ``db``."""
     store = zincir.open_store(db)
@@ -204,6 +255,7 @@ async def run_job(db: str, ledger_path: str, ack_path: str, job: str) -> None:
             except zincir.LeaseHeld:
                 await asyncio.sleep(_POLL)
         acks.write("agent", agent_id, "", result.output)
+        await _run_graph(store, ledger, acks, f"lg-{job}")
     finally:
         acks.close()
         ledger.close()

@@ -1,9 +1,10 @@
 """Kill-point sweep: jobs killed with SIGKILL at a random named crash point, then resumed.
 
 Each job (``_sweep_workload``: workflow steps, a durable sleep, an operation, a verified
-checkpoint, a durable agent with two tool calls, all through an external idempotent ledger)
-runs in a process forked from this one, armed to kill itself on the ``nth`` hit of one
-crash point, both chosen at random among the points a job reaches. The job is then resumed
+checkpoint, a durable agent with two tool calls, a LangGraph graph of three nodes, all
+through an external idempotent ledger) runs in a process forked from this one, armed to
+kill itself on the ``nth`` hit of one crash point, both chosen at random among the points a
+job reaches. The job is then resumed
 in fresh processes (a quarter of them armed again) until it completes, and the database is
 checked against what the killed processes acknowledged.
 """
@@ -28,7 +29,7 @@ from typing import Any
 import apsw
 
 from reliability._harness import Figure, Report, at_least, equal
-from reliability._sweep_workload import CHARGES, run_job
+from reliability._sweep_workload import CHARGES, NODES, graph_values, run_job
 from zincir import decode_record
 from zincir.testing import (
     CRASH_POINTS,
@@ -211,6 +212,7 @@ class Stored:
     operation: str | None
     checkpoints: dict[int, str]
     tool_results: list[str]
+    graph: list[str] | None = None
 
 
 def _gapless(rows: _Rows, run_id: str) -> bool:
@@ -252,7 +254,7 @@ def read_stored(db: str, job: str) -> Stored:
 
 
 def _acks(lane: Lane, job: str) -> list[dict[str, Any]]:
-    runs = {f"wf-{job}", f"ag-{job}"}
+    runs = {f"wf-{job}", f"ag-{job}", f"lg-{job}"}
     with open(lane.acks, encoding="utf-8") as lines:
         return [ack for line in lines if (ack := json.loads(line))["run"] in runs]
 
@@ -268,6 +270,8 @@ def _present(stored: Stored, ack: dict[str, Any]) -> bool:
         )
     if kind == "checkpoint":
         return stored.checkpoints.get(int(key)) == ("accepted" if value else "rejected")
+    if kind == "graph":
+        return stored.graph == value
     return stored.status.get(str(ack["run"])) == "completed"  # complete, agent
 
 
@@ -280,6 +284,8 @@ def _covered(ack: dict[str, Any]) -> set[str]:
         return {str(ack["key"])}
     if ack["kind"] == "agent":
         return {f"{run}/c{n}" for n in CHARGES}
+    if ack["kind"] == "graph":
+        return {f"{run}/{node}" for node in NODES}
     return set()
 
 
@@ -294,19 +300,42 @@ def _disagreements(stored: Stored, effects: dict[str, str], job: str) -> int:
         wrong += not isinstance(output, dict) or output.get("value") != applied
     values = {effects.get(f"{ag}/c{n}") for n in CHARGES}
     wrong += sum(not any(v and v in payload for v in values) for payload in stored.tool_results)
+    if stored.graph is not None:
+        wrong += stored.graph != [effects.get(f"lg-{job}/{node}") for node in NODES]
     return wrong
 
 
-def verify(lane: Lane, job: str) -> Verdict:
+def read_graph(lane: Lane, job: str) -> list[str] | None:
+    """The job's finished graph values (None: not finished), read in a forked process: the
+    saver starts threads, which this forking process must not have."""
+    out = Path(lane.errors).with_name(f"graph-{os.getpid()}.json")
+    out.unlink(missing_ok=True)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            out.write_text(json.dumps(asyncio.run(graph_values(lane.db, f"lg-{job}"))))
+            code = 0
+        finally:
+            os._exit(code)
+    os.waitpid(pid, 0)
+    values: list[str] | None = json.loads(out.read_text()) if out.exists() else None
+    return values
+
+
+def verify(lane: Lane, job: str, graph: list[str] | None = None) -> Verdict:
     """Check a finished job: runs completed, acknowledged writes present, the log gapless,
-    records agreeing with the ledger, nothing acknowledged run again, the file intact."""
+    records agreeing with the ledger, nothing acknowledged run again, the file intact.
+    ``graph`` is the graph's final values when the caller read them (else forked here)."""
     pattern = (f"%-{job}/%",)
     with _reading(lane.ledger) as ledger:
         effects = dict(ledger.execute("SELECT key, value FROM effects WHERE key LIKE ?", pattern))
         calls = list(ledger.execute("SELECT key, at FROM calls WHERE key LIKE ?", pattern))
     stored = read_stored(lane.db, job)
+    stored.graph = graph if graph is not None else read_graph(lane, job)
     verdict = Verdict(
-        completed=stored.status == {f"wf-{job}": "completed", f"ag-{job}": "completed"},
+        completed=stored.status == {f"wf-{job}": "completed", f"ag-{job}": "completed"}
+        and stored.graph is not None,
         integrity=stored.integrity,
         gaps=stored.gaps,
         mismatched=_disagreements(stored, effects, job),

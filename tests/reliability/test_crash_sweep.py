@@ -12,7 +12,7 @@ import apsw
 import pytest
 
 from reliability import crash_sweep
-from reliability._sweep_workload import run_job
+from reliability._sweep_workload import graph_values, run_job
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,9 +41,16 @@ async def finished(tmp_path: Path) -> crash_sweep.Lane:
     """One job run to completion with no kill: every check passes on it."""
     lane = crash_sweep.Lane(tmp_path, 0)
     await run_job(lane.db, lane.ledger, lane.acks, "j1")
-    verdict = crash_sweep.verify(lane, "j1")
+    verdict = await verified(lane)
     assert verdict.ok and verdict.completed, verdict
     return lane
+
+
+async def verified(lane: crash_sweep.Lane) -> crash_sweep.Verdict:
+    """``verify`` with the graph's values read here (the sweep forks to read them)."""
+    graph = await graph_values(lane.db, "lg-j1")
+    assert graph is not None and len(graph) == 3
+    return crash_sweep.verify(lane, "j1", graph=graph)
 
 
 def edit(path: str, sql: str, *params: object) -> None:
@@ -56,20 +63,20 @@ def edit(path: str, sql: str, *params: object) -> None:
 
 async def test_a_lost_acknowledged_step_is_caught(finished: crash_sweep.Lane) -> None:
     edit(finished.db, "DELETE FROM steps WHERE run_id = 'wf-j1' AND name = 's1'")
-    assert crash_sweep.verify(finished, "j1").lost == 1
+    assert (await verified(finished)).lost == 1
 
 
 async def test_a_record_the_ledger_disagrees_with_is_caught(finished: crash_sweep.Lane) -> None:
     edit(
         finished.db, "UPDATE steps SET result = '\"other\"' WHERE run_id = 'wf-j1' AND name = 's0'"
     )
-    verdict = crash_sweep.verify(finished, "j1")
+    verdict = await verified(finished)
     assert verdict.mismatched == 1 and verdict.lost == 1
 
 
 async def test_a_gap_in_the_log_is_caught(finished: crash_sweep.Lane) -> None:
     edit(finished.db, "DELETE FROM events WHERE run_id = 'ag-j1' AND seq = 2")
-    assert crash_sweep.verify(finished, "j1").gaps == 1
+    assert (await verified(finished)).gaps == 1
 
 
 async def test_acknowledged_work_run_again_is_caught(finished: crash_sweep.Lane) -> None:
@@ -78,11 +85,18 @@ async def test_acknowledged_work_run_again_is_caught(finished: crash_sweep.Lane)
         "INSERT INTO calls (key, at, pid) VALUES ('ag-j1/c0', ?, 0)",
         time.monotonic_ns(),
     )
-    verdict = crash_sweep.verify(finished, "j1")
+    verdict = await verified(finished)
     assert verdict.repeated == 1 and verdict.reexecuted == 1
 
 
 async def test_an_unfinished_run_is_caught(finished: crash_sweep.Lane) -> None:
     edit(finished.db, "UPDATE agent_runs SET status = 'running' WHERE id = 'ag-j1'")
-    verdict = crash_sweep.verify(finished, "j1")
+    verdict = await verified(finished)
     assert not verdict.completed and not verdict.ok
+
+
+async def test_a_graph_whose_values_differ_from_the_ledger_is_caught(
+    finished: crash_sweep.Lane,
+) -> None:
+    verdict = crash_sweep.verify(finished, "j1", graph=["a", "b", "c"])
+    assert verdict.mismatched == 1 and verdict.lost == 1
