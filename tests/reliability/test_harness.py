@@ -29,3 +29,18 @@ def test_the_markdown_shows_each_figure_and_its_command() -> None:
     assert "| double grants | 0 | = 0 | yes |" in text
     assert "- a note" in text
     assert "Targets met: 1 of 1 scenarios" in text
+
+
+def test_an_update_rewrites_only_the_sections_run_and_keeps_the_order() -> None:
+    first = Report("a", "Alpha", [equal("lost", 1, 0)])
+    second = Report("b", "Beta", [equal("lost", 0, 0)], ["kept"])
+    text = runner.render([first, second])
+    assert "Targets met: 1 of 2 scenarios" in text
+    fixed = Report("a", "Alpha", [equal("lost", 0, 0)])
+    updated = runner.update(text, [fixed], ["Alpha", "Beta"])
+    assert "Targets met: 2 of 2 scenarios" in updated
+    assert updated.index("## Alpha") < updated.index("## Beta")
+    assert "| lost | 1 |" not in updated and "- kept" in updated
+    added = runner.update(updated, [Report("c", "Gamma", [equal("x", 0, 0)])], ["Gamma", "Alpha"])
+    assert added.index("## Gamma") < added.index("## Alpha") < added.index("## Beta")
+    assert "Targets met: 3 of 3 scenarios" in added
