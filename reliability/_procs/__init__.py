@@ -145,7 +145,7 @@ def write_lock_held(db: Path | str) -> bool:
         conn.set_busy_timeout(0)
         try:
             conn.execute("BEGIN IMMEDIATE")
-        except apsw.BusyError:
+        except (apsw.BusyError, apsw.ProtocolError):  # the latter: paused mid WAL-index update
             return True
         conn.execute("ROLLBACK")
         return False
