@@ -52,6 +52,14 @@ bench: $(DEV)
 bench-quick: $(DEV)
 	$(BIN)/python benchmarks/run.py --quick
 
+# The long-horizon recovery benchmark: a task killed with SIGKILL at seeded points and
+# restarted, per durability, context strategy and verification policy; rewrites
+# docs/recovery.md and its plots (matplotlib is installed into the venv for them).
+.PHONY: bench-recovery
+bench-recovery: $(DEV)
+	$(BIN)/python -m pip install --quiet matplotlib
+	$(BIN)/python -m benchmarks.recovery.run
+
 # Every fault-injection scenario at full counts; rewrites RELIABILITY.md (`make test` runs
 # the same scenarios at short counts).
 reliability: $(DEV) system-deps

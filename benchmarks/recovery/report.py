@@ -1,0 +1,241 @@
+"""docs/recovery.md: the tables, the plots (matplotlib, when importable) and the headline."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .harness import Outcome
+from .metrics import Figure, Summary
+
+__all__ = ["headline", "write_report"]
+
+
+def _number(value: float | None, digits: int) -> str:
+    if value is None:
+        return "–"
+    return f"{value:,.{digits}f}"
+
+
+def _pair(figure: Figure, digits: int = 1) -> str:
+    return f"{_number(figure.mean, digits)} / {_number(figure.worst, digits)}"
+
+
+def _completed(summary: Summary) -> str:
+    ok = round((summary.completed_correctly.mean or 0.0) * summary.seeds)
+    return f"{ok}/{summary.seeds}"
+
+
+def _cell(summary: Summary) -> str:
+    cell = summary.cell
+    system = "" if cell.system == "zincir" else f"**{cell.system}** "
+    durability = "no store" if cell.durability == "none" else cell.durability
+    return f"{system}{durability} | {cell.context} | {cell.verification}"
+
+
+def _table(
+    summaries: Sequence[Summary], columns: Sequence[tuple[str, Callable[[Summary], str]]]
+) -> list[str]:
+    head = "| durability | context | verification | " + " | ".join(t for t, _ in columns) + " |"
+    rule = "| --- | --- | --- | " + " | ".join("---:" for _ in columns) + " |"
+    rows = [f"| {_cell(s)} | " + " | ".join(f(s) for _, f in columns) + " |" for s in summaries]
+    return [head, rule, *rows]
+
+
+SAFETY: list[tuple[str, Callable[[Summary], str]]] = [
+    ("completed correctly", _completed),
+    ("duplicate effects", lambda s: _pair(s.duplicate_effects)),
+    ("false progress accepted", lambda s: _pair(s.false_progress_accepted)),
+    ("kills", lambda s: str(s.kills)),
+]
+COST: list[tuple[str, Callable[[Summary], str]]] = [
+    ("repeated requests / kill", lambda s: _pair(s.repeated_requests_per_kill)),
+    ("repeated tool calls / kill", lambda s: _pair(s.repeated_tool_calls_per_kill)),
+    ("wasted-work ratio", lambda s: _pair(s.wasted_work_ratio, 3)),
+    ("restart → progress ms", lambda s: _pair(s.restart_to_progress_ms, 0)),
+    ("context tokens at end", lambda s: _pair(s.context_tokens_end, 0)),
+    ("crash-free tokens", lambda s: f"{s.crash_free_tokens:,}"),
+]
+
+
+def _find(summaries: Sequence[Summary], label: str) -> Summary | None:
+    return next((s for s in summaries if s.cell.label == label), None)
+
+
+def headline(summaries: Sequence[Summary]) -> dict[str, Any]:
+    """The figures the README quotes: no store against zincir FULL with a fresh context."""
+    zincir = _find(summaries, "zincir/full/fresh/verify")
+    replay = _find(summaries, "zincir/full/replay/verify")
+    scratch = _find(summaries, "zincir/none/fresh/verify")
+    liar_checked = _find(summaries, "zincir/full/fresh/verify-liar")
+    liar_unchecked = _find(summaries, "zincir/full/fresh/none-liar")
+    figures: dict[str, Any] = {}
+    if zincir and scratch:
+        figures["wasted_zincir"] = zincir.wasted_work_ratio.mean
+        figures["wasted_scratch"] = scratch.wasted_work_ratio.mean
+        figures["duplicates_scratch"] = scratch.duplicate_effects.mean
+        figures["requests_per_kill_zincir"] = zincir.repeated_requests_per_kill.mean
+        figures["requests_per_kill_scratch"] = scratch.repeated_requests_per_kill.mean
+    if zincir and replay:
+        figures["context_end_fresh"] = zincir.context_tokens_end.mean
+        figures["context_end_replay"] = replay.context_tokens_end.mean
+        figures["tokens_fresh"] = zincir.crash_free_tokens
+        figures["tokens_replay"] = replay.crash_free_tokens
+    zincir_cells = [
+        s for s in summaries if s.cell.system == "zincir" and s.cell.durability != "none"
+    ]
+    figures["duplicates_zincir_worst"] = max(
+        (s.duplicate_effects.worst or 0.0 for s in zincir_cells), default=None
+    )
+    if liar_checked and liar_unchecked:
+        figures["false_progress_verified"] = liar_checked.false_progress_accepted.worst
+        figures["false_progress_unverified"] = liar_unchecked.false_progress_accepted.mean
+    return figures
+
+
+def _plots(folder: Path, summaries: Sequence[Summary], curves: dict[str, Outcome]) -> list[str]:
+    """The PNGs beside the report; their file names (none without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    names = []
+    honest = [s for s in summaries if s.cell.verification == "verify"]
+    labels = [
+        f"{s.cell.system if s.cell.system != 'zincir' else ''}\n"
+        f"{'no store' if s.cell.durability == 'none' else s.cell.durability}\n"
+        f"{s.cell.context}"
+        for s in honest
+    ]
+    for name, title, pick in (
+        (
+            "recovery-wasted-work.png",
+            "Tokens spent / crash-free tokens (mean, worst)",
+            lambda s: s.wasted_work_ratio,
+        ),
+        (
+            "recovery-duplicates.png",
+            "Duplicate external effects per run (mean, worst)",
+            lambda s: s.duplicate_effects,
+        ),
+        (
+            "recovery-restart.png",
+            "Restart to first new progress, ms (mean, worst)",
+            lambda s: s.restart_to_progress_ms,
+        ),
+    ):
+        figure, axes = plt.subplots(figsize=(max(6.0, 0.9 * len(honest)), 3.6))
+        means = [pick(s).mean or 0.0 for s in honest]
+        worsts = [pick(s).worst or 0.0 for s in honest]
+        positions = range(len(honest))
+        axes.bar(positions, means, color="#4c72b0", label="mean over seeds")
+        axes.scatter(positions, worsts, color="#c44e52", marker="_", s=300, label="worst seed")
+        axes.set_xticks(list(positions), labels, fontsize=7)
+        axes.set_title(title + " — verification on, honest agent", fontsize=9)
+        axes.legend(fontsize=7)
+        figure.tight_layout()
+        figure.savefig(folder / name, dpi=110)
+        plt.close(figure)
+        names.append(name)
+    if curves:
+        figure, axes = plt.subplots(figsize=(6.0, 3.4))
+        for label, outcome in curves.items():
+            axes.plot(outcome.context_curve, label=label)
+        axes.set_xlabel("model request")
+        axes.set_ylabel("context tokens sent")
+        axes.set_title("Context size per request, crash-free run", fontsize=9)
+        axes.legend(fontsize=7)
+        figure.tight_layout()
+        figure.savefig(folder / "recovery-context.png", dpi=110)
+        plt.close(figure)
+        names.append("recovery-context.png")
+    return names
+
+
+def write_report(
+    path: Path,
+    summaries: Sequence[Summary],
+    curves: dict[str, Outcome],
+    settings: dict[str, Any],
+    notes: Sequence[str],
+) -> dict[str, Any]:
+    """Write the report (and its plots beside it); the headline figures."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    plots = _plots(path.parent, summaries, curves)
+    figures = headline(summaries)
+    lines = [
+        "# Recovery benchmark: how much work a crash costs",
+        "",
+        "Generated by `make bench-recovery` (`benchmarks/recovery/run.py`); do not edit by hand.",
+        "",
+        _INTRO.format(**settings),
+        "",
+        "Each figure is **mean / worst** over the seeds (worst: the highest, or for *completed",
+        "correctly* the seeds that did). *Per kill* divides a run's surplus over the crash-free",
+        "run of its cell by the kills that run took; *wasted-work ratio* is the simulated tokens",
+        "a run spent over its cell's crash-free run (1.000: a crash cost no model work).",
+        "",
+        "## Safety",
+        "",
+        *_table(summaries, SAFETY),
+        "",
+        "## Cost of a crash",
+        "",
+        *_table(summaries, COST),
+        "",
+    ]
+    if plots:
+        lines += ["## Plots", ""]
+        lines += [f"![{name}]({name})" for name in plots]
+        lines.append("")
+    else:
+        lines += ["(matplotlib is not installed: tables only.)", ""]
+    lines += ["## Reading the tables", "", *_READING, ""]
+    if notes:
+        lines += ["## Notes on this run", "", *[f"- {note}" for note in notes], ""]
+    path.write_text("\n".join(lines))
+    return figures
+
+
+_INTRO = """\
+A scripted agent (no network) completes a task of {subtasks} subtasks. Each subtask is one
+model request asking for one tool call; the tool applies an external effect to an
+idempotent ledger outside the store (keyed by the tool call id the model handed out) and
+publishes an artifact file. Every {every} subtasks the model claims its progress and the run
+checkpoints it (`AgentContext.checkpoint`), with a verifier that reads the artifacts. The
+model charges simulated tokens for the context it is sent (4 characters a token, plus 25 for
+its answer) and takes 2 ms plus 0.5 ms per 1,000 tokens.
+
+Each run is killed {kills} times, with SIGKILL, at points drawn from its seed (a subtask and a
+moment in it: the model answered, the effect is applied, the artifact is written, the result
+is recorded, or at a checkpoint the verifier decided), and restarted each time as a new
+process, until it finishes; {seeds} seeds, the same kill schedule for every cell of a seed.
+Dimensions varied independently:
+
+- **durability**: *no store* (the context lives in memory; a restart starts from the task),
+  zincir `synchronous="normal"`, zincir `"full"`;
+- **context**: *replay* (the whole log is the model's context) or *fresh* (the latest
+  accepted checkpoint plus the events after it: `ctx.state()`);
+- **verification**: *none* (every claim accepted), *verify* (each claimed subtask's artifact
+  must exist), *verify-liar* (verify, with an agent that claims one undone subtask at every
+  third checkpoint) and, as a control, *none-liar* (the same liar, unchecked)."""
+
+_READING = [
+    "- *Duplicate effects* counts effects the ledger applied beyond one per subtask. A",
+    "  restarted agent without a store asks the model again, which hands out a new tool call",
+    "  id, so the ledger cannot recognise the repeat. zincir replays the stored response, so",
+    "  the same id reaches the ledger and the repeat is answered, not applied.",
+    "- *Repeated tool calls* are calls the ledger answered again: at-least-once recovery of an",
+    "  intent whose result was not recorded when the process died (the contract's promise).",
+    "- *False progress accepted* counts claimed subtasks with no effect in the ledger at the",
+    "  moment the claim was accepted (an audit beside the verifier, which reads only the",
+    "  artifacts). An accepted false claim makes the agent skip that subtask for good.",
+    "- *Restart → progress* runs from spawning the restarted process (interpreter start and",
+    "  imports included) to its first effect on a subtask no earlier process had done.",
+    '- `synchronous="normal"` loses nothing when only the process dies, as here; it differs',
+    '  from `"full"` on power loss, which this benchmark does not inject.',
+]
