@@ -1,0 +1,1 @@
+"""The recovery benchmark, shortened for make test."""
