@@ -54,9 +54,10 @@ bench-quick: $(DEV)
 
 # The long-horizon recovery benchmark: a task killed with SIGKILL at seeded points and
 # restarted, per durability, context strategy and verification policy; rewrites
-# docs/recovery.md and its plots (matplotlib is installed into the venv for them).
+# docs/recovery.md and its plots (matplotlib is installed into the venv for them); the
+# same task on LangGraph and DBOS runs in the peers' venv.
 .PHONY: bench-recovery
-bench-recovery: $(DEV)
+bench-recovery: $(DEV) .venv-peers/.installed
 	$(BIN)/python -m pip install --quiet matplotlib
 	$(BIN)/python -m benchmarks.recovery.run
 

@@ -6,10 +6,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .harness import Outcome
+from .harness import Cell, Outcome
 from .metrics import Figure, Summary
 
 __all__ = ["headline", "write_report"]
+
+_PEER_STORE = {"langgraph": "SqliteSaver", "dbos": "SQLite"}
 
 
 def _number(value: float | None, digits: int) -> str:
@@ -27,11 +29,18 @@ def _completed(summary: Summary) -> str:
     return f"{ok}/{summary.seeds}"
 
 
+def _durability(cell: Cell) -> str:
+    if cell.system != "zincir":
+        return f"{cell.system} ({_PEER_STORE[cell.system]})"
+    return "no store" if cell.durability == "none" else f"zincir {cell.durability}"
+
+
 def _cell(summary: Summary) -> str:
     cell = summary.cell
-    system = "" if cell.system == "zincir" else f"**{cell.system}** "
-    durability = "no store" if cell.durability == "none" else cell.durability
-    return f"{system}{durability} | {cell.context} | {cell.verification}"
+    durability = _durability(cell)
+    if cell.system != "zincir":
+        durability = f"**{durability}**"
+    return f"{durability} | {cell.context} | {cell.verification}"
 
 
 def _table(
@@ -91,6 +100,12 @@ def headline(summaries: Sequence[Summary]) -> dict[str, Any]:
     if liar_checked and liar_unchecked:
         figures["false_progress_verified"] = liar_checked.false_progress_accepted.worst
         figures["false_progress_unverified"] = liar_unchecked.false_progress_accepted.mean
+    for system in ("zincir", "langgraph", "dbos"):
+        found = _find(summaries, f"{system}/full/fresh/verify")
+        if found:
+            figures[f"restart_to_progress_ms_{system}"] = found.restart_to_progress_ms.mean
+            figures[f"wasted_{system}"] = found.wasted_work_ratio.mean
+            figures[f"duplicates_{system}_worst"] = found.duplicate_effects.worst
     return figures
 
 
@@ -105,12 +120,7 @@ def _plots(folder: Path, summaries: Sequence[Summary], curves: dict[str, Outcome
         return []
     names = []
     honest = [s for s in summaries if s.cell.verification == "verify"]
-    labels = [
-        f"{s.cell.system if s.cell.system != 'zincir' else ''}\n"
-        f"{'no store' if s.cell.durability == 'none' else s.cell.durability}\n"
-        f"{s.cell.context}"
-        for s in honest
-    ]
+    labels = [_durability(s.cell).replace(" (", "\n(") + f"\n{s.cell.context}" for s in honest]
     for name, title, pick in (
         (
             "recovery-wasted-work.png",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -28,14 +29,31 @@ CONTEXT = ("replay", "fresh")
 VERIFICATION = ("none", "verify", "verify-liar", "none-liar")
 
 
+PEERS = ("langgraph", "dbos")
+IMPORTS = {
+    "zincir": "zincir",
+    "langgraph": "langgraph.graph, langgraph.checkpoint.sqlite",
+    "dbos": "dbos",
+}
+
+
 def cells(peers: bool) -> list[Cell]:
-    """Every zincir cell, then the peers' (their own durability, verification on)."""
+    """Every zincir cell, then the peers' (their own SQLite durability, verification on)."""
     grid = [Cell(d, c, v) for d, c, v in product(DURABILITY, CONTEXT, VERIFICATION)]
     if peers:
-        grid += [
-            Cell("full", c, "verify", system) for system in ("langgraph", "dbos") for c in CONTEXT
-        ]
+        grid += [Cell("full", c, "verify", system) for system in PEERS for c in CONTEXT]
     return grid
+
+
+def import_ms(system: str) -> float:
+    """How long a fresh interpreter takes to import ``system`` (part of every restart)."""
+    python = ROOT / ".venv" / "bin" / "python" if system == "zincir" else PEERS_PYTHON
+    code = (
+        "import time; started = time.perf_counter(); "
+        f"import {IMPORTS[system]}; print(time.perf_counter() - started)"
+    )
+    output = subprocess.run([str(python), "-c", code], capture_output=True, check=True, text=True)
+    return float(output.stdout) * 1000
 
 
 def peers_available() -> bool:
@@ -93,6 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         summaries, curves = measure(cells(peers), task, args.kills, args.seeds, Path(scratch))
     elapsed = time.monotonic() - started
     notes.append(f"The whole grid took {elapsed:.0f} s on this machine.")
+    systems = ("zincir", *PEERS) if peers else ("zincir",)
+    imports = ", ".join(f"{system} {import_ms(system):.0f} ms" for system in systems)
+    notes.append(
+        "Importing each system in a fresh interpreter (part of every restart) took: "
+        + imports
+        + "."
+    )
     settings = {
         "subtasks": task.subtasks,
         "every": task.every,

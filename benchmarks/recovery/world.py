@@ -135,7 +135,10 @@ class Ledger:
     since the model hands out a fresh tool call id each time it is asked)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self._conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+        # check_same_thread off: a peer may run the tool on its own worker thread (one at a time).
+        self._conn = sqlite3.connect(
+            path, isolation_level=None, timeout=30, check_same_thread=False
+        )
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute(
