@@ -77,7 +77,7 @@ def measure(
         ]
         summary = summarise(cell, crash_free, runs)
         summaries.append(summary)
-        if cell.verification == "verify" and cell.durability == "full":
+        if cell.system == "zincir" and cell.verification == "verify" and cell.durability == "full":
             curves[f"{cell.system} {cell.context}"] = crash_free
         if verbose:
             print(
