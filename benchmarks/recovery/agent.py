@@ -225,13 +225,15 @@ async def run_agent(world: World, journal: MemoryJournal | ZincirJournal) -> Non
 
 async def main(config: dict[str, Any]) -> None:
     task = Task(config["subtasks"], config["every"], config["liar"])
+    meter = Meter(config["meter"])
+    meter.write("ready")  # imports done: the rest of the restart is the store's and ours
     world = World(
         task=task,
         context=config["context"],
         verify=config["verify"],
         ledger=Ledger(config["ledger"]),
         artifacts=Artifacts(config["artifacts"]),
-        meter=Meter(config["meter"]),
+        meter=meter,
         kill=KillSwitch(),
     )
     journal: MemoryJournal | ZincirJournal

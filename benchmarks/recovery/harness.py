@@ -78,6 +78,7 @@ class Outcome:
     context_tokens_end: int = 0
     false_progress_accepted: int = 0
     restart_to_progress_ms: list[float] = field(default_factory=list)
+    ready_to_progress_ms: list[float] = field(default_factory=list)
     context_curve: list[int] = field(default_factory=list)
     wall_s: float = 0.0
 
@@ -180,5 +181,11 @@ def _read_world(
         first_new = next(
             (at for _, subtask, _, at, p in effects if p == pid and subtask not in seen), None
         )
-        if first_new is not None:
-            outcome.restart_to_progress_ms.append((first_new - spawn_at) * 1000)
+        if first_new is None:
+            continue
+        outcome.restart_to_progress_ms.append((first_new - spawn_at) * 1000)
+        ready = next(
+            (line["at"] for line in meter if line["kind"] == "ready" and line["pid"] == pid), None
+        )
+        if ready is not None:
+            outcome.ready_to_progress_ms.append((first_new - ready) * 1000)

@@ -39,10 +39,12 @@ class Summary:
     repeated_tool_calls_per_kill: Figure
     wasted_work_ratio: Figure
     restart_to_progress_ms: Figure
+    ready_to_progress_ms: Figure
     context_tokens_end: Figure
     false_progress_accepted: Figure
     crash_free_tokens: int
     crash_free_requests: int
+    crash_free_wall_s: float
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,7 +53,7 @@ class Summary:
 def summarise(cell: Cell, crash_free: Outcome, runs: list[Outcome]) -> Summary:
     """The cell's figures: each seed's run against the cell's crash-free run."""
     killed = [run for run in runs if run.kills]
-    restarts = [ms for run in runs for ms in run.restart_to_progress_ms]
+    restarts = [ms for run in runs for ms in run.restart_to_progress_ms]  # every restart
     return Summary(
         cell=cell,
         seeds=len(runs),
@@ -67,11 +69,11 @@ def summarise(cell: Cell, crash_free: Outcome, runs: list[Outcome]) -> Summary:
             [(run.tool_calls - crash_free.tool_calls) / run.kills for run in killed]
         ),
         wasted_work_ratio=Figure.of([run.tokens / crash_free.tokens for run in runs]),
-        restart_to_progress_ms=Figure(
-            statistics.fmean(restarts) if restarts else None, max(restarts, default=None)
-        ),
+        restart_to_progress_ms=Figure.of(restarts),
+        ready_to_progress_ms=Figure.of([ms for run in runs for ms in run.ready_to_progress_ms]),
         context_tokens_end=Figure.of([float(run.context_tokens_end) for run in runs]),
         false_progress_accepted=Figure.of([float(run.false_progress_accepted) for run in runs]),
         crash_free_tokens=crash_free.tokens,
         crash_free_requests=crash_free.model_requests,
+        crash_free_wall_s=crash_free.wall_s,
     )

@@ -137,6 +137,7 @@ def run_langgraph(peer: Peer) -> None:
             return END
         return "model"
 
+    peer.meter.write("ready")  # imports done: the rest of the restart is LangGraph's
     builder = StateGraph(AgentState)
     builder.add_node("model", model)
     builder.add_node("tool", tool)
@@ -160,6 +161,7 @@ def run_dbos(peer: Peer) -> None:
     conn.close()
     from dbos import DBOS, SetWorkflowID
 
+    peer.meter.write("ready")  # imports done: the rest of the restart is DBOS's
     DBOS(
         config={
             "name": "zincir-recovery",
