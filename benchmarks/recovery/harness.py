@@ -25,7 +25,6 @@ from .world import KILL_ENV, PHASES, Artifacts, Ledger, Task, read_meter
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS_PYTHON = ROOT / ".venv-peers" / "bin" / "python"
-SYSTEMS = ("zincir", "langgraph", "dbos")
 _MAX_PROCESSES = 30
 
 
@@ -52,16 +51,18 @@ class Cell:
 
 
 def kill_schedule(seed: int, task: Task, kills: int) -> list[str]:
-    """``kills`` distinct kill points ``subtask:phase``, in the order the task reaches them."""
+    """``kills`` kill points ``subtask:phase`` on distinct subtasks, in the order the task
+    reaches them. A fifth of them, on average, fall where a checkpoint's verifier decided
+    (``verified``, at the last subtask of a round)."""
     rng = random.Random(seed)
-    subtasks = sorted(rng.sample(range(1, task.subtasks), kills))
-    points = []
-    for subtask in subtasks:
-        phases = list(PHASES)
-        if (subtask + 1) % task.every == 0:
-            phases.append("verified")
-        points.append(f"{subtask}:{rng.choice(phases)}")
-    return points
+    points: dict[int, str] = {}
+    while len(points) < min(kills, task.subtasks - 1):
+        subtask = rng.randrange(1, task.subtasks)
+        phase = rng.choice([*PHASES, "verified"])
+        if phase == "verified":  # the end of the subtask's checkpoint round
+            subtask = min(task.subtasks, subtask - subtask % task.every + task.every) - 1
+        points.setdefault(subtask, phase)
+    return [f"{subtask}:{phase}" for subtask, phase in sorted(points.items())]
 
 
 @dataclass
