@@ -292,10 +292,13 @@ checkpoints it (`AgentContext.checkpoint`), with a verifier that reads the artif
 model charges simulated tokens for the context it is sent (4 characters a token, plus 25 for
 its answer) and takes 2 ms plus 0.5 ms per 1,000 tokens.
 
-Each run is killed {kills} times, with SIGKILL, at points drawn from its seed (a subtask and a
+Each run is killed {kills} times with SIGKILL at points drawn from its seed (a subtask and a
 moment in it: the model answered, the effect is applied, the artifact is written, the result
-is recorded, or at a checkpoint the verifier decided), and restarted each time as a new
-process, until it finishes; {seeds} seeds, the same kill schedule for every cell of a seed.
+is recorded, or at the end of a round the verifier decided and its decision is not stored)
+and restarted each time as a new process, until it finishes; {seeds} seeds, the same kill
+schedule for every cell of a seed. The process sends itself the SIGKILL when it reaches the
+point, as `zincir.testing.crash_point` does; a kill waiting at a subtask the agent skipped
+never comes (the *kills* column counts those that did).
 Dimensions varied independently:
 
 - **durability**: *no store* (the context lives in memory; a restart starts from the task),
