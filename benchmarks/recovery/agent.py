@@ -37,7 +37,7 @@ from .world import (
     Task,
     audit_claim,
     do_subtask,
-    progress,
+    last_tool_index,
     remaining,
     system_message,
 )
@@ -190,7 +190,7 @@ async def run_agent(world: World, journal: MemoryJournal | ZincirJournal) -> Non
     """Drive the run from its context until the model answers ``done``."""
     model = ScriptedModel(world.task, world.meter)
     messages = await journal.load()
-    last_index = max(progress(messages)[0], default=-1)
+    last_index = last_tool_index(messages)
     while True:
         last = messages[-1]
         if last["role"] == "assistant" and "tool_call" in last:

@@ -36,7 +36,7 @@ from .world import (
     Task,
     audit_claim,
     do_subtask,
-    progress,
+    last_tool_index,
     system_message,
 )
 
@@ -90,13 +90,6 @@ class Peer:
         self.meter.close()
 
 
-def _last_tool_index(messages: list[dict[str, Any]]) -> int:
-    for message in reversed(messages):
-        if message["role"] == "tool":
-            return int(message["index"])
-    return max(progress(messages)[0], default=-1)
-
-
 class AgentState(TypedDict):
     """LangGraph's state: the model's context."""
 
@@ -124,7 +117,7 @@ def run_langgraph(peer: Peer) -> None:
     def checkpoint(state: AgentState) -> AgentState:
         messages = state["messages"]
         claim = list(messages[-1]["claim"])
-        accepted, evidence = peer.verify(claim, _last_tool_index(messages))
+        accepted, evidence = peer.verify(claim, last_tool_index(messages))
         return {"messages": peer.after_decision(messages, claim, accepted, evidence)}
 
     def route(state: AgentState) -> str:
@@ -196,7 +189,7 @@ def run_dbos(peer: Peer) -> None:
                 messages.append({**tool_message, "result": result})
             elif last["role"] == "assistant" and "claim" in last:
                 claim = list(last["claim"])
-                accepted, evidence = verify_step(claim, _last_tool_index(messages))
+                accepted, evidence = verify_step(claim, last_tool_index(messages))
                 messages = peer.after_decision(messages, claim, accepted, evidence)
             elif last["role"] == "assistant":
                 return "done"

@@ -38,6 +38,7 @@ __all__ = [
     "Task",
     "audit_claim",
     "do_subtask",
+    "last_tool_index",
     "progress",
     "remaining",
     "system_message",
@@ -104,6 +105,14 @@ def progress(messages: Sequence[dict[str, Any]]) -> tuple[set[int], int]:
                 done |= set(message["completed"])
             since = 0
     return done, since
+
+
+def last_tool_index(messages: Sequence[dict[str, Any]]) -> int:
+    """The subtask of the context's latest tool result (else its highest done subtask)."""
+    for message in reversed(messages):
+        if message["role"] == "tool":
+            return int(message["index"])
+    return max(progress(messages)[0], default=-1)
 
 
 class Meter:
