@@ -72,6 +72,7 @@ def _header(met: int, total: int) -> list[str]:
         f"{platform.python_version()}, SQLite {apsw.sqlite_lib_version()}",
         f"- Targets met: {met} of {total} scenarios",
         "",
+        "",
     ]
 
 
@@ -82,7 +83,7 @@ def render_section(report: Report) -> str:
         f"## {report.title}",
         "",
         f"`{report.command}` ({counts}, {report.seconds:,.0f} s; "
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC at commit `{_commit()}`)",
+        f"{report.finished or datetime.now(UTC):%Y-%m-%d %H:%M} UTC at commit `{_commit()}`)",
         "",
         "| Figure | Value | Target | Met |",
         "| --- | ---: | --- | --- |",
@@ -141,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{module.TITLE} …", file=sys.stderr, flush=True)
         report: Report = module.run(short=args.short)
         report.seconds = time.perf_counter() - started
+        report.finished = datetime.now(UTC)
         reports.append(report)
         for line in report.failures():
             print(f"  missed: {line}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 __all__ = ["Figure", "Report", "at_least", "at_most", "equal"]
 
@@ -52,6 +53,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     short: bool = False
     seconds: float = 0.0
+    finished: datetime | None = None
 
     @property
     def ok(self) -> bool:
