@@ -29,6 +29,7 @@ CONTEXT = ("replay", "fresh")
 VERIFICATION = ("none", "verify", "verify-liar", "none-liar")
 
 
+CURVE_LABELS = {"replay": "replay: the whole log", "fresh": "fresh: ctx.state()"}
 PEERS = ("langgraph", "dbos")
 IMPORTS = {
     "zincir": "zincir",
@@ -78,7 +79,7 @@ def measure(
         summary = summarise(cell, crash_free, runs)
         summaries.append(summary)
         if cell.system == "zincir" and cell.verification == "verify" and cell.durability == "full":
-            curves[f"{cell.system} {cell.context}"] = crash_free
+            curves[CURVE_LABELS[cell.context]] = crash_free
         if verbose:
             print(
                 f"{cell.label:42} {time.monotonic() - started:6.1f} s  "
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subtasks", type=int, default=40)
     parser.add_argument("--every", type=int, default=5)
     parser.add_argument("--kills", type=int, default=3)
-    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--write", type=Path, default=ROOT / "docs" / "recovery.md")
     parser.add_argument("--json", type=Path)
