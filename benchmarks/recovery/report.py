@@ -328,6 +328,8 @@ _READING = [
     "  every finished step of the workflow from its recorded output.",
     "- *After imports* is the same interval from the moment the restarted process finished",
     "  importing its system (zincir, LangGraph or DBOS): what the system's own recovery took.",
+    "- On LangGraph and DBOS the claim and its verification are the same application code (a",
+    "  graph node, a workflow step): neither has a checkpoint verifier of its own.",
     '- `synchronous="normal"` loses nothing when only the process dies, as here; it differs',
     '  from `"full"` on power loss, which this benchmark does not inject.',
 ]
