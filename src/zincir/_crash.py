@@ -99,10 +99,10 @@ def census() -> dict[str, int]:
 
 
 def _from_environment() -> None:
-    global _hits
+    global _target, _hits
     armed = os.environ.get("ZINCIR_CRASH_AT")
     if armed:
-        arm(*_parse(armed))
+        _target, _hits = _parse(armed), {}
     path = os.environ.get("ZINCIR_CRASH_CENSUS")
     if path:
         if _hits is None:

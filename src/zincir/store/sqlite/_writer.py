@@ -223,6 +223,7 @@ class Writer:
         job cleared, to be handed to the writer thread.
         """
         conn = self._conn
+        committing = False  # an I/O error at COMMIT leaves the write's fate unknown
         self._set_sync(any(job.durable for job in jobs))
         try:
             crash_point("store.before_begin")
@@ -237,15 +238,8 @@ class Writer:
                     return False
                 self._run_isolated(jobs)
             crash_point("store.after_statements")
-            try:
-                ended = self._end(wait)
-            except apsw.Error as error:
-                _safe_rollback(conn)
-                failure = commit_failed(error, self._path)
-                for job in jobs:
-                    job.result, job.error = None, failure
-                return True
-            if not ended:
+            committing = True
+            if not self._end(wait):
                 _safe_rollback(conn)
                 _clear(jobs)
                 return False
@@ -257,7 +251,7 @@ class Writer:
             return True
         except apsw.Error as error:
             _safe_rollback(conn)
-            failure = translate(error, self._path)
+            failure = (commit_failed if committing else translate)(error, self._path)
             for job in jobs:
                 job.result, job.error = None, failure
             return True
