@@ -26,6 +26,7 @@ from pathlib import Path
 
 import zincir
 from reliability._harness import Figure, Report, at_least, equal
+from reliability._postgres import on_postgres
 from reliability._procs import Child, percentile
 from zincir import AgentContext
 
@@ -203,16 +204,4 @@ async def _logged_claims(store: zincir.store.Store, run_id: str) -> list[LoggedC
 
 def _on_postgres(processes: int, rounds: int) -> Report | str:
     """The race on a throwaway PostgreSQL server, or why it could not run."""
-    try:
-        from tests.postgres_server import PostgresError, PostgresServer
-    except ImportError as error:  # run from outside the repository
-        return f"PostgreSQL: not run ({error})."
-    server = PostgresServer()
-    try:
-        server.start()
-    except PostgresError as error:
-        return f"PostgreSQL: not run (no server: {str(error)[:200]})."
-    try:
-        return race(server.new_schema_url("claim_race"), processes, rounds)
-    finally:
-        server.stop()
+    return on_postgres(lambda server: race(server.new_schema_url("claim_race"), processes, rounds))

@@ -29,6 +29,7 @@ from typing import Any
 import apsw
 
 from reliability._harness import Figure, Report, at_least, equal
+from reliability._postgres import on_postgres
 from reliability._sweep_workload import CHARGES, NODES, graph_values, run_job
 from zincir import decode_record
 from zincir.testing import (
@@ -501,20 +502,13 @@ def _swept(
 
 def _on_postgres(jobs: int, lanes: int, short: bool) -> tuple[list[Figure], list[str]]:
     """The sweep on a throwaway PostgreSQL server (a schema per lane), or why it did not run."""
-    try:
-        from tests.postgres_server import PostgresError, PostgresServer
-    except ImportError as error:  # run from outside the repository
-        return [], [f"PostgreSQL: not run ({error})."]
-    server = PostgresServer()
-    try:
-        server.start()
-    except PostgresError as error:
-        return [], [f"PostgreSQL: not run (no server: {str(error)[:200]})."]
-    try:
+
+    def sweep_there(server: Any) -> tuple[list[Figure], list[str]]:
         urls = {n: server.new_schema_url(f"sweep_{n}") for n in (*range(lanes), 999)}
         return _swept(jobs, lanes, short, "PostgreSQL", urls.get)
-    finally:
-        server.stop()
+
+    outcome = on_postgres(sweep_there)
+    return ([], [outcome]) if isinstance(outcome, str) else outcome
 
 
 def run(short: bool) -> Report:
