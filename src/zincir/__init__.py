@@ -37,6 +37,7 @@ from ._errors import (
     PayloadTooLarge,
     RecordFormatError,
     RevisionConflict,
+    RunCancelled,
     RunExists,
     RunNotFound,
     RunTerminal,
@@ -85,8 +86,10 @@ from .runs import (
     ToolCall,
     Verification,
     VersionMigrations,
+    cancel_run,
+    prune_runs,
 )
-from .store import Event, SQLiteStore, open_store
+from .store import Event, PruneReport, SQLiteStore, open_store
 from .workflow import ChildResult, ReceivedMessage, WorkflowContext, send_message
 
 __all__ = [
@@ -136,12 +139,14 @@ __all__ = [
     "OperationKind",
     "PayloadTooLarge",
     "PendingCheckpoint",
+    "PruneReport",
     "ReceivedMessage",
     "Record",
     "RecordFormatError",
     "ResumeWorker",
     "RetryPolicy",
     "RevisionConflict",
+    "RunCancelled",
     "RunExists",
     "RunNotFound",
     "RunTerminal",
@@ -167,8 +172,10 @@ __all__ = [
     "WorkflowSuspended",
     "ZincirError",
     "ZincirSignal",
+    "cancel_run",
     "decode_record",
     "encode_record",
     "open_store",
+    "prune_runs",
     "send_message",
 ]

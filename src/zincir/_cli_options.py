@@ -11,7 +11,7 @@ import math
 import os
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import click
 
@@ -76,6 +76,34 @@ class Seconds(click.types.FloatParamType):
                 ctx,
             )
         return number
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
+    """An age such as ``30d``, ``12h``, ``90m``, ``45s`` or a plain number of seconds."""
+
+    name = "duration"
+    _UNITS: ClassVar[dict[str, float]] = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> timedelta:
+        if isinstance(value, timedelta):
+            return value
+        text = str(value).strip().lower()
+        unit = self._UNITS.get(text[-1:], None) if text else None
+        number = text[:-1] if unit is not None else text
+        try:
+            amount = float(number) * (unit or 1)
+        except ValueError:
+            amount = math.nan
+        if not math.isfinite(amount) or not 0 <= amount <= MAX_DURATION.total_seconds():
+            self.fail(
+                f"{value!r} is not a duration such as 30d, 12h, 90m, 45s (at most "
+                f"{MAX_DURATION.days} days)",
+                param,
+                ctx,
+            )
+        return timedelta(seconds=amount)
 
 
 def database_option(command: F) -> F:

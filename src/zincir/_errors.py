@@ -18,6 +18,7 @@
     ├── RunNotFound
     ├── RunExists
     ├── RunTerminal
+    │   └── RunCancelled             the run was cancelled; its owner must stop
     ├── LeaseError
     │   ├── LeaseHeld                another owner's lease is live
     │   ├── LeaseLost                our heartbeat failed; renew by recovering
@@ -93,6 +94,7 @@ __all__ = [
     "PayloadTooLarge",
     "RecordFormatError",
     "RevisionConflict",
+    "RunCancelled",
     "RunExists",
     "RunNotFound",
     "RunTerminal",
@@ -210,6 +212,11 @@ class RunExists(ZincirError):
 
 class RunTerminal(ZincirError):
     """The run is completed, failed or cancelled; it cannot be recovered or written."""
+
+
+class RunCancelled(RunTerminal):
+    """The run was cancelled (``zincir runs cancel`` or :func:`zincir.cancel_run`); the
+    process that held it must stop: nothing more of it is stored."""
 
 
 class LeaseError(ZincirError):

@@ -1,4 +1,4 @@
-"""The ``zincir`` command line: demo, runs, threads, approvals, migrate, worker,
+"""The ``zincir`` command line: demo, runs, threads, approvals, migrate, prune, worker,
 check-compat, ui."""
 
 from __future__ import annotations
@@ -8,15 +8,16 @@ import importlib
 import json
 import sys
 from collections.abc import Callable, Coroutine, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ._cli_options import Seconds, database_option, read_only_database
+from ._cli_options import Duration, Seconds, database_option, read_only_database
 from ._errors import InvalidInput, RunNotFound, ZincirError
 from ._json import StrictJsonError, loads_strict
 from ._validate import check_id
+from .runs._lifecycle import DEFAULT_PRUNE_BATCH_EVENTS
 from .runs._worker_cli import worker_command
 from .store import Store
 from .store._readonly import ReadOnlyView
@@ -107,7 +108,7 @@ def migrate(database: str) -> None:
 
 @main.group()
 def runs() -> None:
-    """List runs and show their event logs."""
+    """List runs, show their event logs, cancel them."""
 
 
 def _existing(database: str) -> ReadOnlyView:
@@ -164,6 +165,65 @@ def runs_show(database: str, run_id: str) -> None:
             ),
         )
     click.echo(text)
+
+
+@runs.command("cancel")
+@database_option
+@click.argument("run_id")
+@click.option("--reason", help="Why; recorded in the run's state_transition.")
+@click.option("--cascade", is_flag=True, help="Cancel every live descendant run too.")
+def runs_cancel(database: str, run_id: str, reason: str | None, cascade: bool) -> None:
+    """Cancel a live run: its owner stops at its next write and no worker claims it again."""
+    from .runs import cancel_run
+
+    check_id(run_id, "RUN_ID")
+    cancelled = _with_store(
+        database, lambda store: cancel_run(store, run_id, reason=reason, cascade=cascade)
+    )
+    if not cancelled:
+        click.echo(f"run {run_id} was already cancelled; nothing changed")
+        return
+    for cancelled_id in cancelled:
+        click.echo(f"cancelled {cancelled_id}")
+
+
+@main.command("prune")
+@database_option
+@click.option(
+    "--older-than",
+    "older_than",
+    type=Duration(),
+    required=True,
+    help="Delete runs last updated longer ago than this (30d, 12h, 90m, 45s).",
+)
+@click.option(
+    "--status",
+    "statuses",
+    default="completed,failed,cancelled",
+    show_default=True,
+    help="Comma-separated terminal statuses to delete.",
+)
+@click.option(
+    "--batch-events",
+    type=click.IntRange(1, 1_000_000),
+    default=DEFAULT_PRUNE_BATCH_EVENTS,
+    show_default=True,
+    help="Events deleted per transaction (other writers wait at most about that long).",
+)
+def prune(database: str, older_than: timedelta, statuses: str, batch_events: int) -> None:
+    """Delete old terminal runs with every row they own; live and paused runs are kept."""
+    from .runs import prune_runs
+
+    report = _with_store(
+        database,
+        lambda store: prune_runs(
+            store, older_than=older_than, statuses=statuses.split(","), batch_events=batch_events
+        ),
+    )
+    click.echo(
+        f"pruned {report.runs} runs ({report.events} events) in {report.batches} "
+        f"transactions; the longest held the database {report.longest_batch_ms:.1f} ms"
+    )
 
 
 @main.group()

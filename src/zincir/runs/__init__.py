@@ -3,6 +3,7 @@
 from ._context import AgentContext, Verifier
 from ._entries import response_entry, tool_result_entry
 from ._lease import MIN_LEASE_TTL, Lease
+from ._lifecycle import cancel_run, prune_runs
 from ._types import (
     Checkpoint,
     CheckpointCandidate,
@@ -29,6 +30,8 @@ __all__ = [
     "Verification",
     "Verifier",
     "VersionMigrations",
+    "cancel_run",
+    "prune_runs",
     "response_entry",
     "tool_result_entry",
 ]

@@ -38,6 +38,7 @@ from ..store import (
     OperationKey,
     OperationOutcome,
     OperationRow,
+    PruneReport,
     ReceivedMessage,
     RestartRow,
     RunRecord,
@@ -229,6 +230,16 @@ class DryStore:
         self, lease: Lease, status: str, *, result_json: str | None = None, error: str | None = None
     ) -> None:
         raise self._stop("completes the run" if status == "completed" else f"marks it {status}")
+
+    async def cancel_run(
+        self, run_id: str, *, reason: str | None = None, cascade: bool = False
+    ) -> list[str]:
+        raise self._stop(f"cancels run {run_id!r}")
+
+    async def prune_runs(
+        self, *, before: datetime, statuses: Collection[str], max_events: int
+    ) -> PruneReport:
+        raise self._stop("prunes runs")
 
     async def append_events(self, lease: Lease, events: Sequence[NewEvent]) -> int:
         kinds = ", ".join(event.type for event in events) or "nothing"

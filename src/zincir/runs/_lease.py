@@ -13,7 +13,7 @@ import time
 
 from .. import _deadlines as deadlines
 from .._crash import crash_point
-from .._errors import LeaseLost, StoreError
+from .._errors import LeaseLost, RunCancelled, StoreError, ZincirError
 from .._validate import MIN_LEASE_TTL
 from ..store import Lease, Store
 
@@ -32,7 +32,7 @@ class Heartbeat:
     def __init__(self, store: Store, lease: Lease) -> None:
         self._store = store
         self._lease = lease
-        self.failure: LeaseLost | None = None
+        self.failure: ZincirError | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -55,8 +55,9 @@ class Heartbeat:
                 pass
 
     def check(self) -> None:
-        """Raise LeaseLost if a renewal failed or the lease lapsed unrenewed; called before
-        every write and before a step body starts."""
+        """Raise LeaseLost if a renewal failed or the lease lapsed unrenewed (RunCancelled
+        once the run was cancelled); called before every write and before a step body
+        starts."""
         if self.failure is None and self._task is not None:
             self.failure = deadlines.lapsed(self._lease)
         if self.failure is not None:
@@ -82,9 +83,22 @@ class Heartbeat:
             if renewed:
                 deadlines.extend(lease, renewing_at)
             if not renewed:
-                self.failure = LeaseLost(
-                    "the lease was taken over or released; this context must stop writing",
-                    run_id=lease.run_id,
-                )
+                self.failure = await self._why_lost()
                 log.warning("%s", self.failure)
                 return
+
+    async def _why_lost(self) -> ZincirError:
+        """RunCancelled when the run was cancelled, else LeaseLost."""
+        run_id = self._lease.run_id
+        try:
+            row = await self._store.get_run(run_id)
+        except StoreError:
+            row = None
+        if row is not None and row["status"] == "cancelled":
+            return RunCancelled(
+                "the run was cancelled; this context must stop writing", run_id=run_id
+            )
+        return LeaseLost(
+            "the lease was taken over or released; this context must stop writing",
+            run_id=run_id,
+        )

@@ -20,6 +20,7 @@ from ._langgraph_records import (
     NewGraphCheckpoint,
     ThreadLease,
 )
+from ._lifecycle import PruneReport
 from ._operation_records import (
     NewOperation,
     OperationClaim,
@@ -79,6 +80,7 @@ __all__ = [
     "OperationKey",
     "OperationOutcome",
     "OperationRow",
+    "PruneReport",
     "ReceivedMessage",
     "ResponseEntry",
     "RestartRow",

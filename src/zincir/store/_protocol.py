@@ -22,6 +22,7 @@ from ._langgraph_records import (
     NewGraphCheckpoint,
     ThreadLease,
 )
+from ._lifecycle import PruneReport
 from ._operation_records import (
     NewOperation,
     OperationClaim,
@@ -107,6 +108,12 @@ class Store(Protocol):
         ref: str | None = None,
         until: datetime | None = None,
     ) -> None: ...
+    async def cancel_run(
+        self, run_id: str, *, reason: str | None = None, cascade: bool = False
+    ) -> list[str]: ...
+    async def prune_runs(
+        self, *, before: datetime, statuses: Collection[str], max_events: int
+    ) -> PruneReport: ...
     async def get_run(self, run_id: str) -> RunRecord | None: ...
     async def list_runs(self, limit: int = 100, status: str | None = None) -> list[RunRecord]: ...
     async def list_events(

@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import FencedOut, InvalidInput, LeaseHeld, RunExists, RunNotFound, RunTerminal
+from .._errors import (
+    FencedOut,
+    InvalidInput,
+    LeaseHeld,
+    RunCancelled,
+    RunExists,
+    RunNotFound,
+    RunTerminal,
+)
 from .._json import dumps, encode_checked
 from ._records import TERMINAL_STATUSES, NewEvent
 
@@ -14,6 +22,8 @@ __all__ = [
     "attempt_error",
     "attempt_failed",
     "attempts_spent",
+    "cancel_refused",
+    "cancelled_transition",
     "check_takeover",
     "check_wait_kind",
     "claim_events",
@@ -47,6 +57,8 @@ def fence_error(run_id: str, token: int, row: tuple[Any, ...] | None) -> Excepti
     if row is None:
         return run_not_found(run_id)
     status, current = row
+    if status == "cancelled":
+        return RunCancelled("the run was cancelled; stop: nothing more is written", run_id=run_id)
     if status in TERMINAL_STATUSES:
         return RunTerminal(f"the run is {status}; nothing more can be written", run_id=run_id)
     if current != token:
@@ -70,6 +82,8 @@ def check_takeover(
     if row is None:
         raise run_not_found(run_id)
     status, holder = row
+    if status == "cancelled":
+        raise RunCancelled("the run was cancelled and cannot be recovered", run_id=run_id)
     if status in TERMINAL_STATUSES:
         raise RunTerminal(f"the run is {status} and cannot be recovered", run_id=run_id)
     if not force and holder is not None and live:
@@ -121,3 +135,24 @@ def attempt_failed(attempts: int, error: str, retry_at: str | None) -> NewEvent:
 def version_migrated(old: str | None, new: str) -> NewEvent:
     """The ``version_migrated`` event of a run moved from app version ``old`` to ``new``."""
     return NewEvent("version_migrated", encode_checked({"from": old, "to": new}))
+
+
+def cancelled_transition(old: str, reason: str | None, by: str | None) -> NewEvent:
+    """The ``state_transition`` to ``cancelled``: why (``reason``) and, for a run cancelled
+    with its parent, the run whose cancellation reached it (``by``)."""
+    details: dict[str, object] = {}
+    if reason is not None:
+        details["reason"] = reason
+    if by is not None:
+        details["cancelled_with"] = by
+    return NewEvent("state_transition", dumps({"from": old, "to": "cancelled", **details}))
+
+
+def cancel_refused(run_id: str, status: str | None) -> Exception | None:
+    """Why run ``run_id`` (stored ``status``, None when absent) cannot be cancelled: it is
+    missing, or it already finished; None when it can be (or already is cancelled)."""
+    if status is None:
+        return run_not_found(run_id)
+    if status in ("completed", "failed"):
+        return RunTerminal(f"the run is {status}; only a live run can be cancelled", run_id=run_id)
+    return None

@@ -7,6 +7,7 @@ from ._approvals import ApprovalOps
 from ._base import SQLiteBase
 from ._claims import ClaimOps
 from ._langgraph import LangGraphOps
+from ._lifecycle import LifecycleOps
 from ._operations import OperationOps
 from ._restart import RestartOps
 from ._runs import RunOps
@@ -17,6 +18,7 @@ __all__ = ["SQLiteStore"]
 
 class SQLiteStore(
     RunOps,
+    LifecycleOps,
     AgentOps,
     ClaimOps,
     WorkflowOps,

@@ -1,0 +1,106 @@
+"""The backend-neutral rules of ending runs from outside: which runs a cancellation reaches,
+which terminal runs a prune may delete, and every table that holds a run's rows."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+__all__ = [
+    "RUN_TABLES",
+    "PruneBatch",
+    "PruneReport",
+    "cancelled_error_text",
+    "plan_batch",
+    "prune_passes",
+]
+
+PageReader = Callable[[tuple[Any, str] | None], Awaitable[list[tuple[str, int, Any]]]]
+"""Reads the next candidates (run id, last seq, updated_at) after a keyset position."""
+BatchDeleter = Callable[[tuple[str, ...]], Awaitable[tuple[list[str], int]]]
+"""Deletes the runs still prunable among the given ones in one transaction: (ids, events)."""
+
+RUN_TABLES: Final = (
+    ("events", "run_id"),
+    ("open_intents", "run_id"),
+    ("checkpoints", "run_id"),
+    ("steps", "run_id"),
+    ("timers", "run_id"),
+    ("operations", "run_id"),
+    ("approvals", "run_id"),
+    ("restart_checkpoints", "run_id"),
+    ("messages", "to_run_id"),
+)
+"""(table, column naming the run) of every row a run owns besides its ``agent_runs`` row.
+Messages a pruned run sent to other runs stay in their recipients' inboxes."""
+
+
+def cancelled_error_text(reason: str | None) -> str:
+    """The ``last_error`` of a cancelled run."""
+    return "cancelled" if reason is None else f"cancelled: {reason}"
+
+
+@dataclass(slots=True)
+class PruneReport:
+    """What a prune deleted: whole runs, their events, in how many transactions, and the
+    longest of those (how long other writers waited at most)."""
+
+    runs: int = 0
+    events: int = 0
+    batches: int = 0
+    longest_batch_ms: float = 0.0
+    run_ids: list[str] = field(default_factory=list)
+
+    def add(self, run_ids: Sequence[str], events: int, milliseconds: float) -> None:
+        self.runs += len(run_ids)
+        self.run_ids.extend(run_ids)
+        self.events += events
+        self.batches += 1
+        self.longest_batch_ms = max(self.longest_batch_ms, milliseconds)
+
+
+@dataclass(frozen=True, slots=True)
+class PruneBatch:
+    """The runs one prune transaction deletes and how many of their events go with them."""
+
+    run_ids: tuple[str, ...]
+    events: int
+
+
+def plan_batch(candidates: Sequence[tuple[str, int]], max_events: int) -> PruneBatch:
+    """The first candidates (run id, last seq) whose events fit ``max_events``; a run
+    larger than that on its own makes a batch of one (a run is deleted whole or not at all)."""
+    chosen: list[str] = []
+    total = 0
+    for run_id, events in candidates:
+        if chosen and total + events > max_events:
+            break
+        chosen.append(run_id)
+        total += events
+    return PruneBatch(tuple(chosen), total)
+
+
+async def prune_passes(read_page: PageReader, delete: BatchDeleter, max_events: int) -> PruneReport:
+    """Walk the candidates in (updated_at, id) order, deleting them in batches of about
+    ``max_events`` events; walk again while a pass deleted runs (a parent kept for its
+    children may have lost them). Yields to the event loop between transactions."""
+    report = PruneReport()
+    while True:
+        before_pass = report.runs
+        after: tuple[Any, str] | None = None
+        while page := await read_page(after):
+            after = (page[-1][2], page[-1][0])
+            candidates = [(run_id, last_seq) for run_id, last_seq, _ in page]
+            while candidates:
+                batch = plan_batch(candidates, max_events)
+                candidates = candidates[len(batch.run_ids) :]
+                started = time.perf_counter()
+                deleted, events = await delete(batch.run_ids)
+                if deleted:
+                    report.add(deleted, events, (time.perf_counter() - started) * 1000)
+                await asyncio.sleep(0)
+        if report.runs == before_pass:
+            return report

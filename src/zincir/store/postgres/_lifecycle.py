@@ -1,0 +1,124 @@
+"""Ending runs from outside their owner (PostgreSQL): cancellation, which fences the owner in
+the same transaction, and pruning of old terminal runs in transactions of bounded size."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+from functools import partial
+from typing import Any, Final
+
+from ..._time import to_db
+from .._lifecycle import RUN_TABLES, PruneReport, cancelled_error_text, prune_passes
+from .._records import LIVE_STATUSES
+from .._run_rules import cancel_refused, cancelled_transition
+from ._base import Conn, PostgresBase, one
+from ._log import append_checked
+
+__all__ = ["LifecycleOps"]
+
+_LIVE: Final = "status IN ('pending', 'running')"
+_DESCENDANTS: Final = (
+    "WITH RECURSIVE tree (id) AS ("
+    " SELECT id FROM agent_runs WHERE parent_id = %s"
+    " UNION SELECT child.id FROM agent_runs AS child JOIN tree ON child.parent_id = tree.id)"
+    " SELECT run.id, run.status FROM agent_runs AS run JOIN tree ON run.id = tree.id"
+    f" WHERE run.{_LIVE} ORDER BY run.id"
+)
+_CANCEL: Final = (
+    "UPDATE agent_runs SET status = 'cancelled', last_seq = last_seq + 1, lease_owner = NULL, "
+    "lease_expires_at = NULL, wait_kind = NULL, wait_ref = NULL, wait_until = NULL, "
+    "next_attempt_at = NULL, last_error = %s, updated_at = zincir_now() "
+    f"WHERE id = %s AND {_LIVE} RETURNING last_seq"
+)
+_PAGE: Final = 1000  # candidates read per snapshot
+_DELETES: Final = tuple(f"DELETE FROM {table} WHERE {column} = %s" for table, column in RUN_TABLES)
+_STILL_PRUNABLE: Final = (
+    "SELECT last_seq FROM agent_runs AS run WHERE id = %s AND status = ANY(%s) "
+    "AND updated_at < %s AND NOT EXISTS "
+    "(SELECT 1 FROM agent_runs AS child WHERE child.parent_id = run.id) FOR UPDATE"
+)
+_FIRST: Final = (
+    "SELECT id, last_seq, updated_at FROM agent_runs WHERE status = ANY(%s) AND updated_at < %s"
+)
+_ORDER: Final = ' ORDER BY updated_at, id COLLATE "C" LIMIT %s'
+
+
+class LifecycleOps(PostgresBase):
+    """Cancelling live runs and pruning terminal ones."""
+
+    async def cancel_run(
+        self, run_id: str, *, reason: str | None = None, cascade: bool = False
+    ) -> list[str]:
+        """Cancel run ``run_id`` and, with ``cascade``, each live descendant, in one
+        transaction: each becomes ``cancelled`` with its state_transition and loses its
+        lease and wait, so its owner's next write raises RunCancelled and no worker claims
+        it. Returns the ids cancelled (not the run itself when it already was).
+
+        RunNotFound, or RunTerminal for a completed or failed run, with nothing changed.
+        """
+
+        def write(conn: Conn) -> list[str]:
+            row = conn.execute(
+                "SELECT status FROM agent_runs WHERE id = %s FOR NO KEY UPDATE", (run_id,)
+            ).fetchone()
+            status = None if row is None else str(row[0])
+            refused = cancel_refused(run_id, status)
+            if refused is not None:
+                raise refused
+            targets: list[tuple[str, str, str | None]] = []
+            if status in LIVE_STATUSES:
+                targets.append((run_id, str(status), None))
+            if cascade:
+                found = conn.execute(_DESCENDANTS, (run_id,)).fetchall()
+                targets += [(str(child), str(old), run_id) for child, old in found]
+            error = cancelled_error_text(reason)
+            items = []
+            for target, old, by in targets:
+                (last_seq,) = one(conn, _CANCEL, (error, target))
+                items.append((target, int(last_seq) - 1, [cancelled_transition(old, reason, by)]))
+            append_checked(conn, items)
+            return [target for target, _, _ in targets]
+
+        return await self._write(write)
+
+    async def prune_runs(
+        self, *, before: datetime, statuses: Collection[str], max_events: int
+    ) -> PruneReport:
+        """Delete every run of ``statuses`` (terminal ones) last updated before ``before``,
+        with all its rows, a whole run per transaction at most: transactions hold about
+        ``max_events`` events each (a larger run alone), so other writers wait briefly. A
+        run with a child left is kept (its children go first)."""
+        chosen = sorted(set(statuses))
+        to_db(before)  # InvalidInput for a naive datetime, as on every backend
+
+        def page(conn: Conn, after: tuple[Any, str] | None) -> list[tuple[str, int, Any]]:
+            if after is None:
+                rows = conn.execute(_FIRST + _ORDER, (chosen, before, _PAGE))
+            else:
+                rows = conn.execute(
+                    _FIRST + ' AND (updated_at, id COLLATE "C") > (%s, %s)' + _ORDER,
+                    (chosen, before, *after, _PAGE),
+                )
+            return [(str(run_id), int(last_seq), at) for run_id, last_seq, at in rows]
+
+        def delete(conn: Conn, run_ids: tuple[str, ...]) -> tuple[list[str], int]:
+            deleted, events = [], 0
+            for run_id in run_ids:
+                row = conn.execute(_STILL_PRUNABLE, (run_id, chosen, before)).fetchone()
+                if row is None:
+                    continue
+                for statement in _DELETES:
+                    conn.execute(statement, (run_id,))
+                conn.execute("DELETE FROM agent_runs WHERE id = %s", (run_id,))
+                deleted.append(run_id)
+                events += int(row[0])
+            return deleted, events
+
+        async def read_page(after: tuple[Any, str] | None) -> list[tuple[str, int, Any]]:
+            return await self._read(partial(page, after=after), offload=True)
+
+        async def delete_batch(run_ids: tuple[str, ...]) -> tuple[list[str], int]:
+            return await self._write(partial(delete, run_ids=run_ids))
+
+        return await prune_passes(read_page, delete_batch, max_events)
