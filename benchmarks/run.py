@@ -13,6 +13,9 @@ compared with ``raw_full_us``. With ``--peers`` or ``--agent-peer`` the same tur
 pydantic-ai with its DBOS durability in the peers venv (skipped, with a note, when
 ``pydantic-ai-slim[dbos]`` is not installed there).
 
+Retention (benchmarks/prune_bench.py): the database size of one 1,000-turn run, and a live
+run's write latency alone and while ``prune_runs`` deletes old runs beside it.
+
 PostgreSQL (benchmarks/postgres_bench.py, a throwaway server; ``--no-postgres`` skips it): a
 step with ``synchronous_commit`` on and off against a raw INSERT + COMMIT on the same server,
 four processes beside four on SQLite, and with ``--peers`` DBOS on the same server.
@@ -657,6 +660,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     figures["claims_per_s"] = timed(
         "claims", lambda: run_async(claims_per_s(bench.db("claims"), bench.n(1000, 300)))
     )
+    from prune_bench import measure as prune_measure
+
+    figures.update(timed("prune beside a writer", lambda: prune_measure(bench, run_async)))
 
     ratios: dict[str, float] = {
         "step_full_over_raw_full": pair_ratios["full"],

@@ -58,7 +58,9 @@ def fence_error(run_id: str, token: int, row: tuple[Any, ...] | None) -> Excepti
         return run_not_found(run_id)
     status, current = row
     if status == "cancelled":
-        return RunCancelled("the run was cancelled; stop: nothing more is written", run_id=run_id)
+        return RunCancelled(
+            "the run was cancelled; nothing more of it is written: stop this context", run_id=run_id
+        )
     if status in TERMINAL_STATUSES:
         return RunTerminal(f"the run is {status}; nothing more can be written", run_id=run_id)
     if current != token:
