@@ -8,7 +8,7 @@ import importlib
 import json
 import sys
 from collections.abc import Callable, Coroutine, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -134,15 +134,36 @@ def _existing(database: str) -> ReadOnlyView:
     metavar="VERSION",
     help="Only the runs of this application version (app_version).",
 )
-def runs_list(database: str, status: str | None, limit: int, app_version: str | None) -> None:
-    """The latest runs, newest first, with the application version each runs on."""
-    from .store.report import format_runs
+@click.option(
+    "--stuck", is_flag=True, help="Only live runs without progress for --stuck-for, and why."
+)
+@click.option(
+    "--stuck-for",
+    "stuck_for",
+    type=Duration(),
+    default="1h",
+    show_default=True,
+    help="How long without a new event makes a live run stuck (with --stuck).",
+)
+def runs_list(
+    database: str,
+    status: str | None,
+    limit: int,
+    app_version: str | None,
+    stuck: bool,
+    stuck_for: timedelta,
+) -> None:
+    """The latest runs, newest first, with the application version each runs on; with
+    ``--stuck``, the live runs that made no progress lately and why each is not moving."""
+    from .store.report import format_runs, format_stuck_runs
 
     if app_version is not None:
         check_id(app_version, "--version")
+    now = datetime.now(UTC)
+    before = now - stuck_for if stuck else None
     with _existing(database).snapshot() as reader:
-        text = format_runs(reader.list_runs(status, limit, app_version=app_version))
-    click.echo(text)
+        found = reader.list_runs(status, limit, app_version=app_version, stuck_before=before)
+    click.echo(format_stuck_runs(found, now) if stuck else format_runs(found))
 
 
 @runs.command("show")

@@ -3,6 +3,7 @@ their JSON twins, read-only."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -29,6 +30,7 @@ from .._errors import (
 )
 from .._validate import MAX_SEQUENCE
 from ..store import RunRecord
+from ..store._stall import stall_reason
 from ..store.sqlite import EventRow, OperationRow, TimerRow, decode_json
 from ._conversation import conversation
 from ._db import EVENT_PAGE_SIZE, LIST_LIMIT, ROW_LIMIT, Reader, View, open_read_only
@@ -174,8 +176,10 @@ def run_summary(run: RunRecord, now: datetime) -> dict[str, Any]:
     """The list/API view of an ``agent_runs`` row (stored config and result left out)."""
     summary = {key: value for key, value in run.items() if key not in ("config", "result")}
     lease = lease_of(run, now)
+    reason = stall_reason(run, now)
     summary.update(
         event_count=int(run.get("last_seq") or 0),
+        stall=None if reason is None else dataclasses.asdict(reason),
         lease=lease,
         lease_state=lease["state"],
         url=run_url(run.get("id")),

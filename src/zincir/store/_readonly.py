@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Protocol
 
 from .._errors import InvalidInput
@@ -77,7 +78,12 @@ class ReadOnlySnapshot(Protocol):
     # -- runs and their logs ------------------------------------------------------------
 
     def list_runs(
-        self, status: str | None = None, limit: int = 100, *, app_version: str | None = None
+        self,
+        status: str | None = None,
+        limit: int = 100,
+        *,
+        app_version: str | None = None,
+        stuck_before: datetime | None = None,
     ) -> list[RunRecord]: ...
     def get_run(self, run_id: str) -> RunRecord | None: ...
     def children(self, run_id: str, limit: int = 500) -> list[RunRecord]: ...

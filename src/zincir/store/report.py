@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from .._errors import RunNotFound
 from ._protocol import Store
 from ._records import RunRecord
+from ._stall import stall_reason
 
-__all__ = ["EventLine", "format_run", "format_run_log", "format_runs"]
+__all__ = ["EventLine", "format_run", "format_run_log", "format_runs", "format_stuck_runs"]
 
 EventLine = tuple[int, str, Any]
 """One event as the report shows it: its seq, its type and its decoded payload."""
@@ -47,8 +49,24 @@ def format_runs(runs: Iterable[RunRecord]) -> str:
     return "\n".join(lines)
 
 
-def format_run_log(run: RunRecord, events: Iterable[EventLine]) -> str:
-    """A run's summary and its event log."""
+def format_stuck_runs(runs: Iterable[RunRecord], now: datetime | None = None) -> str:
+    """One line per live run without progress: id, status, last progress, and why."""
+    moment = now or datetime.now(UTC)
+    found = list(runs)
+    if not found:
+        return "no stuck runs"
+    lines = [f"{'run id':<36}  {'status':<9}  {'no progress since':<27}  why"]
+    for run in found:
+        reason = stall_reason(run, moment)
+        lines.append(
+            f"{run['id']:<36}  {run['status']:<9}  {run['updated_at']:<27}  "
+            f"{reason.text if reason else '-'}"
+        )
+    return "\n".join(lines)
+
+
+def format_run_log(run: RunRecord, events: Iterable[EventLine], now: datetime | None = None) -> str:
+    """A run's summary (with why a live run is not moving) and its event log."""
     lease = (
         f"held by {run['lease_owner']} until {run['lease_expires_at']}"
         if run["lease_owner"]
@@ -65,6 +83,11 @@ def format_run_log(run: RunRecord, events: Iterable[EventLine]) -> str:
         f"created   {run['created_at']}",
         f"updated   {run['updated_at']}",
         f"events    {run['last_seq']}",
+    ]
+    reason = stall_reason(run, now or datetime.now(UTC))
+    if reason is not None:
+        lines.append(f"waiting   {reason.text}")
+    lines += [
         "",
         f"{'seq':>5}  {'type':<20}  payload",
     ]

@@ -231,16 +231,26 @@ class PostgresSnapshot(ThreadReads):
     # -- runs -----------------------------------------------------------------------------
 
     def list_runs(
-        self, status: str | None = None, limit: int = 100, *, app_version: str | None = None
+        self,
+        status: str | None = None,
+        limit: int = 100,
+        *,
+        app_version: str | None = None,
+        stuck_before: datetime | None = None,
     ) -> list[RunRecord]:
-        """The latest runs by update time, optionally of one status and one app version."""
+        """The latest runs by update time, optionally of one status and one app version;
+        with ``stuck_before`` only live runs that made no progress since then."""
         if app_version is not None and not self._tuples(
             "SELECT 1 FROM information_schema.columns WHERE table_schema = %s "
             "AND table_name = 'agent_runs' AND column_name = 'app_version'",
             (self._database.schema,),
         ):
             return []  # an older schema: no run has a version
-        filters = [("status = %s", status), ("app_version = %s", app_version)]
+        filters: list[tuple[str, object]] = [
+            ("status = %s", status),
+            ("app_version = %s", app_version),
+            ("status IN ('pending', 'running') AND updated_at < %s", stuck_before),
+        ]
         wanted = [(sql, value) for sql, value in filters if value]
         where = "WHERE " + " AND ".join(sql for sql, _ in wanted) if wanted else ""
         return self._runs(

@@ -15,12 +15,14 @@ import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any, Final, TypeVar, cast
 from urllib.parse import quote
 
 import apsw
 
 from ..._errors import DatabaseCorrupt, InvalidInput, NotAZincirDatabase
+from ..._time import to_db
 from ..._validate import MAX_SEQUENCE, utf8
 from .._readonly_rows import (
     REQUIRED_TABLES,
@@ -239,10 +241,23 @@ class SnapshotReader(ThreadReads):
     # -- runs -----------------------------------------------------------------------------
 
     def list_runs(
-        self, status: str | None = None, limit: int = 100, *, app_version: str | None = None
+        self,
+        status: str | None = None,
+        limit: int = 100,
+        *,
+        app_version: str | None = None,
+        stuck_before: datetime | None = None,
     ) -> list[RunRecord]:
-        """The latest runs by update time, optionally of one status and one app version."""
-        filters = [("status = ?", status), ("app_version = ?", app_version)]
+        """The latest runs by update time, optionally of one status and one app version;
+        with ``stuck_before`` only live runs that made no progress since then."""
+        filters = [
+            ("status = ?", status),
+            ("app_version = ?", app_version),
+            (
+                "status IN ('pending', 'running') AND updated_at < ?",
+                None if stuck_before is None else to_db(stuck_before),
+            ),
+        ]
         if app_version is not None and not self._has_column("agent_runs", "app_version"):
             return []  # an older schema: no run has a version
         wanted = [(sql, value) for sql, value in filters if value]

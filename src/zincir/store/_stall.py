@@ -1,0 +1,74 @@
+"""Why a live run is not moving, and when it will next act: read from its row alone (its
+wait, backoff, lease and version), the same way on every backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+from .._time import to_db
+from ._records import TERMINAL_STATUSES, RunRecord
+from ._restart_records import APPROVAL_TOPIC
+
+__all__ = ["StallReason", "stall_reason"]
+
+KINDS: Final = (
+    "running",
+    "timer",
+    "message",
+    "approval",
+    "child",
+    "backoff",
+    "pending",
+    "unclaimed",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StallReason:
+    """``kind`` (one of ``KINDS``), a sentence saying why, and when the run will next act
+    by itself (stored time text; None when it waits for something else to happen)."""
+
+    kind: str
+    text: str
+    next_at: str | None = None
+
+
+def stall_reason(run: RunRecord, now: datetime) -> StallReason | None:
+    """Why run ``run`` is where it is at ``now``; None for a finished run."""
+    if run["status"] in TERMINAL_STATUSES:
+        return None
+    stamp = to_db(now)
+    owner, expires = run["lease_owner"], run["lease_expires_at"]
+    held = owner is not None and expires is not None and expires > stamp
+    holder = f"; held by {owner} until {expires}" if held else ""
+    kind, ref, until = run["wait_kind"], run["wait_ref"], run["wait_until"]
+    deadline = f" (or until {until})" if until else ""
+    if kind == "timer":
+        return StallReason("timer", f"waiting on a timer until {until}{holder}", until)
+    if kind == "message" and ref == APPROVAL_TOPIC:
+        text = f"waiting for a person to decide a paused call{deadline}{holder}"
+        return StallReason("approval", text, until)
+    if kind == "message":
+        return StallReason("message", f"waiting for a message on {ref!r}{deadline}{holder}", until)
+    if kind == "child":
+        return StallReason("child", f"waiting for child run {ref} to finish{holder}", until)
+    retry_at = run["next_attempt_at"]
+    if retry_at is not None and retry_at > stamp and not held:
+        attempt = f"attempt {run['attempts']}"
+        ended = (
+            f"{attempt} failed ({run['last_error']})"
+            if run["last_error"]
+            else f"{attempt} ended without finishing the run"
+        )
+        text = f"backing off after {ended} until {retry_at}"
+        return StallReason("backoff", text, retry_at)
+    if held:
+        text = f"running: held by {owner} until {expires} (claimable then if that owner died)"
+        return StallReason("running", text, expires)
+    version = run["app_version"]
+    worker = "a ResumeWorker" + (f" that serves app version {version}" if version else "")
+    if run["status"] == "pending":
+        return StallReason("pending", f"not started: waiting for {worker} to claim it", None)
+    return StallReason("unclaimed", f"no live owner: waiting for {worker} to claim it", None)
