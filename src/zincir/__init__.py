@@ -53,6 +53,7 @@ from ._errors import (
     VersionDivergence,
     WorkerError,
     WorkflowSuspended,
+    WorkspaceDrift,
     ZincirError,
     ZincirSignal,
 )
@@ -86,6 +87,7 @@ from .runs import (
     ToolCall,
     Verification,
     VersionMigrations,
+    WorkspaceRevision,
     cancel_run,
     prune_runs,
 )
@@ -170,6 +172,8 @@ __all__ = [
     "WorkerError",
     "WorkflowContext",
     "WorkflowSuspended",
+    "WorkspaceDrift",
+    "WorkspaceRevision",
     "ZincirError",
     "ZincirSignal",
     "cancel_run",

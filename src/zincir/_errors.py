@@ -26,6 +26,7 @@
     ├── DuplicateToolCall
     ├── UnknownToolCall
     ├── CheckpointError
+    │   └── WorkspaceDrift           the workspace differs from the accepted checkpoint's
     ├── StepInProgress
     ├── RevisionConflict
     ├── RecordFormatError
@@ -110,6 +111,7 @@ __all__ = [
     "VersionDivergence",
     "WorkerError",
     "WorkflowSuspended",
+    "WorkspaceDrift",
     "ZincirError",
     "ZincirSignal",
 ]
@@ -302,6 +304,35 @@ class VersionDivergence(ZincirError):
             f"recorded {recorded} (position {position} of its recorded work) was not replayed "
             "yet: the run was started by other code; finish it on that code, or branch with "
             "patched()",
+            run_id=run_id,
+        )
+
+
+class WorkspaceDrift(CheckpointError):
+    """The workspace no longer holds what the run's latest accepted checkpoint recorded:
+    ``changed``, ``added`` and ``removed`` name the paths that differ (relative to it)."""
+
+    def __init__(
+        self,
+        accepted: str,
+        current: str,
+        changed: list[str],
+        added: list[str],
+        removed: list[str],
+        *,
+        run_id: str,
+    ) -> None:
+        self.accepted = accepted
+        self.current = current
+        self.changed = changed
+        self.added = added
+        self.removed = removed
+        self.paths = sorted([*changed, *added, *removed])
+        shown = ", ".join(self.paths[:10]) + (" …" if len(self.paths) > 10 else "")
+        super().__init__(
+            f"the workspace is at {current}, not at the accepted checkpoint's {accepted}: "
+            f"{len(changed)} changed, {len(added)} added, {len(removed)} removed ({shown}); "
+            "restore it (e.g. git checkout) or checkpoint the new state before resuming",
             run_id=run_id,
         )
 

@@ -86,6 +86,8 @@ EXPORTS = [
     "WorkerError",
     "WorkflowContext",
     "WorkflowSuspended",
+    "WorkspaceDrift",
+    "WorkspaceRevision",
     "ZincirError",
     "ZincirSignal",
     "cancel_run",

@@ -15,6 +15,7 @@ from ._types import (
 )
 from ._versions import VersionMigrations
 from ._worker import ResumeWorker
+from ._workspace import WorkspaceRevision
 
 __all__ = [
     "MIN_LEASE_TTL",
@@ -30,6 +31,7 @@ __all__ = [
     "Verification",
     "Verifier",
     "VersionMigrations",
+    "WorkspaceRevision",
     "cancel_run",
     "prune_runs",
     "response_entry",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import inspect
+import os
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
@@ -26,6 +29,7 @@ from ._types import (
     Verification,
 )
 from ._versions import app_version_or_default
+from ._workspace import WorkspaceRevision, check_folder, compare, snapshot
 
 __all__ = ["DEFAULT_LEASE_TTL", "AgentContext", "Verifier"]
 
@@ -187,16 +191,27 @@ class AgentContext:
         )
 
     async def checkpoint(
-        self, candidate: CheckpointCandidate | Mapping[str, Any], verify: Verifier
+        self,
+        candidate: CheckpointCandidate | Mapping[str, Any],
+        verify: Verifier,
+        *,
+        workspace: str | os.PathLike[str] | None = None,
     ) -> CheckpointOutcome:
         """Persist ``candidate``, run ``verify`` on it, then persist the decision.
 
         ``verify`` may be async or plain. If a candidate equal to this one is pending from
-        an interrupted attempt, it is verified instead of proposing a new round.
+        an interrupted attempt, it is verified instead of proposing a new round. With
+        ``workspace`` (a folder), zincir hashes what the folder really holds into
+        ``candidate.workspace``: the verifier sees it, and :meth:`check_workspace` compares
+        the folder with it when the run resumes.
         """
         run_id = self.run_id
         _check_verifier(verify, run_id)
         proposal = CheckpointCandidate.coerce(candidate, run_id=run_id)
+        if workspace is not None:
+            folder = check_folder(workspace, run_id=run_id)
+            revision = await asyncio.to_thread(snapshot, folder)
+            proposal = dataclasses.replace(proposal, workspace=revision)
         body = proposal.to_json()
         state_json = dumps(body, what="checkpoint candidate", run_id=run_id)
         pending = await self.store.proposed_checkpoint(run_id)
@@ -212,6 +227,21 @@ class AgentContext:
         proposed = await self.store.propose_checkpoint(self._lease, body, state_json)
         crash_point("checkpoint.proposed")
         return await self._decide(proposed, verify)
+
+    async def check_workspace(
+        self, workspace: str | os.PathLike[str] | None = None
+    ) -> WorkspaceRevision | None:
+        """Check that the workspace still holds what the latest accepted checkpoint bound
+        (its own folder, or ``workspace`` when it moved); WorkspaceDrift names the paths that
+        differ. None when no accepted checkpoint recorded a workspace."""
+        state = await self.state()
+        accepted = None if state.checkpoint is None else state.checkpoint.candidate.workspace
+        if accepted is None:
+            return None
+        folder = check_folder(accepted.path if workspace is None else workspace, run_id=self.run_id)
+        current = await asyncio.to_thread(snapshot, folder)
+        compare(accepted, current, self.run_id)
+        return current
 
     async def resume_checkpoint(self, verify: Verifier) -> CheckpointOutcome | None:
         """Verify the candidate a crash left pending; None if there is none."""

@@ -10,6 +10,7 @@ from typing import Any
 from .._errors import InvalidInput
 from .._validate import check_id
 from ..store import Event
+from ._workspace import WorkspaceRevision
 
 __all__ = [
     "Checkpoint",
@@ -68,6 +69,8 @@ class CheckpointCandidate:
     artifacts: Sequence[Any] = ()
     failed_attempts: Sequence[Any] = ()
     evidence: Any = None
+    workspace: WorkspaceRevision | None = None
+    """Set by zincir when checkpointing with ``workspace=``: what the folder really holds."""
 
     @classmethod
     def coerce(
@@ -96,22 +99,27 @@ class CheckpointCandidate:
         return cls(**value)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body = {
             "completed": list(self.completed),
             "remaining": list(self.remaining),
             "artifacts": list(self.artifacts),
             "failed_attempts": list(self.failed_attempts),
             "evidence": self.evidence,
         }
+        if self.workspace is not None:
+            body["workspace"] = self.workspace.to_json()
+        return body
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CheckpointCandidate:
+        workspace = data.get("workspace")
         return cls(
             completed=tuple(data.get("completed", ())),
             remaining=tuple(data.get("remaining", ())),
             artifacts=tuple(data.get("artifacts", ())),
             failed_attempts=tuple(data.get("failed_attempts", ())),
             evidence=data.get("evidence"),
+            workspace=None if workspace is None else WorkspaceRevision.from_json(workspace),
         )
 
 
