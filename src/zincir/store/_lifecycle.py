@@ -1,5 +1,5 @@
-"""The backend-neutral rules of ending runs from outside: which runs a cancellation reaches,
-which terminal runs a prune may delete, and every table that holds a run's rows."""
+"""The backend-neutral parts of ending runs from outside: a cancelled run's error text, how a
+prune batches whole runs and walks its candidates, and every table that holds a run's rows."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ __all__ = [
     "PruneBatch",
     "PruneReport",
     "cancelled_error_text",
+    "delete_whole_runs",
     "plan_batch",
     "prune_passes",
 ]
@@ -81,6 +82,29 @@ def plan_batch(candidates: Sequence[tuple[str, int]], max_events: int) -> PruneB
         chosen.append(run_id)
         total += events
     return PruneBatch(tuple(chosen), total)
+
+
+def delete_whole_runs(
+    execute: Callable[[str, tuple[object, ...]], Any],
+    run_ids: Sequence[str],
+    still_prunable: Callable[[str], tuple[str, tuple[object, ...]]],
+    deletes: Sequence[str],
+) -> tuple[list[str], int]:
+    """In the caller's transaction, delete each run that ``still_prunable(run_id)`` (a query
+    returning its last seq) still finds, running every statement of ``deletes`` with the run
+    id (its own row last); return the ids deleted and their events."""
+    deleted: list[str] = []
+    events = 0
+    for run_id in run_ids:
+        query, params = still_prunable(run_id)
+        row = execute(query, params).fetchone()
+        if row is None:
+            continue
+        for statement in deletes:
+            execute(statement, (run_id,))
+        deleted.append(run_id)
+        events += int(row[0])
+    return deleted, events
 
 
 async def prune_passes(read_page: PageReader, delete: BatchDeleter, max_events: int) -> PruneReport:

@@ -9,7 +9,13 @@ from functools import partial
 from typing import Any, Final
 
 from ..._time import to_db
-from .._lifecycle import RUN_TABLES, PruneReport, cancelled_error_text, prune_passes
+from .._lifecycle import (
+    RUN_TABLES,
+    PruneReport,
+    cancelled_error_text,
+    delete_whole_runs,
+    prune_passes,
+)
 from .._records import LIVE_STATUSES
 from .._run_rules import cancel_refused, cancelled_transition
 from ._base import Conn, PostgresBase, one
@@ -32,7 +38,10 @@ _CANCEL: Final = (
     f"WHERE id = %s AND {_LIVE} RETURNING last_seq"
 )
 _PAGE: Final = 1000  # candidates read per snapshot
-_DELETES: Final = tuple(f"DELETE FROM {table} WHERE {column} = %s" for table, column in RUN_TABLES)
+_DELETES: Final = (
+    *(f"DELETE FROM {table} WHERE {column} = %s" for table, column in RUN_TABLES),
+    "DELETE FROM agent_runs WHERE id = %s",
+)
 _STILL_PRUNABLE: Final = (
     "SELECT last_seq FROM agent_runs AS run WHERE id = %s AND status = ANY(%s) "
     "AND updated_at < %s AND NOT EXISTS "
@@ -103,17 +112,12 @@ class LifecycleOps(PostgresBase):
             return [(str(run_id), int(last_seq), at) for run_id, last_seq, at in rows]
 
         def delete(conn: Conn, run_ids: tuple[str, ...]) -> tuple[list[str], int]:
-            deleted, events = [], 0
-            for run_id in run_ids:
-                row = conn.execute(_STILL_PRUNABLE, (run_id, chosen, before)).fetchone()
-                if row is None:
-                    continue
-                for statement in _DELETES:
-                    conn.execute(statement, (run_id,))
-                conn.execute("DELETE FROM agent_runs WHERE id = %s", (run_id,))
-                deleted.append(run_id)
-                events += int(row[0])
-            return deleted, events
+            return delete_whole_runs(
+                conn.execute,
+                run_ids,
+                lambda run_id: (_STILL_PRUNABLE, (run_id, chosen, before)),
+                _DELETES,
+            )
 
         async def read_page(after: tuple[Any, str] | None) -> list[tuple[str, int, Any]]:
             return await self._read(partial(page, after=after), offload=True)

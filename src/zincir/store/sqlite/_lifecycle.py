@@ -11,7 +11,13 @@ from typing import Any, Final
 import apsw
 
 from ..._time import to_db
-from .._lifecycle import RUN_TABLES, PruneReport, cancelled_error_text, prune_passes
+from .._lifecycle import (
+    RUN_TABLES,
+    PruneReport,
+    cancelled_error_text,
+    delete_whole_runs,
+    prune_passes,
+)
 from .._records import LIVE_STATUSES
 from .._run_rules import cancel_refused, cancelled_transition
 from ._base import SQLiteBase, one
@@ -34,7 +40,10 @@ _CANCEL: Final = (
     f"WHERE id = ? AND {_LIVE} RETURNING last_seq"
 )
 _PAGE: Final = 1000  # candidates read per snapshot
-_DELETES: Final = tuple(f"DELETE FROM {table} WHERE {column} = ?" for table, column in RUN_TABLES)
+_DELETES: Final = (
+    *(f"DELETE FROM {table} WHERE {column} = ?" for table, column in RUN_TABLES),
+    "DELETE FROM agent_runs WHERE id = ?",
+)
 
 
 def _still_prunable(statuses: str) -> str:
@@ -112,17 +121,9 @@ class LifecycleOps(SQLiteBase):
             return [(str(run_id), int(last_seq), at) for run_id, last_seq, at in rows]
 
         def delete(conn: apsw.Connection, run_ids: tuple[str, ...]) -> tuple[list[str], int]:
-            deleted, events = [], 0
-            for run_id in run_ids:
-                row = conn.execute(check, (run_id, *chosen, cutoff)).fetchone()
-                if row is None:
-                    continue
-                for statement in _DELETES:
-                    conn.execute(statement, (run_id,))
-                conn.execute("DELETE FROM agent_runs WHERE id = ?", (run_id,))
-                deleted.append(run_id)
-                events += int(row[0])
-            return deleted, events
+            return delete_whole_runs(
+                conn.execute, run_ids, lambda run_id: (check, (run_id, *chosen, cutoff)), _DELETES
+            )
 
         async def read_page(after: tuple[Any, str] | None) -> list[tuple[str, int, Any]]:
             return await self._read(partial(page, after=after), offload=True)
