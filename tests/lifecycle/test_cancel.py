@@ -105,6 +105,8 @@ async def test_refusals_change_nothing(store: Store) -> None:
     for bad in (
         {"reason": "x" * 5000},
         {"reason": 42},
+        {"reason": "nul \x00 inside"},
+        {"reason": "lone \ud800 surrogate"},
         {"cascade": "yes"},
     ):
         with pytest.raises(InvalidInput):
