@@ -10,6 +10,7 @@ from ._errors import (
     ApprovalMismatch,
     ApprovalNotFound,
     ApprovalRequired,
+    BudgetExceeded,
     CallDeferred,
     CheckpointError,
     CommitUncertain,
@@ -78,6 +79,8 @@ from .durable import (
 )
 from .runs import (
     AgentContext,
+    Budget,
+    BudgetUsage,
     Checkpoint,
     CheckpointCandidate,
     CheckpointOutcome,
@@ -90,6 +93,7 @@ from .runs import (
     WorkspaceRevision,
     cancel_run,
     prune_runs,
+    set_budget,
 )
 from .store import Event, PruneReport, SQLiteStore, open_store
 from .workflow import ChildResult, ReceivedMessage, WorkflowContext, send_message
@@ -102,6 +106,9 @@ __all__ = [
     "ApprovalMismatch",
     "ApprovalNotFound",
     "ApprovalRequired",
+    "Budget",
+    "BudgetExceeded",
+    "BudgetUsage",
     "CallDeferred",
     "Checkpoint",
     "CheckpointCandidate",
@@ -182,4 +189,5 @@ __all__ = [
     "open_store",
     "prune_runs",
     "send_message",
+    "set_budget",
 ]

@@ -25,6 +25,7 @@
     │   └── FencedOut                a newer owner holds the run
     ├── DuplicateToolCall
     ├── UnknownToolCall
+    ├── BudgetExceeded               the run's budget stops its next action
     ├── CheckpointError
     │   └── WorkspaceDrift           the workspace differs from the accepted checkpoint's
     ├── StepInProgress
@@ -68,6 +69,7 @@ __all__ = [
     "ApprovalMismatch",
     "ApprovalNotFound",
     "ApprovalRequired",
+    "BudgetExceeded",
     "CallDeferred",
     "CheckpointError",
     "CommitUncertain",
@@ -306,6 +308,24 @@ class VersionDivergence(ZincirError):
             "patched()",
             run_id=run_id,
         )
+
+
+class BudgetExceeded(ZincirError):
+    """The run's budget stops its next action: ``exceeded`` names the limits, ``budget`` and
+    ``usage`` are the ones in force (a paused run resumes once its budget is raised)."""
+
+    def __init__(self, budget: Any, usage: Any, exceeded: list[str], *, run_id: str) -> None:
+        self.budget = budget
+        self.usage = usage
+        self.exceeded = exceeded
+        spent, limits = usage.to_dict(), budget.to_dict()
+        keys = [_BUDGET_KEYS.get(name, name) for name in exceeded]
+        detail = ", ".join(f"{key} {spent[key]} of {limits[key]}" for key in keys)
+        then = "it fails" if budget.on_exceed == "fail" else "paused until its budget is raised"
+        super().__init__(f"the run's budget is spent ({detail}); {then}", run_id=run_id)
+
+
+_BUDGET_KEYS = {"wall_time": "wall_time_s"}
 
 
 class WorkspaceDrift(CheckpointError):

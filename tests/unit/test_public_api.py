@@ -16,6 +16,9 @@ EXPORTS = [
     "ApprovalMismatch",
     "ApprovalNotFound",
     "ApprovalRequired",
+    "Budget",
+    "BudgetExceeded",
+    "BudgetUsage",
     "CallDeferred",
     "Checkpoint",
     "CheckpointCandidate",
@@ -96,6 +99,7 @@ EXPORTS = [
     "open_store",
     "prune_runs",
     "send_message",
+    "set_budget",
 ]
 
 

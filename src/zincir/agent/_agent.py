@@ -274,6 +274,9 @@ class Agent:
                 await store.set_run_wait(ctx.lease, None)  # no longer parked: it runs now
             after = earlier[-1].seq if earlier else 0  # only what taking the run appended
             events = earlier + await store.list_events(binding.run_id, after_seq=after)
+            ctx.seed_budget(events)
+            if binding.budget is not None:
+                await ctx.set_budget(binding.budget)
             logged = Logged.from_events(events)
             _check_conflicts(logged, proposals or {}, binding.run_id)
             decisions = {cid: Proposal(doc) for cid, doc in logged.proposals.items()}

@@ -10,6 +10,7 @@ from .._errors import InvalidInput
 from .._validate import check_id, check_lease_ttl
 from ..contract import OperationKind
 from ..durable import DurableRuntime
+from ..runs._budget import Budget
 from ..runs._versions import app_version_or_default
 from ..store import Store, as_store
 
@@ -68,7 +69,8 @@ class DurableBinding:
     ``step_namespace`` prefixes every step id (``ns.model.request``) without changing
     handler ids or sequences; ``store`` holds the run's row and lease (default: the
     runtime's own store); ``app_version`` is recorded on the run when it is created
-    (default ``$ZINCIR_APP_VERSION``, else unversioned).
+    (default ``$ZINCIR_APP_VERSION``, else unversioned); ``budget`` limits the run (set
+    when it differs from the one in force, so a larger one resumes a run it paused).
     """
 
     runtime: DurableRuntime
@@ -78,6 +80,7 @@ class DurableBinding:
     lease_ttl: timedelta = timedelta(seconds=30)
     store: Store | None = None
     app_version: str | None = None
+    budget: Budget | None = None
 
     def __post_init__(self) -> None:
         check_id(self.run_id, "a run id")
@@ -91,6 +94,8 @@ class DurableBinding:
         if self.step_namespace is not None:
             check_id(self.step_namespace, "a step namespace", run_id=self.run_id)
         object.__setattr__(self, "lease_ttl", check_lease_ttl(self.lease_ttl, run_id=self.run_id))
+        if self.budget is not None and not isinstance(self.budget, Budget):
+            raise InvalidInput("budget must be a zincir.Budget", run_id=self.run_id)
         version = app_version_or_default(self.app_version, run_id=self.run_id)
         object.__setattr__(self, "app_version", version)
 

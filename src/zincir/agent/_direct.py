@@ -37,6 +37,9 @@ class DirectExecutor:
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None:
         """Nothing to check: no handler is involved."""
 
+    async def before_tools(self, number: int) -> None:
+        """Nothing to check: a run without ``durable=`` has no budget."""
+
     async def model_request(
         self, number: int, request: ModelRequest, *, attempt: int = 0
     ) -> ModelResponse:

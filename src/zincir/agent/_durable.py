@@ -170,8 +170,16 @@ class DurableExecutor:
         self.refused: dict[str, str] = {}  # call id -> the digest its refused decision binds
 
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None:
-        """Re-check the route: the tools on offer may have changed."""
+        """Re-check the route (the tools on offer may have changed) and the run's budget
+        (BudgetExceeded, the run paused or failed, before the request is made)."""
         check_route(self.agent, self.binding, resolved, streaming=self.emit is not None)
+        if self.ctx is not None:
+            await self.ctx.check_budget("model")
+
+    async def before_tools(self, number: int) -> None:
+        """The run's budget, before the response's logged tool calls run."""
+        if self.ctx is not None:
+            await self.ctx.check_budget("tools")
 
     async def model_request(
         self, number: int, request: ModelRequest, *, attempt: int = 0

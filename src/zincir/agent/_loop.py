@@ -53,6 +53,7 @@ class Executor(Protocol):
     emit: Emit | None
 
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None: ...
+    async def before_tools(self, number: int) -> None: ...
     async def model_request(
         self, number: int, request: ModelRequest, *, attempt: int = 0
     ) -> ModelResponse: ...
@@ -210,6 +211,7 @@ async def run_loop(
                 "check the tool's schema and the instructions, or raise Agent(tool_retries=...)",
                 run_id=executor.run_id,
             )
+        await executor.before_tools(number)
         work = [_execute(agent, executor, number, p, decisions, known, deferred) for p in plans]
         if len(work) > 1:
             work = [_grouped(one) for one in work]

@@ -1,5 +1,6 @@
 """Runs: AgentContext, leases and fencing, the ResumeWorker and version migrations."""
 
+from ._budget import Budget, BudgetUsage, set_budget
 from ._context import AgentContext, Verifier
 from ._entries import response_entry, tool_result_entry
 from ._lease import MIN_LEASE_TTL, Lease
@@ -20,6 +21,8 @@ from ._workspace import WorkspaceRevision
 __all__ = [
     "MIN_LEASE_TTL",
     "AgentContext",
+    "Budget",
+    "BudgetUsage",
     "Checkpoint",
     "CheckpointCandidate",
     "CheckpointOutcome",
@@ -35,5 +38,6 @@ __all__ = [
     "cancel_run",
     "prune_runs",
     "response_entry",
+    "set_budget",
     "tool_result_entry",
 ]

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import inspect
 import os
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
@@ -16,7 +17,17 @@ from .._errors import CheckpointError, InvalidInput
 from .._json import dumps
 from .._replay import PATCH_MARKER, Replay, forget, register
 from .._validate import check_id, check_lease_ttl, check_optional_id, name_problem, printable
-from ..store import CheckpointRecord, Lease, NewEvent, Store, new_owner_id
+from ..store import CheckpointRecord, Event, Lease, NewEvent, Store, new_owner_id
+from ._budget import (
+    BUDGET_EVENT,
+    BUDGET_TOPIC,
+    EXCEEDED_EVENT,
+    Budget,
+    BudgetTracker,
+    BudgetUsage,
+    Moment,
+    budget_json,
+)
 from ._entries import response_entry, tool_result_entry
 from ._lease import Heartbeat
 from ._types import (
@@ -34,7 +45,15 @@ from ._workspace import WorkspaceRevision, check_folder, compare, snapshot
 __all__ = ["DEFAULT_LEASE_TTL", "AgentContext", "Verifier"]
 
 Verifier = Callable[[CheckpointCandidate], Awaitable[Verification] | Verification]
+
+
+def _check_budget_type(budget: object, run_id: str) -> None:
+    if budget is not None and not isinstance(budget, Budget):
+        raise InvalidInput(f"budget must be a zincir.Budget, not {budget!r}", run_id=run_id)
+
+
 DEFAULT_LEASE_TTL = timedelta(seconds=30)
+_UNBUDGETED_READS = 1.0  # seconds between log reads of a run with no budget in force
 
 
 class AgentContext:
@@ -51,6 +70,7 @@ class AgentContext:
         self._done = False
         # What earlier owners recorded and this context has replayed (none on a first lease).
         self.replay = Replay(store, lease.run_id, fresh=lease.token == 1)
+        self._budget: BudgetTracker | None = None  # folded from the log on first use
 
     @property
     def run_id(self) -> str:
@@ -87,8 +107,10 @@ class AgentContext:
         *,
         parent_id: str | None = None,
         app_version: str | None = None,
+        budget: Budget | None = None,
     ) -> AgentContext:
-        """Create a run (status ``running``) and take its lease.
+        """Create a run (status ``running``) and take its lease; with ``budget``, its
+        ``budget_set`` event is the run's second.
 
         RunExists if ``run_id`` is taken; RunNotFound if ``parent_id`` names no run.
         ``app_version`` is the version of the code starting it (default
@@ -98,6 +120,7 @@ class AgentContext:
         run_id = check_id(run_id, "a run id") if run_id is not None else str(uuid.uuid4())
         ttl = check_lease_ttl(lease_ttl, run_id=run_id)
         check_id(name, "a run name", run_id=run_id)
+        _check_budget_type(budget, run_id)
         if provider != "" and name_problem("provider", provider) is not None:
             raise InvalidInput(
                 f"provider must be a short text label: {name_problem('provider', provider)}",
@@ -115,14 +138,27 @@ class AgentContext:
             parent_id=parent,
             app_version=app_version_or_default(app_version, run_id=run_id),
         )
-        return cls._started(store, lease)
+        ctx = cls._started(store, lease)
+        if budget is not None:
+            await ctx.set_budget(budget)
+        return ctx
 
     @classmethod
     async def recover(
-        cls, store: Store, run_id: str, *, lease_ttl: timedelta | float = DEFAULT_LEASE_TTL
+        cls,
+        store: Store,
+        run_id: str,
+        *,
+        lease_ttl: timedelta | float = DEFAULT_LEASE_TTL,
+        budget: Budget | None = None,
     ) -> AgentContext:
-        """Take over a run whose lease is absent or expired (raises LeaseHeld otherwise)."""
-        return await cls._acquire(store, run_id, lease_ttl, force=False)
+        """Take over a run whose lease is absent or expired (raises LeaseHeld otherwise);
+        ``budget``, when it differs from the one in force, is set (raising it resumes a run
+        its budget paused)."""
+        ctx = await cls._acquire(store, run_id, lease_ttl, force=False)
+        if budget is not None:
+            await ctx.set_budget(budget)
+        return ctx
 
     @classmethod
     async def force_recover(
@@ -267,6 +303,76 @@ class AgentContext:
         await self.store.decide_checkpoint(self._lease, pending, accepted, verdict.evidence)
         crash_point("checkpoint.decided")
         return CheckpointOutcome(accepted, pending.id, pending.round, verdict.evidence)
+
+    # -- budgets ------------------------------------------------------------------------
+
+    async def set_budget(self, budget: Budget) -> None:
+        """Set the run's budget (a ``budget_set`` event): raised, lowered or first set.
+        Unchanged from the one in force, nothing is written."""
+        _check_budget_type(budget, self.run_id)
+        tracker = await self._budget_tracker()
+        if tracker.budget == budget:
+            return
+        self._heartbeat.check()
+        await self.store.append_events(
+            self._lease, [NewEvent(BUDGET_EVENT, budget_json(budget, self.run_id))]
+        )
+        tracker.budget = budget  # in force now; the next check reads the event back
+        tracker.read_at = 0.0
+
+    async def budget_usage(self) -> tuple[Budget | None, BudgetUsage]:
+        """The budget in force (None: unlimited) and what the run has spent, read from its
+        log: the same after any number of restarts and replays."""
+        tracker = await self._budget_tracker()
+        return tracker.budget, tracker.usage(self.store.now())
+
+    async def check_budget(self, before: Moment = "model") -> None:
+        """Raise BudgetExceeded when the budget stops the next action: a model request
+        (``"model"``), running logged tool calls (``"tools"``) or a step (``"step"``). The run
+        is first paused (parked until :func:`zincir.set_budget` raises it; a
+        ``budget_exceeded`` event records budget and usage) or failed, as the budget says."""
+        tracker = await self._budget_tracker()
+        error = tracker.check(self.store.now(), before, self.run_id)
+        if error is None:
+            return
+        event = {
+            "budget": error.budget.to_dict(),
+            "usage": error.usage.to_dict(),
+            "exceeded": error.exceeded,
+            "before": before,
+        }
+        body = dumps(event, what=EXCEEDED_EVENT, run_id=self.run_id)
+        self._heartbeat.check()
+        await self.store.append_events(self._lease, [NewEvent(EXCEEDED_EVENT, body)])
+        if error.budget.on_exceed == "fail":
+            await self.fail(str(error.detail))
+        else:
+            await self.store.set_run_wait(self._lease, "message", BUDGET_TOPIC)
+        raise error
+
+    def seed_budget(self, events: Iterable[Event]) -> None:
+        """Fold a log the caller has just read (a run being taken over), saving a read."""
+        if self._budget is None:
+            self._budget = BudgetTracker()
+        self._budget.fold(events)
+
+    async def _budget_tracker(self) -> BudgetTracker:
+        """The tracker, brought up to date with the log: one read of the events after the
+        last one folded, at each check while a budget is in force, else at most once a
+        second (a budget set from outside is picked up within that)."""
+        tracker = self._budget
+        first = tracker is None or tracker.created_at is None
+        if tracker is None:
+            tracker = self._budget = BudgetTracker()
+        if first:
+            run = await self.store.get_run(self.run_id)
+            if run is not None:
+                tracker.start(run["created_at"])
+        moment = time.monotonic()
+        if first or tracker.budget is not None or moment - tracker.read_at >= _UNBUDGETED_READS:
+            tracker.read_at = moment
+            tracker.fold(await self.store.list_events(self.run_id, after_seq=tracker.seq))
+        return tracker
 
     async def complete(self, result: Any = None) -> None:
         """Mark the run completed (with an optional JSON result) and clear its lease."""

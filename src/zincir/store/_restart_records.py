@@ -29,6 +29,8 @@ __all__ = [
 ]
 
 APPROVAL_TOPIC = "zincir.approval"
+BUDGET_TOPIC = "zincir.budget"
+"""The wait of a run paused because its budget ran out; setting its budget clears it."""
 """The topic of the message a decision sends its run (``zincir.agent.APPROVAL_TOPIC``): a run
 parked on it becomes claimable once a decision is recorded."""
 

@@ -22,6 +22,7 @@ __all__ = [
     "attempt_error",
     "attempt_failed",
     "attempts_spent",
+    "budget_refused",
     "cancel_refused",
     "cancelled_transition",
     "check_takeover",
@@ -157,4 +158,14 @@ def cancel_refused(run_id: str, status: str | None) -> Exception | None:
         return run_not_found(run_id)
     if status in ("completed", "failed"):
         return RunTerminal(f"the run is {status}; only a live run can be cancelled", run_id=run_id)
+    return None
+
+
+def budget_refused(run_id: str, status: str | None) -> Exception | None:
+    """Why run ``run_id`` (stored ``status``, None when absent) cannot take a new budget:
+    it is missing or finished; None when it is live."""
+    if status is None:
+        return run_not_found(run_id)
+    if status in TERMINAL_STATUSES:
+        return fence_error(run_id, 0, (status, 0))
     return None

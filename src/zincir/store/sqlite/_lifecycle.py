@@ -18,8 +18,9 @@ from .._lifecycle import (
     delete_whole_runs,
     prune_passes,
 )
-from .._records import LIVE_STATUSES
-from .._run_rules import cancel_refused, cancelled_transition
+from .._records import LIVE_STATUSES, NewEvent
+from .._restart_records import BUDGET_TOPIC
+from .._run_rules import budget_refused, cancel_refused, cancelled_transition
 from ._base import SQLiteBase, one
 from ._log import append_checked
 
@@ -38,6 +39,14 @@ _CANCEL: Final = (
     "lease_expires_at = NULL, wait_kind = NULL, wait_ref = NULL, wait_until = NULL, "
     "next_attempt_at = NULL, last_error = ?, updated_at = ? "
     f"WHERE id = ? AND {_LIVE} RETURNING last_seq"
+)
+_BUMP: Final = (
+    "UPDATE agent_runs SET last_seq = last_seq + 1, updated_at = ? "
+    f"WHERE id = ? AND {_LIVE} RETURNING last_seq"
+)
+_UNPARK: Final = (
+    "UPDATE agent_runs SET last_seq = last_seq + 1, updated_at = ?, wait_kind = NULL, "
+    f"wait_ref = NULL, wait_until = NULL WHERE id = ? AND {_LIVE} RETURNING last_seq"
 )
 _PAGE: Final = 1000  # candidates read per snapshot
 _DELETES: Final = (
@@ -132,3 +141,26 @@ class LifecycleOps(SQLiteBase):
             return await self._write(partial(delete, run_ids=run_ids))
 
         return await prune_passes(read_page, delete_batch, max_events)
+
+    async def set_run_budget(self, run_id: str, budget_json: str) -> int:
+        """Append ``budget_set`` (``budget_json``) to a live run's log from outside its
+        owner, and unpark it if it waits because its budget ran out; return the event's seq.
+        RunNotFound, or RunTerminal for a finished run, with nothing changed."""
+
+        def write(conn: apsw.Connection) -> int:
+            now = self.clock()
+            row = conn.execute(
+                "SELECT status, wait_kind, wait_ref FROM agent_runs WHERE id = ?", (run_id,)
+            ).fetchone()
+            refused = budget_refused(run_id, None if row is None else str(row[0]))
+            if refused is not None:
+                raise refused
+            assert row is not None  # budget_refused names a missing run
+            parked = (row[1], row[2]) == ("message", BUDGET_TOPIC)
+            (last_seq,) = one(conn, _UNPARK if parked else _BUMP, (to_db(now), run_id))
+            append_checked(
+                conn, now, [(run_id, int(last_seq) - 1, [NewEvent("budget_set", budget_json)])]
+            )
+            return int(last_seq)
+
+        return await self._write(write)
