@@ -186,3 +186,27 @@ def test_budget_across_a_sigkill(store_target: str, tmp_path: Path) -> None:
         f"model {n}" for n in range(21)
     ]
     assert time.time() > 0
+
+
+async def test_a_workflow_checks_its_budget_before_each_step(
+    fake_store: Store, clock: FakeClock
+) -> None:
+    from zincir import WorkflowContext
+
+    with pytest.raises(InvalidInput):
+        await WorkflowContext.open(fake_store, "wf", budget=60)  # type: ignore[arg-type]
+    assert await fake_store.get_run("wf") is None
+    wf = await WorkflowContext.open(fake_store, "wf", budget=Budget(wall_time=60))
+    ran: list[int] = []
+    await wf.step("one", lambda: ran.append(1))
+    clock.advance(61)
+    with pytest.raises(BudgetExceeded):
+        await wf.step("two", lambda: ran.append(2))
+    assert ran == [1]
+    await wf.close()
+    # Raised (here by the code that opens it again), the run goes on; "one" replays.
+    again = await WorkflowContext.open(fake_store, "wf", budget=Budget(wall_time=3600))
+    await again.step("one", lambda: ran.append(1))
+    await again.step("two", lambda: ran.append(2))
+    assert ran == [1, 2]
+    await again.complete()

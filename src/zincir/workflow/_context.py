@@ -27,6 +27,7 @@ from .._validate import (
     check_lease_ttl,
     check_positive_duration,
 )
+from ..runs._budget import Budget
 from ..runs._context import DEFAULT_LEASE_TTL, AgentContext
 from ..runs._versions import app_version_or_default
 from ..store import ChildResult, ReceivedMessage, Store, as_store, new_owner_id
@@ -71,6 +72,7 @@ class WorkflowContext:
     ) -> None:
         if not isinstance(agent, AgentContext):
             raise InvalidInput(f"expected an AgentContext, not {type(agent).__name__}")
+        self._budgeted = False  # opened with a budget: each step checks it first
         self._core = Core(
             agent,
             sleeper=_sleeper(sleeper),
@@ -93,8 +95,12 @@ class WorkflowContext:
         poll_interval: timedelta | float = DEFAULT_POLL_INTERVAL,
         suspend_waits: bool = False,
         app_version: str | None = None,
+        budget: Budget | None = None,
     ) -> WorkflowContext:
         """Create run ``run_id`` if absent, else take it over; raises LeaseHeld while live.
+
+        With ``budget`` (its ``wall_time`` counts from the run's creation), each step first
+        checks it: BudgetExceeded, the run paused or failed as the budget says.
 
         A created run records ``app_version`` (default ``$ZINCIR_APP_VERSION``, else none:
         unversioned); a run taken over keeps its own.
@@ -108,6 +114,8 @@ class WorkflowContext:
         ttl = check_lease_ttl(lease_ttl, run_id=run_id)
         check_id(name, "a run name", run_id=run_id)
         config_json = dumps({} if config is None else config, what="config", run_id=run_id)
+        if budget is not None and not isinstance(budget, Budget):
+            raise InvalidInput(f"budget must be a zincir.Budget, not {budget!r}", run_id=run_id)
         wait = _sleeper(sleeper)
         interval = _interval(poll_interval)
         version = app_version_or_default(app_version, run_id=run_id)
@@ -126,7 +134,11 @@ class WorkflowContext:
             except BaseException:
                 await agent.close()
                 raise
-        return cls(agent, sleeper=wait, poll_interval=interval, suspend_waits=suspend_waits)
+        workflow = cls(agent, sleeper=wait, poll_interval=interval, suspend_waits=suspend_waits)
+        if budget is not None:
+            await agent.set_budget(budget)
+            workflow._budgeted = True
+        return workflow
 
     @classmethod
     def from_agent(
@@ -179,6 +191,8 @@ class WorkflowContext:
         has not replayed, raises VersionDivergence before anything is claimed or run (the run
         was started by other code). Once every recorded step was replayed, new names run.
         """
+        if self._budgeted:
+            await self._core.agent.check_budget("step")
         return await run_step(self._core, name, fn)
 
     async def patched(self, patch_id: str) -> bool:
