@@ -191,4 +191,4 @@ async def set_budget(store: Store, run_id: str, budget: Budget) -> int:
     check_id(run_id)
     if not isinstance(budget, Budget):
         raise InvalidInput(f"budget must be a zincir.Budget, not {shown(budget)}", run_id=run_id)
-    return await store.set_run_budget(run_id, budget_json(budget, run_id))
+    return await store.append_operator_event(run_id, BUDGET_EVENT, budget_json(budget, run_id))

@@ -241,8 +241,8 @@ class DryStore:
     ) -> PruneReport:
         raise self._stop("prunes runs")
 
-    async def set_run_budget(self, run_id: str, budget_json: str) -> int:
-        raise self._stop(f"sets the budget of run {run_id!r}")
+    async def append_operator_event(self, run_id: str, kind: str, payload_json: str) -> int:
+        raise self._stop(f"adds {kind} to run {run_id!r}")
 
     async def append_events(self, lease: Lease, events: Sequence[NewEvent]) -> int:
         kinds = ", ".join(event.type for event in events) or "nothing"

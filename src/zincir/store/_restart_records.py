@@ -15,7 +15,9 @@ from ._records import TimeDecoder, driver_time, optional_time
 __all__ = [
     "APPROVAL_COLUMNS",
     "APPROVAL_TOPIC",
+    "BUDGET_TOPIC",
     "RESTART_COLUMNS",
+    "SPIN_TOPIC",
     "ApprovalRow",
     "NewApproval",
     "RestartRow",
@@ -31,6 +33,8 @@ __all__ = [
 APPROVAL_TOPIC = "zincir.approval"
 BUDGET_TOPIC = "zincir.budget"
 """The wait of a run paused because its budget ran out; setting its budget clears it."""
+SPIN_TOPIC = "zincir.spin"
+"""The wait of a run paused because it spins; acknowledging the spin clears it."""
 """The topic of the message a decision sends its run (``zincir.agent.APPROVAL_TOPIC``): a run
 parked on it becomes claimable once a decision is recorded."""
 

@@ -17,6 +17,7 @@ from .._errors import (
 )
 from .._json import dumps, encode_checked
 from ._records import TERMINAL_STATUSES, NewEvent
+from ._restart_records import BUDGET_TOPIC, SPIN_TOPIC
 
 __all__ = [
     "attempt_error",
@@ -29,6 +30,7 @@ __all__ = [
     "check_wait_kind",
     "claim_events",
     "fence_error",
+    "operator_event_topic",
     "run_exists_error",
     "run_not_found",
     "transition",
@@ -162,10 +164,26 @@ def cancel_refused(run_id: str, status: str | None) -> Exception | None:
 
 
 def budget_refused(run_id: str, status: str | None) -> Exception | None:
-    """Why run ``run_id`` (stored ``status``, None when absent) cannot take a new budget:
-    it is missing or finished; None when it is live."""
+    """Why run ``run_id`` (stored ``status``, None when absent) cannot take an operator's
+    event: it is missing or finished; None when it is live."""
     if status is None:
         return run_not_found(run_id)
     if status in TERMINAL_STATUSES:
         return fence_error(run_id, 0, (status, 0))
     return None
+
+
+_OPERATOR_EVENTS = {"budget_set": BUDGET_TOPIC, "spin_acknowledged": SPIN_TOPIC}
+
+
+def operator_event_topic(kind: str, run_id: str) -> str:
+    """The wait an operator's event of type ``kind`` ends; InvalidInput for any other
+    event (only these may be written to a run's log by someone other than its owner)."""
+    topic = _OPERATOR_EVENTS.get(kind)
+    if topic is None:
+        raise InvalidInput(
+            f"{kind!r} is not an event an operator may add to a run's log "
+            f"(one of {sorted(_OPERATOR_EVENTS)})",
+            run_id=run_id,
+        )
+    return topic

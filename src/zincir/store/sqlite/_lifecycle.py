@@ -19,8 +19,12 @@ from .._lifecycle import (
     prune_passes,
 )
 from .._records import LIVE_STATUSES, NewEvent
-from .._restart_records import BUDGET_TOPIC
-from .._run_rules import budget_refused, cancel_refused, cancelled_transition
+from .._run_rules import (
+    budget_refused,
+    cancel_refused,
+    cancelled_transition,
+    operator_event_topic,
+)
 from ._base import SQLiteBase, one
 from ._log import append_checked
 
@@ -142,10 +146,12 @@ class LifecycleOps(SQLiteBase):
 
         return await prune_passes(read_page, delete_batch, max_events)
 
-    async def set_run_budget(self, run_id: str, budget_json: str) -> int:
-        """Append ``budget_set`` (``budget_json``) to a live run's log from outside its
-        owner, and unpark it if it waits because its budget ran out; return the event's seq.
-        RunNotFound, or RunTerminal for a finished run, with nothing changed."""
+    async def append_operator_event(self, run_id: str, kind: str, payload_json: str) -> int:
+        """Append an operator's event (``budget_set``, ``spin_acknowledged``) to a live
+        run's log from outside its owner, and unpark the run if it waits for that event;
+        return the event's seq. RunNotFound, or RunTerminal for a finished run, with nothing
+        changed."""
+        topic = operator_event_topic(kind, run_id)
 
         def write(conn: apsw.Connection) -> int:
             now = self.clock()
@@ -156,11 +162,9 @@ class LifecycleOps(SQLiteBase):
             if refused is not None:
                 raise refused
             assert row is not None  # budget_refused names a missing run
-            parked = (row[1], row[2]) == ("message", BUDGET_TOPIC)
+            parked = (row[1], row[2]) == ("message", topic)
             (last_seq,) = one(conn, _UNPARK if parked else _BUMP, (to_db(now), run_id))
-            append_checked(
-                conn, now, [(run_id, int(last_seq) - 1, [NewEvent("budget_set", budget_json)])]
-            )
+            append_checked(conn, now, [(run_id, int(last_seq) - 1, [NewEvent(kind, payload_json)])])
             return int(last_seq)
 
         return await self._write(write)
