@@ -26,6 +26,7 @@
     ├── DuplicateToolCall
     ├── UnknownToolCall
     ├── BudgetExceeded               the run's budget stops its next action
+    ├── SpinDetected                 the run loops without progress
     ├── CheckpointError
     │   └── WorkspaceDrift           the workspace differs from the accepted checkpoint's
     ├── StepInProgress
@@ -103,6 +104,7 @@ __all__ = [
     "RunTerminal",
     "SchemaTooNew",
     "SensitiveHeader",
+    "SpinDetected",
     "StepInProgress",
     "StoreError",
     "StoreUnavailable",
@@ -326,6 +328,18 @@ class BudgetExceeded(ZincirError):
 
 
 _BUDGET_KEYS = {"wall_time": "wall_time_s"}
+
+
+class SpinDetected(ZincirError):
+    """The run loops without progress: ``rule`` is the one it broke (``repeated_call``,
+    ``repeated_response``, ``rounds_without_checkpoint``), ``evidence`` what showed it."""
+
+    def __init__(self, rule: str, finding: str, evidence: dict[str, Any], *, run_id: str) -> None:
+        self.rule = rule
+        self.finding = finding
+        self.evidence = evidence
+        shown = ", ".join(f"{key} {value}" for key, value in evidence.items())
+        super().__init__(f"the run is spinning: {rule} ({shown})", run_id=run_id)
 
 
 class WorkspaceDrift(CheckpointError):

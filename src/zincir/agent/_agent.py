@@ -274,7 +274,7 @@ class Agent:
                 await store.set_run_wait(ctx.lease, None)  # no longer parked: it runs now
             after = earlier[-1].seq if earlier else 0  # only what taking the run appended
             events = earlier + await store.list_events(binding.run_id, after_seq=after)
-            ctx.seed_budget(events)
+            ctx.seed_guards(events)
             if binding.budget is not None:
                 await ctx.set_budget(binding.budget)
             logged = Logged.from_events(events)

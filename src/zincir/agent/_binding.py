@@ -11,6 +11,7 @@ from .._validate import check_id, check_lease_ttl
 from ..contract import OperationKind
 from ..durable import DurableRuntime
 from ..runs._budget import Budget
+from ..runs._spin import SpinRules
 from ..runs._versions import app_version_or_default
 from ..store import Store, as_store
 
@@ -70,7 +71,8 @@ class DurableBinding:
     handler ids or sequences; ``store`` holds the run's row and lease (default: the
     runtime's own store); ``app_version`` is recorded on the run when it is created
     (default ``$ZINCIR_APP_VERSION``, else unversioned); ``budget`` limits the run (set
-    when it differs from the one in force, so a larger one resumes a run it paused).
+    when it differs from the one in force, so a larger one resumes a run it paused);
+    ``spin`` judges the run for spinning before each model request and tool batch.
     """
 
     runtime: DurableRuntime
@@ -81,6 +83,7 @@ class DurableBinding:
     store: Store | None = None
     app_version: str | None = None
     budget: Budget | None = None
+    spin: SpinRules | None = None
 
     def __post_init__(self) -> None:
         check_id(self.run_id, "a run id")
@@ -96,6 +99,8 @@ class DurableBinding:
         object.__setattr__(self, "lease_ttl", check_lease_ttl(self.lease_ttl, run_id=self.run_id))
         if self.budget is not None and not isinstance(self.budget, Budget):
             raise InvalidInput("budget must be a zincir.Budget", run_id=self.run_id)
+        if self.spin is not None and not isinstance(self.spin, SpinRules):
+            raise InvalidInput("spin must be zincir.SpinRules", run_id=self.run_id)
         version = app_version_or_default(self.app_version, run_id=self.run_id)
         object.__setattr__(self, "app_version", version)
 

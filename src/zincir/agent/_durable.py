@@ -61,6 +61,7 @@ from ..contract.payloads import (
 )
 from ..durable import LocalRuntime
 from ..runs import AgentContext, ToolCall, response_entry, tool_result_entry
+from ..runs._budget import Moment
 from ..store import Event, LogEntry, NewApproval, NewEvent, ResponseEntry
 from ._approval import APPROVAL_TOPIC, Execution, PausedRun, args_sha256
 from ._binding import DurableBinding
@@ -170,16 +171,22 @@ class DurableExecutor:
         self.refused: dict[str, str] = {}  # call id -> the digest its refused decision binds
 
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None:
-        """Re-check the route (the tools on offer may have changed) and the run's budget
-        (BudgetExceeded, the run paused or failed, before the request is made)."""
+        """Re-check the route (the tools on offer may have changed), the run's budget and
+        spin rules (BudgetExceeded, SpinDetected: before the request is made)."""
         check_route(self.agent, self.binding, resolved, streaming=self.emit is not None)
-        if self.ctx is not None:
-            await self.ctx.check_budget("model")
+        await self._guard("model")
 
     async def before_tools(self, number: int) -> None:
-        """The run's budget, before the response's logged tool calls run."""
-        if self.ctx is not None:
-            await self.ctx.check_budget("tools")
+        """The run's budget and spin rules, before the response's logged tool calls run."""
+        await self._guard("tools")
+
+    async def _guard(self, before: Moment) -> None:
+        ctx = self.ctx
+        if ctx is None:
+            return  # a finished run's replay: nothing runs
+        await ctx.check_budget(before)
+        if self.binding.spin is not None:
+            await ctx.check_spin(self.binding.spin)
 
     async def model_request(
         self, number: int, request: ModelRequest, *, attempt: int = 0

@@ -5,6 +5,7 @@ from ._context import AgentContext, Verifier
 from ._entries import response_entry, tool_result_entry
 from ._lease import MIN_LEASE_TTL, Lease
 from ._lifecycle import cancel_run, prune_runs
+from ._spin import SpinRules, acknowledge_spin
 from ._types import (
     Checkpoint,
     CheckpointCandidate,
@@ -30,11 +31,13 @@ __all__ = [
     "Lease",
     "PendingCheckpoint",
     "ResumeWorker",
+    "SpinRules",
     "ToolCall",
     "Verification",
     "Verifier",
     "VersionMigrations",
     "WorkspaceRevision",
+    "acknowledge_spin",
     "cancel_run",
     "prune_runs",
     "response_entry",

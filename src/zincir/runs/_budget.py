@@ -9,24 +9,25 @@ which also wakes a run parked because its budget ran out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Final, Literal
 
-from .._errors import BudgetExceeded, InvalidInput
+from .._errors import InvalidInput
 from .._json import dumps
-from .._time import from_db
 from .._validate import check_id, int_problem, shown
-from ..store import Event, Store, as_store
+from ..store import Store, as_store
 
 __all__ = [
     "BUDGET_EVENT",
     "BUDGET_TOPIC",
     "EXCEEDED_EVENT",
     "Budget",
-    "BudgetTracker",
     "BudgetUsage",
+    "budget_json",
+    "count",
+    "exceeded",
     "set_budget",
 ]
 
@@ -125,57 +126,8 @@ def exceeded(budget: Budget, usage: BudgetUsage, moment: Moment) -> list[str]:
     return over
 
 
-class BudgetTracker:
-    """The budget in force and the usage so far, folded from a run's log once and then
-    from each event appended after."""
-
-    def __init__(self) -> None:
-        self.budget: Budget | None = None
-        self.tokens = 0
-        self.tool_calls = 0
-        self.model_requests = 0
-        self.seq = 0
-        self.created_at: datetime | None = None
-        self.read_at = 0.0  # time.monotonic() of the last read of the log
-
-    def fold(self, events: Iterable[Event]) -> None:
-        for event in events:
-            if event.seq <= self.seq:
-                continue
-            self.seq = event.seq
-            payload = event.payload if isinstance(event.payload, dict) else {}
-            if event.type == "llm_call":
-                self.model_requests += 1
-                usage = payload.get("usage") or {}
-                self.tokens += _count(usage.get("input_tokens")) + _count(
-                    usage.get("output_tokens")
-                )
-            elif event.type == "tool_call":
-                self.tool_calls += 1
-            elif event.type == BUDGET_EVENT:
-                self.budget = Budget.from_dict(payload)
-
-    def usage(self, now: datetime) -> BudgetUsage:
-        started = self.created_at or now
-        return BudgetUsage(
-            self.tokens, self.tool_calls, self.model_requests, max(now - started, timedelta(0))
-        )
-
-    def check(self, now: datetime, moment: Moment, run_id: str) -> BudgetExceeded | None:
-        """The error of a run whose budget stops its next action, else None."""
-        if self.budget is None:
-            return None
-        usage = self.usage(now)
-        over = exceeded(self.budget, usage, moment)
-        if not over:
-            return None
-        return BudgetExceeded(self.budget, usage, over, run_id=run_id)
-
-    def start(self, created_at: str) -> None:
-        self.created_at = from_db(created_at)
-
-
-def _count(value: object) -> int:
+def count(value: object) -> int:
+    """A token counter as logged: an int, anything else 0."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import logging
 import os
 import time
 import uuid
@@ -18,18 +19,20 @@ from .._json import dumps
 from .._replay import PATCH_MARKER, Replay, forget, register
 from .._validate import check_id, check_lease_ttl, check_optional_id, name_problem, printable
 from ..store import CheckpointRecord, Event, Lease, NewEvent, Store, new_owner_id
+from ..store._restart_records import SPIN_TOPIC
 from ._budget import (
     BUDGET_EVENT,
     BUDGET_TOPIC,
     EXCEEDED_EVENT,
     Budget,
-    BudgetTracker,
     BudgetUsage,
     Moment,
     budget_json,
 )
 from ._entries import response_entry, tool_result_entry
+from ._guards import Guards
 from ._lease import Heartbeat
+from ._spin import SPIN_EVENT, SpinRules
 from ._types import (
     Checkpoint,
     CheckpointCandidate,
@@ -53,6 +56,7 @@ def _check_budget_type(budget: object, run_id: str) -> None:
 
 
 DEFAULT_LEASE_TTL = timedelta(seconds=30)
+log = logging.getLogger("zincir.guards")
 _UNBUDGETED_READS = 1.0  # seconds between log reads of a run with no budget in force
 
 
@@ -70,7 +74,7 @@ class AgentContext:
         self._done = False
         # What earlier owners recorded and this context has replayed (none on a first lease).
         self.replay = Replay(store, lease.run_id, fresh=lease.token == 1)
-        self._budget: BudgetTracker | None = None  # folded from the log on first use
+        self._guards: Guards | None = None  # folded from the log on first use
 
     @property
     def run_id(self) -> str:
@@ -304,13 +308,13 @@ class AgentContext:
         crash_point("checkpoint.decided")
         return CheckpointOutcome(accepted, pending.id, pending.round, verdict.evidence)
 
-    # -- budgets ------------------------------------------------------------------------
+    # -- budgets and spin detection ----------------------------------------------------
 
     async def set_budget(self, budget: Budget) -> None:
         """Set the run's budget (a ``budget_set`` event): raised, lowered or first set.
         Unchanged from the one in force, nothing is written."""
         _check_budget_type(budget, self.run_id)
-        tracker = await self._budget_tracker()
+        tracker = await self._fold_guards()
         if tracker.budget == budget:
             return
         self._heartbeat.check()
@@ -323,7 +327,7 @@ class AgentContext:
     async def budget_usage(self) -> tuple[Budget | None, BudgetUsage]:
         """The budget in force (None: unlimited) and what the run has spent, read from its
         log: the same after any number of restarts and replays."""
-        tracker = await self._budget_tracker()
+        tracker = await self._fold_guards()
         return tracker.budget, tracker.usage(self.store.now())
 
     async def check_budget(self, before: Moment = "model") -> None:
@@ -331,7 +335,7 @@ class AgentContext:
         (``"model"``), running logged tool calls (``"tools"``) or a step (``"step"``). The run
         is first paused (parked until :func:`zincir.set_budget` raises it; a
         ``budget_exceeded`` event records budget and usage) or failed, as the budget says."""
-        tracker = await self._budget_tracker()
+        tracker = await self._fold_guards()
         error = tracker.check(self.store.now(), before, self.run_id)
         if error is None:
             return
@@ -350,26 +354,55 @@ class AgentContext:
             await self.store.set_run_wait(self._lease, "message", BUDGET_TOPIC)
         raise error
 
-    def seed_budget(self, events: Iterable[Event]) -> None:
-        """Fold a log the caller has just read (a run being taken over), saving a read."""
-        if self._budget is None:
-            self._budget = BudgetTracker()
-        self._budget.fold(events)
+    async def check_spin(self, rules: SpinRules) -> None:
+        """Judge the run against ``rules``: on a finding, ``warn`` logs a ``spin_detected``
+        event (once per finding until acknowledged), ``pause`` also parks the run (until
+        :func:`zincir.acknowledge_spin`) and raises SpinDetected, ``fail`` fails it and
+        raises."""
+        if not isinstance(rules, SpinRules):
+            raise InvalidInput(f"rules must be zincir.SpinRules, not {rules!r}", run_id=self.run_id)
+        tracker = await self._fold_guards(eager=True)
+        found = tracker.spin.finding(rules, self.run_id)
+        if found is None:
+            return
+        if rules.action == "warn" and found.finding in tracker.spin.reported:
+            return
+        event = {"rule": found.rule, "finding": found.finding, "evidence": found.evidence}
+        event["action"] = rules.action
+        body = dumps(event, what=SPIN_EVENT, run_id=self.run_id)
+        self._heartbeat.check()
+        await self.store.append_events(self._lease, [NewEvent(SPIN_EVENT, body)])
+        tracker.spin.reported.add(found.finding)
+        if rules.action == "warn":
+            log.warning("%s", found)
+            return
+        if rules.action == "fail":
+            await self.fail(str(found.detail))
+        else:
+            await self.store.set_run_wait(self._lease, "message", SPIN_TOPIC)
+        raise found
 
-    async def _budget_tracker(self) -> BudgetTracker:
-        """The tracker, brought up to date with the log: one read of the events after the
-        last one folded, at each check while a budget is in force, else at most once a
-        second (a budget set from outside is picked up within that)."""
-        tracker = self._budget
+    def seed_guards(self, events: Iterable[Event]) -> None:
+        """Fold a log the caller has just read (a run being taken over), saving a read."""
+        if self._guards is None:
+            self._guards = Guards()
+        self._guards.fold(events)
+
+    async def _fold_guards(self, *, eager: bool = False) -> Guards:
+        """The guards, brought up to date with the log: one read of the events after the
+        last one folded, at each check while a budget is in force (or ``eager``), else at
+        most once a second (a budget set from outside is picked up within that)."""
+        tracker = self._guards
         first = tracker is None or tracker.created_at is None
         if tracker is None:
-            tracker = self._budget = BudgetTracker()
+            tracker = self._guards = Guards()
         if first:
             run = await self.store.get_run(self.run_id)
             if run is not None:
                 tracker.start(run["created_at"])
         moment = time.monotonic()
-        if first or tracker.budget is not None or moment - tracker.read_at >= _UNBUDGETED_READS:
+        stale = moment - tracker.read_at >= _UNBUDGETED_READS
+        if first or eager or tracker.budget is not None or stale:
             tracker.read_at = moment
             tracker.fold(await self.store.list_events(self.run_id, after_seq=tracker.seq))
         return tracker
