@@ -95,10 +95,11 @@ from .runs import (
     WorkspaceRevision,
     acknowledge_spin,
     cancel_run,
+    compact_run,
     prune_runs,
     set_budget,
 )
-from .store import Event, PruneReport, SQLiteStore, open_store
+from .store import CompactReport, Event, PruneReport, SQLiteStore, open_store
 from .workflow import ChildResult, ReceivedMessage, WorkflowContext, send_message
 
 __all__ = [
@@ -120,6 +121,7 @@ __all__ = [
     "ChildResult",
     "CommandHandler",
     "CommitUncertain",
+    "CompactReport",
     "ConnectionLost",
     "DatabaseCorrupt",
     "DatabaseReadOnly",
@@ -190,6 +192,7 @@ __all__ = [
     "ZincirSignal",
     "acknowledge_spin",
     "cancel_run",
+    "compact_run",
     "decode_record",
     "encode_record",
     "open_store",

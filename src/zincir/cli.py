@@ -1,5 +1,5 @@
-"""The ``zincir`` command line: demo, runs, threads, approvals, migrate, prune, worker,
-check-compat, ui."""
+"""The ``zincir`` command line: demo, runs, threads, approvals, migrate, prune, compact,
+worker, check-compat, ui."""
 
 from __future__ import annotations
 
@@ -244,6 +244,33 @@ def prune(database: str, older_than: timedelta, statuses: str, batch_events: int
     click.echo(
         f"pruned {report.runs} runs ({report.events} events) in {report.batches} "
         f"transactions; the longest held the database {report.longest_batch_ms:.1f} ms"
+    )
+
+
+@main.command("compact")
+@database_option
+@click.argument("run_id")
+@click.option(
+    "--batch-events",
+    type=click.IntRange(1, 1_000_000),
+    default=DEFAULT_PRUNE_BATCH_EVENTS,
+    show_default=True,
+    help="Events moved per transaction.",
+)
+def compact(database: str, run_id: str, batch_events: int) -> None:
+    """Move a run's events before its latest accepted checkpoint to the archive."""
+    from .runs import compact_run
+
+    check_id(run_id, "RUN_ID")
+    report = _with_store(
+        database, lambda store: compact_run(store, run_id, batch_events=batch_events)
+    )
+    if report.batches == 0 and report.through_seq == 0:
+        click.echo(f"run {run_id} has no accepted checkpoint; nothing was archived")
+        return
+    click.echo(
+        f"archived {report.archived} events of run {run_id} through seq {report.through_seq} "
+        f"in {report.batches} transactions ({report.kept} open tool intents kept live)"
     )
 
 

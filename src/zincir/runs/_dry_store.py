@@ -24,6 +24,7 @@ from ..store import (
     CheckpointRecord,
     ChildOutcome,
     ChildResult,
+    CompactReport,
     Event,
     GraphCheckpointQuery,
     GraphCheckpointRow,
@@ -243,6 +244,9 @@ class DryStore:
 
     async def append_operator_event(self, run_id: str, kind: str, payload_json: str) -> int:
         raise self._stop(f"adds {kind} to run {run_id!r}")
+
+    async def compact_run(self, run_id: str, *, max_events: int) -> CompactReport:
+        raise self._stop(f"compacts run {run_id!r}")
 
     async def append_events(self, lease: Lease, events: Sequence[NewEvent]) -> int:
         kinds = ", ".join(event.type for event in events) or "nothing"

@@ -1,6 +1,6 @@
-"""Ending runs from outside the process that runs them: cancelling a live run (and its
-children) and pruning old terminal runs. Both check their input before anything is read or
-written."""
+"""Operator actions on runs from outside the process that runs them: cancelling a live run
+(and its children), pruning old terminal runs, compacting a long run's log. Each checks its
+input before anything is read or written."""
 
 from __future__ import annotations
 
@@ -10,9 +10,15 @@ from typing import Final
 
 from .._errors import InvalidInput
 from .._validate import check_count, check_duration, check_id, shown, utf8
-from ..store import TERMINAL_STATUSES, PruneReport, Store, as_store
+from ..store import TERMINAL_STATUSES, CompactReport, PruneReport, Store, as_store
 
-__all__ = ["DEFAULT_PRUNE_BATCH_EVENTS", "MAX_REASON_CHARS", "cancel_run", "prune_runs"]
+__all__ = [
+    "DEFAULT_PRUNE_BATCH_EVENTS",
+    "MAX_REASON_CHARS",
+    "cancel_run",
+    "compact_run",
+    "prune_runs",
+]
 
 MAX_REASON_CHARS: Final = 2000
 DEFAULT_PRUNE_BATCH_EVENTS: Final = 2000
@@ -79,3 +85,17 @@ async def prune_runs(
     return await store.prune_runs(
         before=store.now() - age, statuses=chosen, max_events=batch_events
     )
+
+
+async def compact_run(
+    store: Store, run_id: str, *, batch_events: int = DEFAULT_PRUNE_BATCH_EVENTS
+) -> CompactReport:
+    """Move a run's events up to its latest accepted checkpoint's decision out of the live
+    log into the archive, ``batch_events`` per transaction. Nothing a reader relies on
+    changes: ``state()`` reads only what follows the checkpoint, the whole log still reads
+    back in seq order (both parts merged), tool intents waiting for a result stay live, and
+    a tool call id stays used. A run without an accepted checkpoint is left as it is."""
+    as_store(store)
+    check_id(run_id)
+    check_count(batch_events, "batch_events", run_id=run_id)
+    return await store.compact_run(run_id, max_events=batch_events)

@@ -20,7 +20,7 @@ from ._langgraph_records import (
     NewGraphCheckpoint,
     ThreadLease,
 )
-from ._lifecycle import PruneReport
+from ._lifecycle import CompactReport, PruneReport
 from ._operation_records import (
     NewOperation,
     OperationClaim,
@@ -66,6 +66,7 @@ __all__ = [
     "CheckpointRecord",
     "ChildOutcome",
     "ChildResult",
+    "CompactReport",
     "Event",
     "GraphCheckpointQuery",
     "GraphCheckpointRow",

@@ -11,9 +11,11 @@ from typing import Any, Final
 
 __all__ = [
     "RUN_TABLES",
+    "CompactReport",
     "PruneBatch",
     "PruneReport",
     "cancelled_error_text",
+    "compact_windows",
     "delete_whole_runs",
     "plan_batch",
     "prune_passes",
@@ -26,6 +28,7 @@ BatchDeleter = Callable[[tuple[str, ...]], Awaitable[tuple[list[str], int]]]
 
 RUN_TABLES: Final = (
     ("events", "run_id"),
+    ("archived_events", "run_id"),
     ("open_intents", "run_id"),
     ("checkpoints", "run_id"),
     ("steps", "run_id"),
@@ -128,3 +131,40 @@ async def prune_passes(read_page: PageReader, delete: BatchDeleter, max_events: 
                 await asyncio.sleep(0)
         if report.runs == before_pass:
             return report
+
+
+@dataclass(slots=True)
+class CompactReport:
+    """What compacting a run moved: its events up to ``through_seq`` (the latest accepted
+    checkpoint's decision) went to the archive, but for ``kept`` open intents."""
+
+    run_id: str
+    through_seq: int = 0
+    archived: int = 0
+    kept: int = 0
+    batches: int = 0
+    longest_batch_ms: float = 0.0
+
+
+Mover = Callable[[int, int], Awaitable[int]]
+"""Archives the run's movable events with low < seq <= high in one transaction: how many."""
+
+
+async def compact_windows(
+    report: CompactReport, first_live: int, move: Mover, max_events: int
+) -> CompactReport:
+    """Move the events from ``first_live`` through ``report.through_seq`` in seq windows of
+    ``max_events``, a transaction each, yielding to the event loop between them."""
+    low = first_live - 1
+    while low < report.through_seq:
+        high = min(low + max_events, report.through_seq)
+        started = time.perf_counter()
+        moved = await move(low, high)
+        if moved:
+            report.archived += moved
+            report.batches += 1
+            elapsed = (time.perf_counter() - started) * 1000
+            report.longest_batch_ms = max(report.longest_batch_ms, elapsed)
+        low = high
+        await asyncio.sleep(0)
+    return report

@@ -22,7 +22,7 @@ from ._langgraph_records import (
     NewGraphCheckpoint,
     ThreadLease,
 )
-from ._lifecycle import PruneReport
+from ._lifecycle import CompactReport, PruneReport
 from ._operation_records import (
     NewOperation,
     OperationClaim,
@@ -115,6 +115,7 @@ class Store(Protocol):
         self, *, before: datetime, statuses: Collection[str], max_events: int
     ) -> PruneReport: ...
     async def append_operator_event(self, run_id: str, kind: str, payload_json: str) -> int: ...
+    async def compact_run(self, run_id: str, *, max_events: int) -> CompactReport: ...
     async def get_run(self, run_id: str) -> RunRecord | None: ...
     async def list_runs(self, limit: int = 100, status: str | None = None) -> list[RunRecord]: ...
     async def list_events(

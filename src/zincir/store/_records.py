@@ -7,6 +7,7 @@ records carry aware datetimes and decoded JSON values.
 
 from __future__ import annotations
 
+import heapq
 import os
 import socket
 import uuid
@@ -37,6 +38,7 @@ __all__ = [
     "checkpoint_record",
     "driver_time",
     "event_record",
+    "merge_logs",
     "new_owner_id",
     "optional_time",
 ]
@@ -202,3 +204,9 @@ class RunState:
     last_seq: int
     checkpoint: CheckpointRecord | None
     events: list[Event]
+
+
+def merge_logs(archived: list[Event], live: list[Event], limit: int | None) -> list[Event]:
+    """A run's log in seq order from its archived and live parts (at most ``limit``)."""
+    merged = list(heapq.merge(archived, live, key=lambda event: event.seq))
+    return merged if limit is None else merged[:limit]

@@ -11,8 +11,10 @@ from typing import Any, Final
 from ..._time import to_db
 from .._lifecycle import (
     RUN_TABLES,
+    CompactReport,
     PruneReport,
     cancelled_error_text,
+    compact_windows,
     delete_whole_runs,
     prune_passes,
 )
@@ -22,6 +24,7 @@ from .._run_rules import (
     cancel_refused,
     cancelled_transition,
     operator_event_topic,
+    run_not_found,
 )
 from ._base import Conn, PostgresBase, one
 from ._log import append_checked
@@ -50,6 +53,23 @@ _UNPARK: Final = (
     "UPDATE agent_runs SET last_seq = last_seq + 1, updated_at = zincir_now(), wait_kind = NULL, "
     f"wait_ref = NULL, wait_until = NULL WHERE id = %s AND {_LIVE} RETURNING last_seq"
 )
+_RUN_EXISTS: Final = "SELECT 1 FROM agent_runs WHERE id = %s"
+_LATEST_ACCEPTED: Final = (
+    "SELECT decided_seq FROM checkpoints WHERE run_id = %s AND status = 'accepted' "
+    "ORDER BY round DESC LIMIT 1"
+)
+_FIRST_LIVE: Final = "SELECT MIN(seq) FROM events WHERE run_id = %s"
+_OPEN_BEFORE: Final = "SELECT COUNT(*) FROM open_intents WHERE run_id = %s AND seq <= %s"
+_MOVABLE: Final = (
+    "WHERE e.run_id = %s AND e.seq > %s AND e.seq <= %s AND "
+    "NOT EXISTS (SELECT 1 FROM open_intents AS o WHERE o.run_id = e.run_id AND o.seq = e.seq)"
+)
+_ARCHIVE: Final = (
+    "INSERT INTO archived_events (run_id, seq, type, payload, created_at, tool_call_id) "
+    f"SELECT e.run_id, e.seq, e.type, e.payload, e.created_at, e.tool_call_id FROM events AS e "
+    f"{_MOVABLE}"
+)
+_UNLOG: Final = f"DELETE FROM events AS e {_MOVABLE}"
 _PAGE: Final = 1000  # candidates read per snapshot
 _DELETES: Final = (
     *(f"DELETE FROM {table} WHERE {column} = %s" for table, column in RUN_TABLES),
@@ -163,3 +183,35 @@ class LifecycleOps(PostgresBase):
             return int(last_seq)
 
         return await self._write(write)
+
+    async def compact_run(self, run_id: str, *, max_events: int) -> CompactReport:
+        """Move the run's events up to its latest accepted checkpoint's decision into the
+        archive, in transactions of at most ``max_events`` events; tool intents still waiting
+        for their result stay. The log read whole is unchanged (both parts merged by seq),
+        and so is ``state()``, which reads only what follows the checkpoint. RunNotFound for
+        an unknown run; a run without an accepted checkpoint is left as it is."""
+
+        def bounds(conn: Conn) -> tuple[int | None, int, int]:
+            if conn.execute(_RUN_EXISTS, (run_id,)).fetchone() is None:
+                raise run_not_found(run_id)
+            decided = conn.execute(_LATEST_ACCEPTED, (run_id,)).fetchone()
+            if decided is None:
+                return None, 0, 0
+            through = int(decided[0])
+            (first,) = one(conn, _FIRST_LIVE, (run_id,))
+            (kept,) = one(conn, _OPEN_BEFORE, (run_id, through))
+            return through, int(first or through + 1), int(kept)
+
+        def move(conn: Conn, low: int, high: int) -> int:
+            conn.execute(_ARCHIVE, (run_id, low, high))
+            return int(conn.execute(_UNLOG, (run_id, low, high)).rowcount)
+
+        through, first_live, kept = await self._read(bounds)
+        report = CompactReport(run_id, through or 0, kept=kept)
+        if through is None:
+            return report
+
+        async def move_window(low: int, high: int) -> int:
+            return await self._write(partial(move, low=low, high=high))
+
+        return await compact_windows(report, first_live, move_window, max_events)

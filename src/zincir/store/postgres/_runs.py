@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from ..._time import to_db
-from .._records import Event, Lease, NewEvent, RunRecord, event_record
+from .._records import Event, Lease, NewEvent, RunRecord, event_record, merge_logs
 from .._run_rules import (
     check_takeover,
     check_wait_kind,
@@ -27,11 +27,26 @@ __all__ = ["RunOps", "acquire", "read_events"]
 
 
 def read_events(conn: Conn, run_id: str, after_seq: int, limit: int | None = None) -> list[Event]:
-    """Events of ``run_id`` with seq > ``after_seq``, in order (all of them without ``limit``)."""
+    """Events of ``run_id`` with seq > ``after_seq``, in order (all of them without
+    ``limit``): the live log merged with what compaction archived (one index probe when
+    nothing was)."""
+    live = _events_of(conn, "events", run_id, after_seq, limit)
+    archived = conn.execute(
+        "SELECT 1 FROM archived_events WHERE run_id = %s AND seq > %s LIMIT 1",
+        (run_id, after_seq),
+    ).fetchone()
+    if archived is None:
+        return live
+    return merge_logs(_events_of(conn, "archived_events", run_id, after_seq, limit), live, limit)
+
+
+def _events_of(
+    conn: Conn, table: str, run_id: str, after_seq: int, limit: int | None
+) -> list[Event]:
     return [
         event_record(run_id, row)
         for row in conn.execute(
-            "SELECT seq, type, payload, created_at FROM events "
+            f"SELECT seq, type, payload, created_at FROM {table} "
             "WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
             (run_id, after_seq, limit),
         )

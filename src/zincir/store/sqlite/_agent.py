@@ -80,8 +80,10 @@ def _close_intent(conn: apsw.Connection, run_id: str, call_id: str) -> None:
     if closed is not None:
         return
     intent = conn.execute(
-        "SELECT 1 FROM events WHERE run_id = ? AND type = 'tool_call' AND tool_call_id = ?",
-        (run_id, call_id),
+        "SELECT 1 FROM events WHERE run_id = ? AND type = 'tool_call' AND tool_call_id = ? "
+        "UNION ALL SELECT 1 FROM archived_events WHERE run_id = ? AND type = 'tool_call' "
+        "AND tool_call_id = ?",
+        (run_id, call_id, run_id, call_id),
     ).fetchone()
     raise result_error(call_id, run_id, has_intent=intent is not None)
 

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import apsw
 
 from ..._time import from_db, to_db
-from .._records import RUN_COLUMNS, Event, Lease, NewEvent, RunRecord, event_record
+from .._records import RUN_COLUMNS, Event, Lease, NewEvent, RunRecord, event_record, merge_logs
 from .._run_rules import (
     check_takeover,
     check_wait_kind,
@@ -34,13 +34,28 @@ def run_record(row: tuple[object, ...]) -> RunRecord:
 def read_events(
     conn: apsw.Connection, run_id: str, after_seq: int, limit: int | None = None
 ) -> list[Event]:
-    """Events of ``run_id`` with seq > ``after_seq``, in order."""
+    """Events of ``run_id`` with seq > ``after_seq``, in order: the live log merged with
+    what compaction archived (one index probe when nothing was)."""
+    bound = -1 if limit is None else limit
+    live = _events_of(conn, "events", run_id, after_seq, bound)
+    archived = conn.execute(
+        "SELECT 1 FROM archived_events WHERE run_id = ? AND seq > ? LIMIT 1", (run_id, after_seq)
+    ).fetchone()
+    if archived is None:
+        return live
+    older = _events_of(conn, "archived_events", run_id, after_seq, bound)
+    return merge_logs(older, live, limit)
+
+
+def _events_of(
+    conn: apsw.Connection, table: str, run_id: str, after_seq: int, limit: int
+) -> list[Event]:
     return [
         event_record(run_id, row, from_db)
         for row in conn.execute(
-            "SELECT seq, type, payload, created_at FROM events "
+            f"SELECT seq, type, payload, created_at FROM {table} "
             "WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (run_id, after_seq, -1 if limit is None else limit),
+            (run_id, after_seq, limit),
         )
     ]
 
