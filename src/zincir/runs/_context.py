@@ -21,7 +21,6 @@ from .._validate import check_id, check_lease_ttl, check_optional_id, name_probl
 from ..store import CheckpointRecord, Event, Lease, NewEvent, Store, new_owner_id
 from ..store._restart_records import SPIN_TOPIC
 from ._budget import (
-    BUDGET_EVENT,
     BUDGET_TOPIC,
     EXCEEDED_EVENT,
     Budget,
@@ -318,9 +317,7 @@ class AgentContext:
         if tracker.budget == budget:
             return
         self._heartbeat.check()
-        await self.store.append_events(
-            self._lease, [NewEvent(BUDGET_EVENT, budget_json(budget, self.run_id))]
-        )
+        await self.store.record_budget(self._lease, budget_json(budget, self.run_id))
         tracker.budget = budget  # in force now; the next check reads the event back
         tracker.read_at = 0.0
 

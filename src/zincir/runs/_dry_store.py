@@ -252,6 +252,9 @@ class DryStore:
         kinds = ", ".join(event.type for event in events) or "nothing"
         raise self._stop(f"appends {kinds}")
 
+    async def record_budget(self, lease: Lease, budget_json: str) -> int:
+        raise self._stop("sets the run's budget")
+
     async def set_app_version(self, lease: Lease, version: str) -> int:
         raise self._stop(f"moves the run to version {version!r}")
 

@@ -49,8 +49,9 @@ LIVE_STATUSES: Final = frozenset({"pending", "running"})
 
 
 class RunRecord(TypedDict):
-    """One run as stored: its identity, status, lease, attempts and wait, and the
-    application version it runs on (``app_version``, None for an unversioned run)."""
+    """One run as stored: its identity, status, lease, attempts and wait, the application
+    version it runs on (``app_version``, None for an unversioned run) and the budget in force
+    (``budget``, its JSON; None when unlimited)."""
 
     id: str
     parent_id: str | None
@@ -71,6 +72,7 @@ class RunRecord(TypedDict):
     wait_kind: str | None
     wait_ref: str | None
     wait_until: str | None
+    budget: str | None
     created_at: str
     updated_at: str
 

@@ -46,12 +46,13 @@ _CANCEL: Final = (
     f"WHERE id = %s AND {_LIVE} RETURNING last_seq"
 )
 _BUMP: Final = (
-    "UPDATE agent_runs SET last_seq = last_seq + 1, updated_at = zincir_now() "
-    f"WHERE id = %s AND {_LIVE} RETURNING last_seq"
+    "UPDATE agent_runs SET last_seq = last_seq + 1, updated_at = zincir_now(), "
+    f"budget = COALESCE(%s, budget) WHERE id = %s AND {_LIVE} RETURNING last_seq"
 )
 _UNPARK: Final = (
     "UPDATE agent_runs SET last_seq = last_seq + 1, updated_at = zincir_now(), wait_kind = NULL, "
-    f"wait_ref = NULL, wait_until = NULL WHERE id = %s AND {_LIVE} RETURNING last_seq"
+    f"wait_ref = NULL, wait_until = NULL, budget = COALESCE(%s, budget) "
+    f"WHERE id = %s AND {_LIVE} RETURNING last_seq"
 )
 _RUN_EXISTS: Final = "SELECT 1 FROM agent_runs WHERE id = %s"
 _LATEST_ACCEPTED: Final = (
@@ -178,7 +179,9 @@ class LifecycleOps(PostgresBase):
                 raise refused
             assert row is not None  # budget_refused names a missing run
             parked = (row[1], row[2]) == ("message", topic)
-            (last_seq,) = one(conn, _UNPARK if parked else _BUMP, (run_id,))
+            budget = payload_json if kind == "budget_set" else None
+            statement = _UNPARK if parked else _BUMP
+            (last_seq,) = one(conn, statement, (budget, run_id))
             append_checked(conn, [(run_id, int(last_seq) - 1, [NewEvent(kind, payload_json)])])
             return int(last_seq)
 

@@ -252,6 +252,19 @@ class RunOps(PostgresBase):
 
         return await self._write(write)
 
+    async def record_budget(self, lease: Lease, budget_json: str) -> int:
+        """Log ``budget_set`` (fenced) and keep ``budget_json`` as the run's budget in force,
+        in one transaction; return the event's seq."""
+
+        def write(conn: Conn) -> int:
+            last_seq = append(conn, lease, [NewEvent("budget_set", budget_json)])
+            conn.execute(
+                "UPDATE agent_runs SET budget = %s WHERE id = %s", (budget_json, lease.run_id)
+            )
+            return int(last_seq)
+
+        return await self._write(write)
+
     async def set_run_wait(
         self,
         lease: Lease,

@@ -23,3 +23,7 @@ WHEN NEW.type = 'tool_call' AND EXISTS (
 BEGIN
     SELECT RAISE(ABORT, 'UNIQUE constraint failed: the tool call id has an archived intent');
 END;
+
+-- The budget in force (the latest budget_set event's JSON; NULL: unlimited), kept on the
+-- run's row by the transaction that logs it, so a reader need not scan the log for it.
+ALTER TABLE agent_runs ADD COLUMN budget TEXT;

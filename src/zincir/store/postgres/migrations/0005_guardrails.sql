@@ -29,3 +29,7 @@ END;
 $$;
 CREATE TRIGGER events_intent_not_archived BEFORE INSERT ON events
     FOR EACH ROW WHEN (NEW.type = 'tool_call') EXECUTE FUNCTION zincir_intent_not_archived();
+
+-- The budget in force (the latest budget_set event's JSON; NULL: unlimited), kept on the
+-- run's row by the transaction that logs it, so a reader need not scan the log for it.
+ALTER TABLE agent_runs ADD COLUMN budget text;
