@@ -180,6 +180,7 @@ def run_summary(run: RunRecord, now: datetime) -> dict[str, Any]:
     summary.update(
         event_count=int(run.get("last_seq") or 0),
         stall=None if reason is None else dataclasses.asdict(reason),
+        budget=decode_json(run.get("budget")),
         lease=lease,
         lease_state=lease["state"],
         url=run_url(run.get("id")),
@@ -196,6 +197,15 @@ def thread_summary(thread: Row, now: datetime) -> dict[str, Any]:
         "lease_state": lease["state"],
         "url": thread_url(thread["thread_id"]),
     }
+
+
+def _elapsed(run: RunRecord, now: datetime) -> float | None:
+    """Seconds since the run was created (its budget's wall time counts from there)."""
+    try:
+        started = datetime.fromisoformat(str(run["created_at"]).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return max((now - started).total_seconds(), 0.0)
 
 
 def event_view(event: EventRow, answered: set[str]) -> dict[str, Any]:
@@ -222,6 +232,17 @@ def event_view(event: EventRow, answered: set[str]) -> dict[str, Any]:
             flags.append("error")
     elif kind == "state_transition":
         summary = f"{body.get('from')} → {body.get('to')}"
+        if body.get("reason"):
+            summary += f" ({preview(body.get('reason'), 80)})"
+        if body.get("to") == "cancelled":
+            flags.append("error")
+    elif kind == "budget_exceeded":
+        spent = ", ".join(map(str, body.get("exceeded") or []))
+        summary = f"{spent} spent · {preview(body.get('usage'), 80)}"
+        flags.append("error")
+    elif kind == "spin_detected":
+        summary = f"{body.get('rule')} ({body.get('action')}) · {preview(body.get('evidence'), 80)}"
+        flags.append("error")
     elif isinstance(kind, str) and kind.startswith("checkpoint_"):
         summary = f"round {body.get('round')} · checkpoint {body.get('checkpoint_id')}"
         if kind == "checkpoint_rejected":
@@ -368,6 +389,7 @@ class Pages:
             "parent": run_summary(parent, now) if parent else None,
             "children": [run_summary(child, now) for child in reader.children(run_id, ROW_LIMIT)],
             "usage": reader.usage(run),
+            "elapsed_s": _elapsed(run, now),
             "pending_tools": [
                 {
                     "seq": row["seq"],

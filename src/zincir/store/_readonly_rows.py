@@ -8,6 +8,7 @@ the PostgreSQL view renders its timestamptz values so).
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final, TypedDict, cast
@@ -34,6 +35,7 @@ __all__ = [
     "decode_columns",
     "decode_json",
     "event_pages",
+    "merge_pages",
     "outcome_keys",
     "outcomes_in_order",
     "row_limit",
@@ -260,3 +262,9 @@ class UsageCache:
                 self._totals.clear()
             self._totals[key] = (last_seq, dict(totals))
         return dict(totals)
+
+
+def merge_pages(archived: list[EventRow], live: list[EventRow], limit: int) -> list[EventRow]:
+    """One page of a run's log from its archived and live parts, in seq order."""
+    merged = list(heapq.merge(archived, live, key=lambda row: int(row["seq"])))
+    return merged[:limit]

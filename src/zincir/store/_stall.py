@@ -9,7 +9,7 @@ from typing import Final
 
 from .._time import to_db
 from ._records import TERMINAL_STATUSES, RunRecord
-from ._restart_records import APPROVAL_TOPIC
+from ._restart_records import APPROVAL_TOPIC, BUDGET_TOPIC, SPIN_TOPIC
 
 __all__ = ["StallReason", "stall_reason"]
 
@@ -18,6 +18,8 @@ KINDS: Final = (
     "timer",
     "message",
     "approval",
+    "budget",
+    "spin",
     "child",
     "backoff",
     "pending",
@@ -47,6 +49,12 @@ def stall_reason(run: RunRecord, now: datetime) -> StallReason | None:
     deadline = f" (or until {until})" if until else ""
     if kind == "timer":
         return StallReason("timer", f"waiting on a timer until {until}{holder}", until)
+    if kind == "message" and ref == BUDGET_TOPIC:
+        text = f"paused: its budget ran out (zincir.set_budget raises it){holder}"
+        return StallReason("budget", text, None)
+    if kind == "message" and ref == SPIN_TOPIC:
+        text = f"paused: it was spinning (zincir.acknowledge_spin lets it go on){holder}"
+        return StallReason("spin", text, None)
     if kind == "message" and ref == APPROVAL_TOPIC:
         text = f"waiting for a person to decide a paused call{deadline}{holder}"
         return StallReason("approval", text, until)

@@ -42,6 +42,7 @@ from .._readonly_rows import (
     decode_columns,
     decode_json,
     event_pages,
+    merge_pages,
     outcome_keys,
     outcomes_in_order,
     row_limit,
@@ -68,7 +69,7 @@ _INTEGER = r"^-?[0-9]+$"  # a JSON number SQLite's json_each calls an integer
 _USAGE_SQL: Final = (
     "SELECT u.key, sum((u.value #>> '{}')::numeric), "
     f"bool_and((u.value #>> '{{}}') ~ '{_INTEGER}') "
-    "FROM events AS e CROSS JOIN LATERAL (SELECT e.payload::json -> 'usage' AS usage) AS p "
+    "FROM {source} AS e CROSS JOIN LATERAL (SELECT e.payload::json -> 'usage' AS usage) AS p "
     "CROSS JOIN LATERAL json_each(CASE WHEN json_typeof(p.usage) = 'object' THEN p.usage "
     "ELSE '{}'::json END) AS u WHERE e.run_id = %s AND e.seq > %s AND e.seq <= %s "
     "AND e.type = 'llm_call' AND json_typeof(u.value) = 'number' GROUP BY u.key"
@@ -273,14 +274,46 @@ class PostgresSnapshot(ThreadReads):
     # -- the log --------------------------------------------------------------------------
 
     def events(self, run_id: str, after_seq: int = 0, limit: int = 200) -> list[EventRow]:
-        """One page of the log after ``after_seq``: keyset on the (run_id, seq) primary key."""
-        return cast(
-            list[EventRow],
-            self._dicts(
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = %s AND seq > %s "
-                "ORDER BY seq LIMIT %s",
-                (run_id, min(max(after_seq, 0), MAX_SEQUENCE), row_limit(limit)),
-            ),
+        """One page of the log after ``after_seq``: keyset on the (run_id, seq) primary key;
+        events compaction archived are merged in by seq (one index probe when none are)."""
+        params = (run_id, min(max(after_seq, 0), MAX_SEQUENCE), row_limit(limit))
+        page = "WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+        select = f"SELECT {_EVENT_COLUMNS} FROM"
+        live = cast(list[EventRow], self._dicts(f"{select} events {page}", params))
+        if not self._archived_after(run_id, params[1]):
+            return live
+        older = cast(list[EventRow], self._dicts(f"{select} archived_events {page}", params))
+        return merge_pages(older, live, params[2])
+
+    def _archived_after(self, run_id: str, after_seq: int) -> bool:
+        """Whether compaction archived any event of ``run_id`` after ``after_seq`` (False on
+        a schema older than the archive)."""
+        if not self._has_archive():
+            return False
+        return bool(
+            self._tuples(
+                "SELECT 1 FROM archived_events WHERE run_id = %s AND seq > %s LIMIT 1",
+                (run_id, after_seq),
+            )
+        )
+
+    def _has_archive(self) -> bool:
+        return bool(
+            self._tuples(
+                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
+                "AND table_name = 'archived_events'",
+                (self._database.schema,),
+            )
+        )
+
+    def _log_source(self) -> str:
+        """The run log to aggregate over: live and archived events (live only on a schema
+        older than the archive)."""
+        if not self._has_archive():
+            return "events"
+        return (
+            "(SELECT run_id, seq, type, payload FROM events UNION ALL "
+            "SELECT run_id, seq, type, payload FROM archived_events)"
         )
 
     def iter_events(
@@ -293,13 +326,20 @@ class PostgresSnapshot(ThreadReads):
         """Which of these tool call ids already have a ``tool_result``."""
         if not call_ids:
             return set()
+        # An archived intent was answered: compaction keeps the open ones live.
+        queries = [
+            "SELECT tool_call_id FROM events WHERE run_id = %s AND type = 'tool_result' "
+            "AND tool_call_id = ANY(%s)"
+        ]
+        if self._has_archive():
+            queries.append(
+                "SELECT tool_call_id FROM archived_events WHERE run_id = %s "
+                "AND type = 'tool_call' AND tool_call_id = ANY(%s)"
+            )
         return {
             str(call_id)
-            for (call_id,) in self._tuples(
-                "SELECT tool_call_id FROM events WHERE run_id = %s AND type = 'tool_result' "
-                "AND tool_call_id = ANY(%s)",
-                (run_id, list(call_ids)),
-            )
+            for query in queries
+            for (call_id,) in self._tuples(query, (run_id, list(call_ids)))
         }
 
     def tool_intents(self, run_id: str, call_ids: Sequence[str]) -> list[EventRow]:
@@ -364,15 +404,16 @@ class PostgresSnapshot(ThreadReads):
         ``json_valid`` skips it (the statement is retried in Python after a savepoint)."""
         with reading(self._database.path):
             try:
+                query = _USAGE_SQL.replace("{source}", self._log_source())
                 with self._conn.transaction():  # a savepoint: a cast error leaves it alone
-                    found = self._conn.execute(_USAGE_SQL, (run_id, upto, last_seq)).fetchall()
+                    found = self._conn.execute(query, (run_id, upto, last_seq)).fetchall()
                 return [(str(name), total, bool(integral)) for name, total, integral in found]
             except errors.InvalidTextRepresentation:
                 pass
         sums: dict[str, tuple[Decimal, bool]] = {}
         for (payload,) in self._tuples(
-            "SELECT payload FROM events WHERE run_id = %s AND seq > %s AND seq <= %s "
-            "AND type = 'llm_call'",
+            f"SELECT payload FROM {self._log_source()} AS e WHERE run_id = %s AND seq > %s "
+            "AND seq <= %s AND type = 'llm_call'",
             (run_id, upto, last_seq),
         ):
             document = decode_json(payload)

@@ -41,6 +41,7 @@ from .._readonly_rows import (
     decode_columns,
     decode_json,
     event_pages,
+    merge_pages,
     outcome_keys,
     outcomes_in_order,
     row_limit,
@@ -296,14 +297,46 @@ class SnapshotReader(ThreadReads):
     # -- the log --------------------------------------------------------------------------
 
     def events(self, run_id: str, after_seq: int = 0, limit: int = 200) -> list[EventRow]:
-        """One page of the log after ``after_seq``: keyset on the (run_id, seq) primary key."""
-        return cast(
+        """One page of the log after ``after_seq``: keyset on the (run_id, seq) primary key;
+        events compaction archived are merged in by seq (one index probe when none are)."""
+        params = (run_id, min(max(after_seq, 0), MAX_SEQUENCE), row_limit(limit))
+        page = "WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+        live = cast(
+            list[EventRow], self._dicts(f"SELECT {_EVENT_COLUMNS} FROM events {page}", params)
+        )
+        if not self._archived_after(run_id, params[1]):
+            return live
+        older = cast(
             list[EventRow],
+            self._dicts(f"SELECT {_EVENT_COLUMNS} FROM archived_events {page}", params),
+        )
+        return merge_pages(older, live, params[2])
+
+    def _archived_after(self, run_id: str, after_seq: int) -> bool:
+        """Whether compaction archived any event of ``run_id`` after ``after_seq`` (False on
+        a schema older than the archive)."""
+        if not self._has_table("archived_events"):
+            return False
+        return bool(
             self._dicts(
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = ? AND seq > ? "
-                "ORDER BY seq LIMIT ?",
-                (run_id, min(max(after_seq, 0), MAX_SEQUENCE), row_limit(limit)),
-            ),
+                "SELECT 1 FROM archived_events WHERE run_id = ? AND seq > ? LIMIT 1",
+                (run_id, after_seq),
+            )
+        )
+
+    def _has_table(self, table: str) -> bool:
+        return bool(
+            self._dicts("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
+        )
+
+    def _log_source(self) -> str:
+        """The run log to aggregate over: live and archived events (live only on a schema
+        older than the archive)."""
+        if not self._has_table("archived_events"):
+            return "events"
+        return (
+            "(SELECT run_id, seq, type, payload FROM events UNION ALL "
+            "SELECT run_id, seq, type, payload FROM archived_events)"
         )
 
     def iter_events(
@@ -317,14 +350,21 @@ class SnapshotReader(ThreadReads):
         if not call_ids:
             return set()
         marks = ", ".join("?" for _ in call_ids)
+        # An archived intent was answered: compaction keeps the open ones live.
+        queries = [
+            f"SELECT tool_call_id FROM events WHERE run_id = ? AND type = 'tool_result' "
+            f"AND tool_call_id IN ({marks})"
+        ]
+        if self._has_table("archived_events"):
+            queries.append(
+                "SELECT tool_call_id FROM archived_events WHERE run_id = ? AND type = 'tool_call' "
+                f"AND tool_call_id IN ({marks})"
+            )
         return self._query(
             lambda conn: {
                 str(call_id)
-                for (call_id,) in conn.execute(
-                    "SELECT tool_call_id FROM events WHERE run_id = ? AND type = 'tool_result' "
-                    f"AND tool_call_id IN ({marks})",
-                    (run_id, *call_ids),
-                )
+                for query in queries
+                for (call_id,) in conn.execute(query, (run_id, *call_ids))
             }
         )
 
@@ -407,7 +447,7 @@ class SnapshotReader(ThreadReads):
         None on an SQLite without the JSON functions."""
         return self._unless_unsupported(
             lambda conn: conn.execute(
-                "SELECT usage.key, SUM(usage.value) FROM events AS e, "
+                f"SELECT usage.key, SUM(usage.value) FROM {self._log_source()} AS e, "
                 "json_each(e.payload, '$.usage') AS usage WHERE e.run_id = ? AND e.seq > ? "
                 "AND e.seq <= ? AND e.type = 'llm_call' AND json_valid(e.payload) "
                 "AND json_type(e.payload, '$.usage') = 'object' "
