@@ -13,8 +13,9 @@ compared with ``raw_full_us``. With ``--peers`` or ``--agent-peer`` the same tur
 pydantic-ai with its DBOS durability in the peers venv (skipped, with a note, when
 ``pydantic-ai-slim[dbos]`` is not installed there).
 
-Retention (benchmarks/prune_bench.py): the database size of one 1,000-turn run, and a live
-run's write latency alone and while ``prune_runs`` deletes old runs beside it.
+Retention (benchmarks/prune_bench.py): the database size of one 1,000-turn run, a live
+run's write latency alone and while ``prune_runs`` deletes old runs beside it, and resuming a
+1M-event run before and after ``compact_run``.
 
 PostgreSQL (benchmarks/postgres_bench.py, a throwaway server; ``--no-postgres`` skips it): a
 step with ``synchronous_commit`` on and off against a raw INSERT + COMMIT on the same server,
@@ -663,6 +664,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from prune_bench import measure as prune_measure
 
     figures.update(timed("prune beside a writer", lambda: prune_measure(bench, run_async)))
+    from prune_bench import measure_compaction
+
+    figures.update(
+        timed("compact a long run", lambda: measure_compaction(bench, run_async, resume_figures))
+    )
 
     ratios: dict[str, float] = {
         "step_full_over_raw_full": pair_ratios["full"],

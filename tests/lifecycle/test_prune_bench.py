@@ -32,3 +32,16 @@ def test_the_prune_benchmark_reports_its_figures(tmp_path: Path) -> None:
     assert figures["prune_events_per_s"] > 0
     assert 0 < figures["prune_longest_batch_ms"] < 1000
     assert figures["prune_writer_during_max_ms"] >= figures["prune_writer_during_p50_ms"] > 0
+
+
+def test_the_compaction_benchmark_reports_its_figures(tmp_path: Path) -> None:
+    from benchmarks.run import resume_figures
+
+    def run_async(coroutine: Any) -> Any:
+        return asyncio.run(coroutine)
+
+    figures = prune_bench.measure_compaction(_QuickBench(tmp_path), run_async, resume_figures)
+    assert figures["compact_archived"] == 90_000  # all but the 10,000 after the checkpoint
+    assert figures["resume_100k_before_compact_ms"] > 0
+    assert figures["resume_100k_after_compact_ms"] > 0
+    assert 0 < figures["compact_longest_batch_ms"] < 5000
