@@ -18,6 +18,7 @@ from .._errors import InvalidInput
 from .._json import dumps
 from .._validate import check_id, int_problem, shown
 from ..store import Store, as_store
+from ..store._restart_records import BUDGET_TOPIC
 
 __all__ = [
     "BUDGET_EVENT",
@@ -33,8 +34,6 @@ __all__ = [
 
 BUDGET_EVENT: Final = "budget_set"
 EXCEEDED_EVENT: Final = "budget_exceeded"
-BUDGET_TOPIC: Final = "zincir.budget"
-"""The wait a run paused by its budget is parked on (cleared when its budget is set)."""
 
 Moment = Literal["model", "tools", "step"]
 
@@ -47,7 +46,7 @@ class Budget:
     tokens: int | None = None
     tool_calls: int | None = None
     model_requests: int | None = None
-    wall_time: timedelta | None = None
+    wall_time: timedelta | float | None = None
     on_exceed: Literal["pause", "fail"] = "pause"
 
     def __post_init__(self) -> None:
@@ -69,12 +68,19 @@ class Budget:
                 f"Budget: on_exceed must be 'pause' or 'fail', not {shown(self.on_exceed)}"
             )
 
+    @property
+    def wall_limit(self) -> timedelta | None:
+        """``wall_time`` as a timedelta (seconds given are converted on construction)."""
+        wall = self.wall_time
+        return wall if isinstance(wall, timedelta) else None
+
     def to_dict(self) -> dict[str, Any]:
+        wall = self.wall_limit
         return {
             "tokens": self.tokens,
             "tool_calls": self.tool_calls,
             "model_requests": self.model_requests,
-            "wall_time_s": None if self.wall_time is None else self.wall_time.total_seconds(),
+            "wall_time_s": None if wall is None else wall.total_seconds(),
             "on_exceed": self.on_exceed,
         }
 
@@ -114,7 +120,8 @@ def exceeded(budget: Budget, usage: BudgetUsage, moment: Moment) -> list[str]:
     tool budget overdrawn), before tools an overdrawn tool budget, before a step the
     wall time; wall time spent stops anything."""
     over = []
-    if budget.wall_time is not None and usage.wall_time >= budget.wall_time:
+    wall = budget.wall_limit
+    if wall is not None and usage.wall_time >= wall:
         over.append("wall_time")
     if budget.tool_calls is not None and usage.tool_calls > budget.tool_calls:
         over.append("tool_calls")
