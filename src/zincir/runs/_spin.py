@@ -68,6 +68,7 @@ class SpinTracker:
     last_response: str | None = None
     streak: int = 0
     rounds: int = 0
+    accepted: int = 0  # checkpoints accepted so far: each starts a new count of rounds
     reported: set[str] = field(default_factory=set)
 
     def fold(self, events: Iterable[Event]) -> None:
@@ -88,6 +89,7 @@ class SpinTracker:
                 self.calls[key] = self.calls.get(key, 0) + 1
             elif event.type == "checkpoint_accepted":
                 self.rounds = 0
+                self.accepted += 1
             elif event.type == SPIN_EVENT:
                 self.reported.add(str(payload.get("finding")))
             elif event.type == ACKNOWLEDGED_EVENT:
@@ -109,7 +111,8 @@ class SpinTracker:
         limit = rules.rounds_without_checkpoint
         if limit is not None and self.rounds >= limit:
             evidence = {"rounds": self.rounds, "limit": limit}
-            return SpinDetected("rounds_without_checkpoint", "rounds", evidence, run_id=run_id)
+            finding = f"rounds:{self.accepted}"
+            return SpinDetected("rounds_without_checkpoint", finding, evidence, run_id=run_id)
         return None
 
 
