@@ -4,6 +4,7 @@ budget and spin findings in its log, and the events compaction archived."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from starlette.testclient import TestClient
 
@@ -55,6 +56,27 @@ async def test_budget_pause_spin_and_archived_events_are_shown(store_target: str
     assert "budget_exceeded" in text and "spin_detected" in text
     seqs = [int(seq) for seq in re.findall(r'id="e(\d+)"', text)]
     assert seqs[:3] == [1, 2, 3]  # archived events are still listed, merged by seq
+    assert "workspace" not in text.split('id="checkpoints"')[1].split("</section>")[0]
     api = client.get("/api/runs/guarded").json()
     assert api["run"]["budget"]["tokens"] == 120
     assert api["run"]["stall"]["kind"] == "budget"
+
+
+async def test_a_workspace_revision_is_shown_with_its_checkpoint(
+    store_target: str, tmp_path: Path
+) -> None:
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    (folder / "main.py").write_text("print(1)\n")
+    store = zincir.open_store(store_target)
+    try:
+        ctx = await AgentContext.create(store, "coder", run_id="coder")
+        outcome = await ctx.checkpoint({}, lambda c: Verification(True), workspace=folder)
+        assert outcome.accepted
+        revision = (await ctx.check_workspace()).revision  # type: ignore[union-attr]
+        await ctx.close()
+    finally:
+        await store.close()
+    client = TestClient(create_app(store_target, address=ADDRESS), base_url=BASE_URL)
+    section = client.get("/runs/coder").text.split('id="checkpoints"')[1].split("</section>")[0]
+    assert revision in section and "(1 files)" in section

@@ -21,6 +21,7 @@ from zincir import (
 from zincir.agent import Agent, DurableBinding, FunctionModel, Handlers, serve, tool
 from zincir.payloads import ModelRequest, ModelResponse, ToolCallPart
 from zincir.store import Store
+from zincir.store._stall import stall_reason
 
 
 def test_bad_rules_are_refused() -> None:
@@ -75,6 +76,10 @@ async def test_a_repeated_response_pauses_until_acknowledged(store: Store) -> No
     run = await store.get_run("p")
     assert run is not None and (run["wait_kind"], run["wait_ref"]) == ("message", "zincir.spin")
     await ctx.close()
+    parked = await store.get_run("p")
+    assert parked is not None
+    reason = stall_reason(parked, store.now())
+    assert reason is not None and reason.kind == "spin"
 
     await acknowledge_spin(store, "p", note="looked at it")
     run = await store.get_run("p")
