@@ -380,10 +380,12 @@ class AgentContext:
         raise found
 
     def seed_guards(self, events: Iterable[Event]) -> None:
-        """Fold a log the caller has just read (a run being taken over), saving a read."""
+        """Fold the whole log the caller has just read (a run being taken over), saving the
+        reads of the first check."""
         if self._guards is None:
             self._guards = Guards()
         self._guards.fold(events)
+        self._guards.read_at = time.monotonic()
 
     async def _fold_guards(self, *, eager: bool = False) -> Guards:
         """The guards, brought up to date with the log: one read of the events after the

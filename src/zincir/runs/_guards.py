@@ -34,6 +34,8 @@ class Guards:
             if event.seq <= self.seq:
                 continue
             self.seq = event.seq
+            if event.seq == 1 and self.created_at is None:
+                self.created_at = event.created_at  # logged as the run was created
             self.spin.fold((event,))
             payload = event.payload if isinstance(event.payload, dict) else {}
             if event.type == "llm_call":
