@@ -1,5 +1,6 @@
-"""The backend-neutral parts of ending runs from outside: a cancelled run's error text, how a
-prune batches whole runs and walks its candidates, and every table that holds a run's rows."""
+"""The backend-neutral parts of operator actions on runs: a cancelled run's error text, how a
+prune batches whole runs and walks its candidates, how compaction walks a log, and every
+table that holds a run's rows."""
 
 from __future__ import annotations
 

@@ -23,7 +23,6 @@ __all__ = [
     "attempt_error",
     "attempt_failed",
     "attempts_spent",
-    "budget_refused",
     "cancel_refused",
     "cancelled_transition",
     "check_takeover",
@@ -31,6 +30,7 @@ __all__ = [
     "claim_events",
     "fence_error",
     "operator_event_topic",
+    "operator_refused",
     "run_exists_error",
     "run_not_found",
     "transition",
@@ -163,7 +163,7 @@ def cancel_refused(run_id: str, status: str | None) -> Exception | None:
     return None
 
 
-def budget_refused(run_id: str, status: str | None) -> Exception | None:
+def operator_refused(run_id: str, status: str | None) -> Exception | None:
     """Why run ``run_id`` (stored ``status``, None when absent) cannot take an operator's
     event: it is missing or finished; None when it is live."""
     if status is None:

@@ -1,5 +1,7 @@
-"""Ending runs from outside their owner: cancellation, which fences the owner in the same
-transaction, and pruning of old terminal runs in transactions of bounded size."""
+"""Operator actions on runs from outside their owner: cancellation, which fences the owner in
+the same transaction; an operator's event (a budget, a spin acknowledgement) that unparks
+the run waiting for it; pruning of old terminal runs and compaction of a long log, both in
+transactions of bounded size."""
 
 from __future__ import annotations
 
@@ -22,10 +24,10 @@ from .._lifecycle import (
 )
 from .._records import LIVE_STATUSES, NewEvent
 from .._run_rules import (
-    budget_refused,
     cancel_refused,
     cancelled_transition,
     operator_event_topic,
+    operator_refused,
     run_not_found,
 )
 from ._base import SQLiteBase, one
@@ -53,7 +55,7 @@ _BUMP: Final = (
 )
 _UNPARK: Final = (
     "UPDATE agent_runs SET last_seq = last_seq + 1, updated_at = ?, wait_kind = NULL, "
-    f"wait_ref = NULL, wait_until = NULL, budget = COALESCE(?, budget) "
+    "wait_ref = NULL, wait_until = NULL, budget = COALESCE(?, budget) "
     f"WHERE id = ? AND {_LIVE} RETURNING last_seq"
 )
 _RUN_EXISTS: Final = "SELECT 1 FROM agent_runs WHERE id = ?"
@@ -69,7 +71,7 @@ _MOVABLE: Final = (
 )
 _ARCHIVE: Final = (
     "INSERT INTO archived_events (run_id, seq, type, payload, created_at, tool_call_id) "
-    f"SELECT e.run_id, e.seq, e.type, e.payload, e.created_at, e.tool_call_id FROM events AS e "
+    "SELECT e.run_id, e.seq, e.type, e.payload, e.created_at, e.tool_call_id FROM events AS e "
     f"{_MOVABLE}"
 )
 _UNLOG: Final = f"DELETE FROM events AS e {_MOVABLE}"
@@ -179,10 +181,10 @@ class LifecycleOps(SQLiteBase):
             row = conn.execute(
                 "SELECT status, wait_kind, wait_ref FROM agent_runs WHERE id = ?", (run_id,)
             ).fetchone()
-            refused = budget_refused(run_id, None if row is None else str(row[0]))
+            refused = operator_refused(run_id, None if row is None else str(row[0]))
             if refused is not None:
                 raise refused
-            assert row is not None  # budget_refused names a missing run
+            assert row is not None  # operator_refused names a missing run
             parked = (row[1], row[2]) == ("message", topic)
             budget = payload_json if kind == "budget_set" else None
             statement = _UNPARK if parked else _BUMP
