@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -185,7 +184,6 @@ def test_budget_across_a_sigkill(store_target: str, tmp_path: Path) -> None:
     assert sorted(set(models), key=lambda line: int(line.split()[1])) == [
         f"model {n}" for n in range(21)
     ]
-    assert time.time() > 0
 
 
 async def test_a_workflow_checks_its_budget_before_each_step(
