@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 STATUSES = ("pending", "running", "completed", "failed", "cancelled")
 MAX_LIST_LIMIT = 1_000_000
@@ -188,6 +189,17 @@ def runs_show(database: str, run_id: str) -> None:
     click.echo(text)
 
 
+def _batch_events(help_text: str) -> Callable[[F], F]:
+    """``--batch-events N``: how many events one transaction of a bulk action handles."""
+    return click.option(
+        "--batch-events",
+        type=click.IntRange(1, 1_000_000),
+        default=DEFAULT_PRUNE_BATCH_EVENTS,
+        show_default=True,
+        help=help_text,
+    )
+
+
 @runs.command("cancel")
 @database_option
 @click.argument("run_id")
@@ -224,13 +236,7 @@ def runs_cancel(database: str, run_id: str, reason: str | None, cascade: bool) -
     show_default=True,
     help="Comma-separated terminal statuses to delete.",
 )
-@click.option(
-    "--batch-events",
-    type=click.IntRange(1, 1_000_000),
-    default=DEFAULT_PRUNE_BATCH_EVENTS,
-    show_default=True,
-    help="Events deleted per transaction (other writers wait at most about that long).",
-)
+@_batch_events("Events deleted per transaction (other writers wait at most about that long).")
 def prune(database: str, older_than: timedelta, statuses: str, batch_events: int) -> None:
     """Delete old terminal runs with every row they own; live and paused runs are kept."""
     from .runs import prune_runs
@@ -250,13 +256,7 @@ def prune(database: str, older_than: timedelta, statuses: str, batch_events: int
 @main.command("compact")
 @database_option
 @click.argument("run_id")
-@click.option(
-    "--batch-events",
-    type=click.IntRange(1, 1_000_000),
-    default=DEFAULT_PRUNE_BATCH_EVENTS,
-    show_default=True,
-    help="Events moved per transaction.",
-)
+@_batch_events("Events moved per transaction.")
 def compact(database: str, run_id: str, batch_events: int) -> None:
     """Move a run's events before its latest accepted checkpoint to the archive."""
     from .runs import compact_run
