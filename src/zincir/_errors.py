@@ -346,6 +346,11 @@ class WorkspaceDrift(CheckpointError):
     """The workspace no longer holds what the run's latest accepted checkpoint recorded:
     ``changed``, ``added`` and ``removed`` name the paths that differ (relative to it)."""
 
+    @property
+    def paths(self) -> list[str]:
+        """Every path that differs, sorted."""
+        return sorted([*self.changed, *self.added, *self.removed])
+
     def __init__(
         self,
         accepted: str,
@@ -361,8 +366,8 @@ class WorkspaceDrift(CheckpointError):
         self.changed = changed
         self.added = added
         self.removed = removed
-        self.paths = sorted([*changed, *added, *removed])
-        shown = ", ".join(self.paths[:10]) + (" …" if len(self.paths) > 10 else "")
+        paths = self.paths
+        shown = ", ".join(paths[:10]) + (" …" if len(paths) > 10 else "")
         super().__init__(
             f"the workspace is at {current}, not at the accepted checkpoint's {accepted}: "
             f"{len(changed)} changed, {len(added)} added, {len(removed)} removed ({shown}); "

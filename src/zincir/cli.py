@@ -17,7 +17,7 @@ from ._cli_options import Duration, Seconds, database_option, read_only_database
 from ._errors import InvalidInput, RunNotFound, ZincirError
 from ._json import StrictJsonError, loads_strict
 from ._validate import check_id
-from .runs._lifecycle import DEFAULT_PRUNE_BATCH_EVENTS
+from .runs._lifecycle import DEFAULT_BATCH_EVENTS
 from .runs._worker_cli import worker_command
 from .store import Store
 from .store._readonly import ReadOnlyView
@@ -194,7 +194,7 @@ def _batch_events(help_text: str) -> Callable[[F], F]:
     return click.option(
         "--batch-events",
         type=click.IntRange(1, 1_000_000),
-        default=DEFAULT_PRUNE_BATCH_EVENTS,
+        default=DEFAULT_BATCH_EVENTS,
         show_default=True,
         help=help_text,
     )

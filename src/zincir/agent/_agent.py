@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ApprovalMismatch, InvalidDocument, InvalidInput, ZincirError
@@ -274,7 +274,11 @@ class Agent:
                 await store.set_run_wait(ctx.lease, None)  # no longer parked: it runs now
             after = earlier[-1].seq if earlier else 0  # only what taking the run appended
             events = earlier + await store.list_events(binding.run_id, after_seq=after)
-            ctx.seed_guards(events)
+            # A run this call created logged its creation as its first event.
+            created: str | datetime | None = None if row is None else row["created_at"]
+            if created is None and events and events[0].seq == 1:
+                created = events[0].created_at
+            ctx.seed_guards(events, created_at=created)
             if binding.budget is not None:
                 await ctx.set_budget(binding.budget)
             logged = Logged.from_events(events)

@@ -10,7 +10,7 @@ from .._errors import InvalidInput
 from .._validate import check_id, check_lease_ttl
 from ..contract import OperationKind
 from ..durable import DurableRuntime
-from ..runs._budget import Budget
+from ..runs._budget import Budget, check_budget_arg
 from ..runs._spin import SpinRules
 from ..runs._versions import app_version_or_default
 from ..store import Store, as_store
@@ -97,8 +97,7 @@ class DurableBinding:
         if self.step_namespace is not None:
             check_id(self.step_namespace, "a step namespace", run_id=self.run_id)
         object.__setattr__(self, "lease_ttl", check_lease_ttl(self.lease_ttl, run_id=self.run_id))
-        if self.budget is not None and not isinstance(self.budget, Budget):
-            raise InvalidInput("budget must be a zincir.Budget", run_id=self.run_id)
+        check_budget_arg(self.budget, self.run_id)
         if self.spin is not None and not isinstance(self.spin, SpinRules):
             raise InvalidInput("spin must be zincir.SpinRules", run_id=self.run_id)
         version = app_version_or_default(self.app_version, run_id=self.run_id)

@@ -201,11 +201,8 @@ def thread_summary(thread: Row, now: datetime) -> dict[str, Any]:
 
 def _elapsed(run: RunRecord, now: datetime) -> float | None:
     """Seconds since the run was created (its budget's wall time counts from there)."""
-    try:
-        started = datetime.fromisoformat(str(run["created_at"]).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return max((now - started).total_seconds(), 0.0)
+    started = parse_time(run["created_at"])
+    return None if started is None else max((now - started).total_seconds(), 0.0)
 
 
 def event_view(event: EventRow, answered: set[str]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ __all__ = [
     "Budget",
     "BudgetUsage",
     "budget_json",
+    "check_budget_arg",
     "count",
     "exceeded",
     "set_budget",
@@ -138,6 +139,13 @@ def count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def check_budget_arg(budget: object, run_id: str | None = None) -> Budget | None:
+    """``budget`` when it is a Budget or None; InvalidInput for anything else."""
+    if budget is not None and not isinstance(budget, Budget):
+        raise InvalidInput(f"budget must be a zincir.Budget, not {shown(budget)}", run_id=run_id)
+    return budget
+
+
 def budget_json(budget: Budget, run_id: str | None = None) -> str:
     return dumps(budget.to_dict(), what="a budget", run_id=run_id)
 
@@ -148,6 +156,6 @@ async def set_budget(store: Store, run_id: str, budget: Budget) -> int:
     becomes claimable again. Returns the event's seq; RunNotFound / RunTerminal otherwise."""
     as_store(store)
     check_id(run_id)
-    if not isinstance(budget, Budget):
-        raise InvalidInput(f"budget must be a zincir.Budget, not {shown(budget)}", run_id=run_id)
+    if check_budget_arg(budget, run_id) is None:
+        raise InvalidInput("budget must be a zincir.Budget, not None", run_id=run_id)
     return await store.append_operator_event(run_id, BUDGET_EVENT, budget_json(budget, run_id))

@@ -10,7 +10,7 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from .._crash import crash_point
@@ -27,6 +27,7 @@ from ._budget import (
     BudgetUsage,
     Moment,
     budget_json,
+    check_budget_arg,
 )
 from ._entries import response_entry, tool_result_entry
 from ._guards import Guards
@@ -47,11 +48,6 @@ from ._workspace import WorkspaceRevision, check_folder, compare, snapshot
 __all__ = ["DEFAULT_LEASE_TTL", "AgentContext", "Verifier"]
 
 Verifier = Callable[[CheckpointCandidate], Awaitable[Verification] | Verification]
-
-
-def _check_budget_type(budget: object, run_id: str) -> None:
-    if budget is not None and not isinstance(budget, Budget):
-        raise InvalidInput(f"budget must be a zincir.Budget, not {budget!r}", run_id=run_id)
 
 
 DEFAULT_LEASE_TTL = timedelta(seconds=30)
@@ -123,7 +119,7 @@ class AgentContext:
         run_id = check_id(run_id, "a run id") if run_id is not None else str(uuid.uuid4())
         ttl = check_lease_ttl(lease_ttl, run_id=run_id)
         check_id(name, "a run name", run_id=run_id)
-        _check_budget_type(budget, run_id)
+        check_budget_arg(budget, run_id)
         if provider != "" and name_problem("provider", provider) is not None:
             raise InvalidInput(
                 f"provider must be a short text label: {name_problem('provider', provider)}",
@@ -312,7 +308,7 @@ class AgentContext:
     async def set_budget(self, budget: Budget) -> None:
         """Set the run's budget (a ``budget_set`` event): raised, lowered or first set.
         Unchanged from the one in force, nothing is written."""
-        _check_budget_type(budget, self.run_id)
+        check_budget_arg(budget, self.run_id)
         tracker = await self._fold_guards()
         if tracker.budget == budget:
             return
@@ -364,8 +360,12 @@ class AgentContext:
             return
         if rules.action == "warn" and found.finding in tracker.spin.reported:
             return
-        event = {"rule": found.rule, "finding": found.finding, "evidence": found.evidence}
-        event["action"] = rules.action
+        event = {
+            "rule": found.rule,
+            "finding": found.finding,
+            "evidence": found.evidence,
+            "action": rules.action,
+        }
         body = dumps(event, what=SPIN_EVENT, run_id=self.run_id)
         self._heartbeat.check()
         await self.store.append_events(self._lease, [NewEvent(SPIN_EVENT, body)])
@@ -379,29 +379,32 @@ class AgentContext:
             await self.store.set_run_wait(self._lease, "message", SPIN_TOPIC)
         raise found
 
-    def seed_guards(self, events: Iterable[Event]) -> None:
-        """Fold the whole log the caller has just read (a run being taken over), saving the
-        reads of the first check."""
+    def seed_guards(
+        self, events: Iterable[Event], created_at: str | datetime | None = None
+    ) -> None:
+        """Fold the whole log the caller has just read (a run being taken over) and, when it
+        read the run's row too, the run's creation time: the first check reads neither."""
         if self._guards is None:
             self._guards = Guards()
         self._guards.fold(events)
         self._guards.read_at = time.monotonic()
+        if created_at is not None:
+            self._guards.start(created_at)
 
     async def _fold_guards(self, *, eager: bool = False) -> Guards:
         """The guards, brought up to date with the log: one read of the events after the
         last one folded, at each check while a budget is in force (or ``eager``), else at
         most once a second (a budget set from outside is picked up within that)."""
         tracker = self._guards
-        first = tracker is None or tracker.created_at is None
         if tracker is None:
             tracker = self._guards = Guards()
-        if first:
+        if tracker.created_at is None:
             run = await self.store.get_run(self.run_id)
             if run is not None:
                 tracker.start(run["created_at"])
         moment = time.monotonic()
-        stale = moment - tracker.read_at >= _UNBUDGETED_READS
-        if first or eager or tracker.budget is not None or stale:
+        stale = moment - tracker.read_at >= _UNBUDGETED_READS  # never read: read_at is 0
+        if eager or tracker.budget is not None or stale:
             tracker.read_at = moment
             tracker.fold(await self.store.list_events(self.run_id, after_seq=tracker.seq))
         return tracker

@@ -34,8 +34,6 @@ class Guards:
             if event.seq <= self.seq:
                 continue
             self.seq = event.seq
-            if event.seq == 1 and self.created_at is None:
-                self.created_at = event.created_at  # logged as the run was created
             self.spin.fold((event,))
             payload = event.payload if isinstance(event.payload, dict) else {}
             if event.type == "llm_call":
@@ -63,5 +61,6 @@ class Guards:
             return None
         return BudgetExceeded(self.budget, usage, over, run_id=run_id)
 
-    def start(self, created_at: str) -> None:
-        self.created_at = from_db(created_at)
+    def start(self, created_at: str | datetime) -> None:
+        """The run's creation time (stored text, or as a datetime), where wall time starts."""
+        self.created_at = from_db(created_at) if isinstance(created_at, str) else created_at

@@ -13,7 +13,7 @@ from .._validate import check_count, check_duration, check_id, shown, utf8
 from ..store import TERMINAL_STATUSES, CompactReport, PruneReport, Store, as_store
 
 __all__ = [
-    "DEFAULT_PRUNE_BATCH_EVENTS",
+    "DEFAULT_BATCH_EVENTS",
     "MAX_REASON_CHARS",
     "cancel_run",
     "compact_run",
@@ -21,9 +21,10 @@ __all__ = [
 ]
 
 MAX_REASON_CHARS: Final = 2000
-DEFAULT_PRUNE_BATCH_EVENTS: Final = 2000
-"""Events a prune deletes per transaction: about 5 µs each on SQLite, so other writers wait
-some 10 ms at most (a run holding more events is deleted alone, in one longer transaction)."""
+DEFAULT_BATCH_EVENTS: Final = 2000
+"""Events a prune deletes or a compaction moves per transaction: about 5-10 µs each on
+SQLite, so other writers wait some 10-20 ms at most (a run holding more events is pruned
+alone, in one longer transaction)."""
 
 
 async def cancel_run(
@@ -61,7 +62,7 @@ async def prune_runs(
     *,
     older_than: timedelta | float,
     statuses: Iterable[str] = ("completed", "failed", "cancelled"),
-    batch_events: int = DEFAULT_PRUNE_BATCH_EVENTS,
+    batch_events: int = DEFAULT_BATCH_EVENTS,
 ) -> PruneReport:
     """Delete whole terminal runs last updated more than ``older_than`` ago, with every row
     they own (events, steps, timers, operations, checkpoints, approvals, their inbox).
@@ -88,7 +89,7 @@ async def prune_runs(
 
 
 async def compact_run(
-    store: Store, run_id: str, *, batch_events: int = DEFAULT_PRUNE_BATCH_EVENTS
+    store: Store, run_id: str, *, batch_events: int = DEFAULT_BATCH_EVENTS
 ) -> CompactReport:
     """Move a run's events up to its latest accepted checkpoint's decision out of the live
     log into the archive, ``batch_events`` per transaction. Nothing a reader relies on

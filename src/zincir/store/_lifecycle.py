@@ -13,7 +13,6 @@ from typing import Any, Final
 __all__ = [
     "RUN_TABLES",
     "CompactReport",
-    "PruneBatch",
     "PruneReport",
     "cancelled_error_text",
     "compact_windows",
@@ -53,29 +52,24 @@ class PruneReport:
     """What a prune deleted: whole runs, their events, in how many transactions, and the
     longest of those (how long other writers waited at most)."""
 
-    runs: int = 0
+    run_ids: list[str] = field(default_factory=list)
     events: int = 0
     batches: int = 0
     longest_batch_ms: float = 0.0
-    run_ids: list[str] = field(default_factory=list)
+
+    @property
+    def runs(self) -> int:
+        """How many runs were deleted."""
+        return len(self.run_ids)
 
     def add(self, run_ids: Sequence[str], events: int, milliseconds: float) -> None:
-        self.runs += len(run_ids)
         self.run_ids.extend(run_ids)
         self.events += events
         self.batches += 1
         self.longest_batch_ms = max(self.longest_batch_ms, milliseconds)
 
 
-@dataclass(frozen=True, slots=True)
-class PruneBatch:
-    """The runs one prune transaction deletes and how many of their events go with them."""
-
-    run_ids: tuple[str, ...]
-    events: int
-
-
-def plan_batch(candidates: Sequence[tuple[str, int]], max_events: int) -> PruneBatch:
+def plan_batch(candidates: Sequence[tuple[str, int]], max_events: int) -> tuple[str, ...]:
     """The first candidates (run id, last seq) whose events fit ``max_events``; a run
     larger than that on its own makes a batch of one (a run is deleted whole or not at all)."""
     chosen: list[str] = []
@@ -85,7 +79,7 @@ def plan_batch(candidates: Sequence[tuple[str, int]], max_events: int) -> PruneB
             break
         chosen.append(run_id)
         total += events
-    return PruneBatch(tuple(chosen), total)
+    return tuple(chosen)
 
 
 def delete_whole_runs(
@@ -124,9 +118,9 @@ async def prune_passes(read_page: PageReader, delete: BatchDeleter, max_events: 
             candidates = [(run_id, last_seq) for run_id, last_seq, _ in page]
             while candidates:
                 batch = plan_batch(candidates, max_events)
-                candidates = candidates[len(batch.run_ids) :]
+                candidates = candidates[len(batch) :]
                 started = time.perf_counter()
-                deleted, events = await delete(batch.run_ids)
+                deleted, events = await delete(batch)
                 if deleted:
                     report.add(deleted, events, (time.perf_counter() - started) * 1000)
                 await asyncio.sleep(0)

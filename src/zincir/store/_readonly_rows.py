@@ -8,7 +8,6 @@ the PostgreSQL view renders its timestamptz values so).
 
 from __future__ import annotations
 
-import heapq
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final, TypedDict, cast
@@ -35,10 +34,10 @@ __all__ = [
     "decode_columns",
     "decode_json",
     "event_pages",
-    "merge_pages",
     "outcome_keys",
     "outcomes_in_order",
     "row_limit",
+    "row_seq",
     "select_list",
 ]
 
@@ -264,7 +263,6 @@ class UsageCache:
         return dict(totals)
 
 
-def merge_pages(archived: list[EventRow], live: list[EventRow], limit: int) -> list[EventRow]:
-    """One page of a run's log from its archived and live parts, in seq order."""
-    merged = list(heapq.merge(archived, live, key=lambda row: int(row["seq"])))
-    return merged[:limit]
+def row_seq(row: EventRow) -> int:
+    """An event row's seq (the order :func:`merge_by_seq` merges in)."""
+    return int(row["seq"])

@@ -14,10 +14,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal, NamedTuple, TypedDict, cast
+from typing import Any, Final, Literal, NamedTuple, TypedDict, TypeVar, cast
 
 from .._json import loads_strict
 from .._time import to_db
+
+S = TypeVar("S")
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
@@ -38,7 +40,8 @@ __all__ = [
     "checkpoint_record",
     "driver_time",
     "event_record",
-    "merge_logs",
+    "event_seq",
+    "merge_by_seq",
     "new_owner_id",
     "optional_time",
 ]
@@ -208,7 +211,15 @@ class RunState:
     events: list[Event]
 
 
-def merge_logs(archived: list[Event], live: list[Event], limit: int | None) -> list[Event]:
-    """A run's log in seq order from its archived and live parts (at most ``limit``)."""
-    merged = list(heapq.merge(archived, live, key=lambda event: event.seq))
+def merge_by_seq(
+    archived: list[S], live: list[S], seq: Callable[[S], int], limit: int | None
+) -> list[S]:
+    """A run's log (events or read-only rows) in seq order from its archived and live parts,
+    at most ``limit`` of them."""
+    merged = list(heapq.merge(archived, live, key=seq))
     return merged if limit is None else merged[:limit]
+
+
+def event_seq(event: Event) -> int:
+    """An event's seq (the order :func:`merge_by_seq` merges in)."""
+    return event.seq

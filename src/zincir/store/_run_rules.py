@@ -33,6 +33,7 @@ __all__ = [
     "operator_refused",
     "run_exists_error",
     "run_not_found",
+    "terminal_error",
     "transition",
     "version_migrated",
 ]
@@ -41,6 +42,15 @@ __all__ = [
 def transition(old: str, new: str, **details: object) -> NewEvent:
     """The ``state_transition`` event that accompanies a status change."""
     return NewEvent("state_transition", encode_checked({"from": old, "to": new, **details}))
+
+
+def terminal_error(run_id: str, status: str, then: str) -> RunTerminal:
+    """The error of an action on a finished run: RunCancelled for a cancelled one, so its
+    last owner knows to stop; RunTerminal otherwise. ``then`` ends the sentence ("; …" or
+    " and …")."""
+    if status == "cancelled":
+        return RunCancelled(f"the run was cancelled{then}", run_id=run_id)
+    return RunTerminal(f"the run is {status}{then}", run_id=run_id)
 
 
 def run_not_found(run_id: str) -> RunNotFound:
@@ -60,12 +70,8 @@ def fence_error(run_id: str, token: int, row: tuple[Any, ...] | None) -> Excepti
     if row is None:
         return run_not_found(run_id)
     status, current = row
-    if status == "cancelled":
-        return RunCancelled(
-            "the run was cancelled; nothing more of it is written: stop this context", run_id=run_id
-        )
     if status in TERMINAL_STATUSES:
-        return RunTerminal(f"the run is {status}; nothing more can be written", run_id=run_id)
+        return terminal_error(run_id, status, "; nothing more can be written")
     if current != token:
         return FencedOut(
             f"lease token {token} was superseded by {current} (another owner recovered the "
@@ -87,10 +93,8 @@ def check_takeover(
     if row is None:
         raise run_not_found(run_id)
     status, holder = row
-    if status == "cancelled":
-        raise RunCancelled("the run was cancelled and cannot be recovered", run_id=run_id)
     if status in TERMINAL_STATUSES:
-        raise RunTerminal(f"the run is {status} and cannot be recovered", run_id=run_id)
+        raise terminal_error(run_id, status, " and cannot be recovered")
     if not force and holder is not None and live:
         raise LeaseHeld(
             f"owner {holder} holds a live lease until {until}; wait for it to expire, "
@@ -159,7 +163,7 @@ def cancel_refused(run_id: str, status: str | None) -> Exception | None:
     if status is None:
         return run_not_found(run_id)
     if status in ("completed", "failed"):
-        return RunTerminal(f"the run is {status}; only a live run can be cancelled", run_id=run_id)
+        return terminal_error(run_id, status, "; only a live run can be cancelled")
     return None
 
 
@@ -169,7 +173,7 @@ def operator_refused(run_id: str, status: str | None) -> Exception | None:
     if status is None:
         return run_not_found(run_id)
     if status in TERMINAL_STATUSES:
-        return fence_error(run_id, 0, (status, 0))
+        return terminal_error(run_id, status, "; nothing more can be written")
     return None
 
 

@@ -27,7 +27,7 @@ from .._validate import (
     check_lease_ttl,
     check_positive_duration,
 )
-from ..runs._budget import Budget
+from ..runs._budget import Budget, check_budget_arg
 from ..runs._context import DEFAULT_LEASE_TTL, AgentContext
 from ..runs._versions import app_version_or_default
 from ..store import ChildResult, ReceivedMessage, Store, as_store, new_owner_id
@@ -114,8 +114,7 @@ class WorkflowContext:
         ttl = check_lease_ttl(lease_ttl, run_id=run_id)
         check_id(name, "a run name", run_id=run_id)
         config_json = dumps({} if config is None else config, what="config", run_id=run_id)
-        if budget is not None and not isinstance(budget, Budget):
-            raise InvalidInput(f"budget must be a zincir.Budget, not {budget!r}", run_id=run_id)
+        check_budget_arg(budget, run_id)
         wait = _sleeper(sleeper)
         interval = _interval(poll_interval)
         version = app_version_or_default(app_version, run_id=run_id)

@@ -42,13 +42,13 @@ from .._readonly_rows import (
     decode_columns,
     decode_json,
     event_pages,
-    merge_pages,
     outcome_keys,
     outcomes_in_order,
     row_limit,
+    row_seq,
     select_list,
 )
-from .._records import RUN_COLUMNS, RunRecord
+from .._records import RUN_COLUMNS, RunRecord, merge_by_seq
 from ._base import Conn, migrations, split_schema
 from ._errors import DRIVER_ERRORS, translate
 from ._log import text_time
@@ -283,12 +283,12 @@ class PostgresSnapshot(ThreadReads):
         if not self._archived_after(run_id, params[1]):
             return live
         older = cast(list[EventRow], self._dicts(f"{select} archived_events {page}", params))
-        return merge_pages(older, live, params[2])
+        return merge_by_seq(older, live, row_seq, params[2])
 
     def _archived_after(self, run_id: str, after_seq: int) -> bool:
         """Whether compaction archived any event of ``run_id`` after ``after_seq`` (False on
         a schema older than the archive)."""
-        if not self._has_archive():
+        if "archived_events" not in self._tables:
             return False
         return bool(
             self._tuples(
@@ -297,19 +297,10 @@ class PostgresSnapshot(ThreadReads):
             )
         )
 
-    def _has_archive(self) -> bool:
-        return bool(
-            self._tuples(
-                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
-                "AND table_name = 'archived_events'",
-                (self._database.schema,),
-            )
-        )
-
     def _log_source(self) -> str:
         """The run log to aggregate over: live and archived events (live only on a schema
         older than the archive)."""
-        if not self._has_archive():
+        if "archived_events" not in self._tables:
             return "events"
         return (
             "(SELECT run_id, seq, type, payload FROM events UNION ALL "
@@ -331,7 +322,7 @@ class PostgresSnapshot(ThreadReads):
             "SELECT tool_call_id FROM events WHERE run_id = %s AND type = 'tool_result' "
             "AND tool_call_id = ANY(%s)"
         ]
-        if self._has_archive():
+        if "archived_events" in self._tables:
             queries.append(
                 "SELECT tool_call_id FROM archived_events WHERE run_id = %s "
                 "AND type = 'tool_call' AND tool_call_id = ANY(%s)"

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from ..._time import to_db
-from .._records import Event, Lease, NewEvent, RunRecord, event_record, merge_logs
+from .._records import Event, Lease, NewEvent, RunRecord, event_record, event_seq, merge_by_seq
 from .._run_rules import (
     check_takeover,
     check_wait_kind,
@@ -37,7 +37,8 @@ def read_events(conn: Conn, run_id: str, after_seq: int, limit: int | None = Non
     ).fetchone()
     if archived is None:
         return live
-    return merge_logs(_events_of(conn, "archived_events", run_id, after_seq, limit), live, limit)
+    older = _events_of(conn, "archived_events", run_id, after_seq, limit)
+    return merge_by_seq(older, live, event_seq, limit)
 
 
 def _events_of(

@@ -41,13 +41,13 @@ from .._readonly_rows import (
     decode_columns,
     decode_json,
     event_pages,
-    merge_pages,
     outcome_keys,
     outcomes_in_order,
     row_limit,
+    row_seq,
     select_list,
 )
-from .._records import RUN_COLUMNS, RunRecord
+from .._records import RUN_COLUMNS, RunRecord, merge_by_seq
 from .._thread_rows import PREVIEW_BYTES
 from ._base import check_zincir_file, migrations
 from ._errors import DRIVER_ERRORS, close_quietly, translate
@@ -310,12 +310,12 @@ class SnapshotReader(ThreadReads):
             list[EventRow],
             self._dicts(f"SELECT {_EVENT_COLUMNS} FROM archived_events {page}", params),
         )
-        return merge_pages(older, live, params[2])
+        return merge_by_seq(older, live, row_seq, params[2])
 
     def _archived_after(self, run_id: str, after_seq: int) -> bool:
         """Whether compaction archived any event of ``run_id`` after ``after_seq`` (False on
         a schema older than the archive)."""
-        if not self._has_table("archived_events"):
+        if "archived_events" not in self._tables:
             return False
         return bool(
             self._dicts(
@@ -324,15 +324,10 @@ class SnapshotReader(ThreadReads):
             )
         )
 
-    def _has_table(self, table: str) -> bool:
-        return bool(
-            self._dicts("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
-        )
-
     def _log_source(self) -> str:
         """The run log to aggregate over: live and archived events (live only on a schema
         older than the archive)."""
-        if not self._has_table("archived_events"):
+        if "archived_events" not in self._tables:
             return "events"
         return (
             "(SELECT run_id, seq, type, payload FROM events UNION ALL "
@@ -355,7 +350,7 @@ class SnapshotReader(ThreadReads):
             f"SELECT tool_call_id FROM events WHERE run_id = ? AND type = 'tool_result' "
             f"AND tool_call_id IN ({marks})"
         ]
-        if self._has_table("archived_events"):
+        if "archived_events" in self._tables:
             queries.append(
                 "SELECT tool_call_id FROM archived_events WHERE run_id = ? AND type = 'tool_call' "
                 f"AND tool_call_id IN ({marks})"

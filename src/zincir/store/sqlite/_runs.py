@@ -8,7 +8,16 @@ from datetime import datetime, timedelta
 import apsw
 
 from ..._time import from_db, to_db
-from .._records import RUN_COLUMNS, Event, Lease, NewEvent, RunRecord, event_record, merge_logs
+from .._records import (
+    RUN_COLUMNS,
+    Event,
+    Lease,
+    NewEvent,
+    RunRecord,
+    event_record,
+    event_seq,
+    merge_by_seq,
+)
 from .._run_rules import (
     check_takeover,
     check_wait_kind,
@@ -44,7 +53,7 @@ def read_events(
     if archived is None:
         return live
     older = _events_of(conn, "archived_events", run_id, after_seq, bound)
-    return merge_logs(older, live, limit)
+    return merge_by_seq(older, live, event_seq, limit)
 
 
 def _events_of(
