@@ -22,6 +22,7 @@ from zincir import (
     ApprovalNotFound,
     FencedOut,
     InvalidInput,
+    RunCancelled,
     RunTerminal,
     SQLiteStore,
 )
@@ -203,14 +204,27 @@ async def test_unknown_and_malformed_decisions_store_nothing(
     assert select(store_url, "SELECT COUNT(*) FROM messages") == [(0,)]
 
 
-async def test_a_finished_run_cannot_be_decided_and_is_not_pending(store: SQLiteStore) -> None:
+@pytest.mark.parametrize(
+    ("status", "error", "says"),
+    [
+        ("cancelled", RunCancelled, "the run was cancelled"),
+        ("failed", RunTerminal, "the run is failed"),
+    ],
+)
+async def test_a_finished_run_cannot_be_decided_and_is_not_pending(
+    store: SQLiteStore, store_url: str, status: str, error: type[RunTerminal], says: str
+) -> None:
     lease = await new_run(store)
     await store.open_approvals(lease, [paused_call("r1", "c1")])
-    await store.finish_run(lease, "cancelled")
+    await store.finish_run(lease, status)
     assert await store.list_approvals() == []
     assert len(await store.list_approvals(pending=False)) == 1
-    with pytest.raises(RunTerminal, match=r"\[run r1\] the run is cancelled"):
+    with pytest.raises(
+        error, match=rf"\[run r1\] {says}; approval 'r1/c1' can no longer"
+    ) as raised:
         await store.decide_approval("r1/c1", APPROVE)
+    assert type(raised.value) is error  # a failed run's refusal is no RunCancelled
+    assert select(store_url, "SELECT decision FROM approvals") == [(None,)]
 
 
 async def test_a_decision_wakes_a_run_parked_on_the_approval_topic(

@@ -20,13 +20,13 @@ from .._errors import (
     ApprovalNotFound,
     InvalidInput,
     PayloadTooLarge,
-    RunTerminal,
 )
 from .._json import MAX_DOCUMENT_BYTES, StrictJsonError, loads_strict
 from .._time import to_db
 from .._validate import MAX_ID_BYTES, check_id, check_sequence, name_problem, utf8
 from ._records import TERMINAL_STATUSES, Lease
 from ._restart_records import ApprovalRow, NewApproval, approval_run_id
+from ._run_rules import terminal_error
 
 __all__ = [
     "approval_not_found",
@@ -161,6 +161,4 @@ def check_decidable(
             run_id=run_id,
         )
     if run_status is not None and run_status in TERMINAL_STATUSES:
-        raise RunTerminal(
-            f"the run is {run_status}; approval {aid!r} can no longer be decided", run_id=run_id
-        )
+        raise terminal_error(run_id, run_status, f"; approval {aid!r} can no longer be decided")

@@ -43,7 +43,15 @@ from pydantic_ai.toolsets import FunctionToolset  # noqa: E402
 import zincir  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 from tests.helpers import rows  # noqa: E402
-from zincir import InputDrift, LeaseHeld, OperationFailed, OperationKind, RetryPolicy  # noqa: E402
+from zincir import (  # noqa: E402
+    InputDrift,
+    LeaseHeld,
+    OperationFailed,
+    OperationKind,
+    RetryPolicy,
+    RunCancelled,
+    RunTerminal,
+)
 from zincir.integrations.pydantic_ai import ZincirDurability, classify  # noqa: E402
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -200,6 +208,28 @@ async def test_a_second_run_with_the_same_run_id_calls_no_model_or_tool(db_path:
         for result in (first, second)
     ]
     assert responses[0] == responses[1]  # request-side timestamps are this run's own
+
+
+async def test_a_cancelled_or_failed_run_id_is_refused_before_any_model_call(
+    db_path: Path,
+) -> None:
+    calls: Counter[str] = Counter()
+    async with zincir.open_store(db_path) as store:
+        agent = support_agent(store, calls)
+        for run_id in ("stopped-1", "broken-1"):
+            ctx = await zincir.AgentContext.create(store, "support", run_id=run_id)
+            await ctx.close()
+        await zincir.cancel_run(store, "stopped-1")
+        ctx = await zincir.AgentContext.recover(store, "broken-1")
+        await ctx.fail("gave up")
+        before = rows(db_path, "SELECT COUNT(*) FROM events")
+        with pytest.raises(RunCancelled, match=r"\[run stopped-1\] the run was cancelled"):
+            await agent.run("Refund order A-17.", run_id="stopped-1")
+        with pytest.raises(RunTerminal, match=r"\[run broken-1\] the run is failed") as failed:
+            await agent.run("Refund order A-17.", run_id="broken-1")
+        assert not isinstance(failed.value, RunCancelled)
+    assert calls == Counter()
+    assert rows(db_path, "SELECT COUNT(*) FROM events") == before
 
 
 async def test_a_changed_prompt_under_the_same_run_id_raises_input_drift(db_path: Path) -> None:

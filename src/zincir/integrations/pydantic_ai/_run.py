@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from ..._errors import RunExists, RunTerminal
+from ..._errors import RunExists
 from ...runs import AgentContext
 from ...store import TERMINAL_STATUSES, Store
+from ...store._run_rules import terminal_error
 
 __all__ = ["CURRENT_RUN", "RunScope", "open_run"]
 
@@ -56,9 +57,7 @@ async def open_run(
     if row is not None and row["status"] == "completed":
         return RunScope(run_id, agent, None)
     if row is not None and row["status"] in TERMINAL_STATUSES:
-        raise RunTerminal(
-            f"the run is {row['status']}; start a new run id to try again", run_id=run_id
-        )
+        raise terminal_error(run_id, row["status"], "; start a new run id to try again")
     if parent_id is not None and await store.get_run(parent_id) is None:
         parent_id = None
     ctx: AgentContext | None = None
