@@ -42,7 +42,7 @@ from pydantic_ai.toolsets import FunctionToolset  # noqa: E402
 
 import zincir  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
-from tests.helpers import rows  # noqa: E402
+from tests.helpers import rows, select  # noqa: E402
 from zincir import (  # noqa: E402
     InputDrift,
     LeaseHeld,
@@ -194,9 +194,9 @@ async def test_a_reference_agent_pins_its_step_ids_and_operation_names(db_path: 
 # -- replay ----------------------------------------------------------------------------------
 
 
-async def test_a_second_run_with_the_same_run_id_calls_no_model_or_tool(db_path: Path) -> None:
+async def test_a_second_run_with_the_same_run_id_calls_no_model_or_tool(store_target: str) -> None:
     calls: Counter[str] = Counter()
-    async with zincir.open_store(db_path) as store:
+    async with zincir.open_store(store_target) as store:
         agent = support_agent(store, calls)
         first = await agent.run("Refund order A-17.", run_id="again-1")
         assert calls == Counter(model=3, lookup=1, refund=1)
@@ -208,6 +208,10 @@ async def test_a_second_run_with_the_same_run_id_calls_no_model_or_tool(db_path:
         for result in (first, second)
     ]
     assert responses[0] == responses[1]  # request-side timestamps are this run's own
+    assert select(store_target, "SELECT status FROM agent_runs") == [("completed",)]
+    assert select(store_target, "SELECT COUNT(*) FROM operations WHERE status = 'completed'") == [
+        (5,)
+    ]
 
 
 async def test_a_cancelled_or_failed_run_id_is_refused_before_any_model_call(
@@ -245,9 +249,9 @@ async def test_a_changed_prompt_under_the_same_run_id_raises_input_drift(db_path
 
 @pytest.mark.crash
 def test_sigkill_after_the_second_tool_call_reruns_only_the_model_request_in_flight(
-    tmp_path: Path,
+    store_target: str, tmp_path: Path
 ) -> None:
-    db, log = tmp_path / "agent.db", tmp_path / "calls.log"
+    db, log = store_target, tmp_path / "calls.log"
     argv = [sys.executable, str(WORKER), str(db), str(log), "kill-1"]
     killed = subprocess.run([*argv, "kill"], env=ENV, capture_output=True, text=True, timeout=60)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
@@ -260,7 +264,9 @@ def test_sigkill_after_the_second_tool_call_reruns_only_the_model_request_in_fli
     lines = log.read_text("utf-8").splitlines()
     assert lines[len(before) :] == ["model 2"]
     assert lines.count("tool lookup A-17") == 1 and lines.count("tool refund A-17") == 1
-    assert rows(db, "SELECT status FROM agent_runs") == [("completed",)]
+    assert select(db, "SELECT status FROM agent_runs") == [("completed",)]
+    seqs = [seq for (seq,) in select(db, "SELECT seq FROM events ORDER BY seq")]
+    assert seqs == list(range(1, len(seqs) + 1))
 
 
 # -- ownership -------------------------------------------------------------------------------
@@ -288,8 +294,8 @@ async def test_two_runs_under_gather_keep_separate_identities(db_path: Path) -> 
 
 
 @pytest.mark.crash
-async def test_a_second_process_on_one_run_id_is_refused(tmp_path: Path) -> None:
-    db, log = tmp_path / "agent.db", tmp_path / "calls.log"
+async def test_a_second_process_on_one_run_id_is_refused(store_target: str, tmp_path: Path) -> None:
+    db, log = store_target, tmp_path / "calls.log"
     holder = subprocess.Popen(
         [sys.executable, str(WORKER), str(db), str(log), "held-1", "hold"],
         env=ENV,
