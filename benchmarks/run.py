@@ -4,8 +4,11 @@
                              [--no-postgres]
 
 The raw APSW loop (one INSERT + COMMIT per step into a WAL database) is the physical limit
-each durable step is compared with. Peers (DBOS, LangGraph) run in their own virtualenv
-(``make bench-peers``) as child processes, on the same number of sequential steps.
+each durable step is compared with. Beside it, benchmarks/floor_bench.py times the bare SQL
+of a step on zincir's schema and on a leaner prototype schema, and counts the WAL frames
+each step figure writes. Every figure is taken after a warm-up. Peers (DBOS, LangGraph) run
+in their own virtualenv (``make bench-peers``) as child processes, on the same number of
+sequential steps.
 
 The durable agent turn (one model request + three tool calls, ``FunctionModel``, trivial
 tools) is measured on ``LocalRuntime`` (FULL) and without ``durable=``; its overhead is
@@ -49,6 +52,9 @@ import apsw
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
+sys.path.insert(0, str(HERE))  # the sibling modules (floor_bench, prune_bench, ...)
+
+import floor_bench  # noqa: E402
 
 import zincir  # noqa: E402
 from zincir import AgentContext, CheckpointCandidate, ToolCall, Verification  # noqa: E402
@@ -99,109 +105,7 @@ def median_of(samples: list[float]) -> float:
 
 def raw_step_us(path: str, synchronous: str, n: int) -> float:
     """APSW: per step json.dumps + BEGIN IMMEDIATE + INSERT + COMMIT into a WAL database."""
-    conn = apsw.Connection(path)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute(f"PRAGMA synchronous={synchronous}")
-    conn.execute("CREATE TABLE IF NOT EXISTS steps (id INTEGER PRIMARY KEY, result TEXT)")
-    for i in range(50):
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO steps (result) VALUES (?)", (json.dumps(step_result(i)),))
-        conn.execute("COMMIT")
-    started = time.perf_counter()
-    for i in range(n):
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO steps (result) VALUES (?)", (json.dumps(step_result(i)),))
-        conn.execute("COMMIT")
-    elapsed = time.perf_counter() - started
-    conn.close()
-    return elapsed / n * 1e6
-
-
-# -- the floor of zincir's own schema -----------------------------------------------------
-
-_FENCE = (
-    "UPDATE agent_runs SET last_seq = last_seq + 1, lease_expires_at = ?, updated_at = ? "
-    "WHERE id = ? AND lease_owner = ? AND lease_token = ? "
-    "AND status IN ('pending', 'running') RETURNING last_seq"
-)
-
-
-def _schema_db(path: str, synchronous: str, runs: int) -> apsw.Connection:
-    """A migrated zincir database with ``runs`` leased runs, opened with bare APSW."""
-    zincir.open_store(path).close_sync()
-    conn = apsw.Connection(path, statementcachesize=256)
-    conn.execute(f"PRAGMA synchronous={synchronous}")
-    for r in range(runs):
-        conn.execute(
-            "INSERT INTO agent_runs (id, name, status, lease_owner, lease_token, created_at, "
-            "updated_at) VALUES (?, 'floor', 'running', 'owner', 1, 'now', 'now')",
-            (f"r{r}",),
-        )
-    return conn
-
-
-def _claim_sql(conn: apsw.Connection, run: str, name: str) -> None:
-    conn.execute(
-        "INSERT INTO steps (run_id, name, status, claim_owner, claim_token, started_at) "
-        "VALUES (?, ?, 'running', 'owner', 1, 'now') ON CONFLICT (run_id, name) DO NOTHING "
-        "RETURNING 1",
-        (run, name),
-    ).fetchone()
-    conn.execute(
-        "SELECT 1 FROM agent_runs WHERE id = ? AND lease_owner = 'owner' "
-        "AND lease_token = 1 AND status IN ('pending', 'running')",
-        (run,),
-    ).fetchone()
-
-
-def _finish_sql(conn: apsw.Connection, run: str, name: str, result: str) -> None:
-    seq = conn.execute(_FENCE, ("later", "now", run, "owner", 1)).fetchone()[0]
-    conn.execute(
-        "INSERT INTO events (run_id, seq, type, payload, created_at) "
-        "VALUES (?, ?, 'step_completed', ?, 'now')",
-        (run, seq, json.dumps(name)),
-    )
-    conn.execute(
-        "UPDATE steps SET status = 'completed', result = ?, completed_at = 'now' "
-        "WHERE run_id = ? AND name = ? AND status = 'running' "
-        "AND claim_owner = 'owner' AND claim_token = 1 RETURNING 1",
-        (result, run, name),
-    ).fetchone()
-
-
-def step_sql_us(path: str, synchronous: str, n: int) -> float:
-    """The statements of one claimed step (claim commit, result commit) in a bare APSW loop:
-    what SQLite alone charges for zincir's schema, with no zincir code running."""
-    conn = _schema_db(path, synchronous, 1)
-    started = time.perf_counter()
-    for i in range(n):
-        conn.execute("BEGIN IMMEDIATE")
-        _claim_sql(conn, "r0", f"step-{i}")
-        conn.execute("COMMIT")
-        conn.execute("BEGIN IMMEDIATE")
-        _finish_sql(conn, "r0", f"step-{i}", json.dumps(step_result(i)))
-        conn.execute("COMMIT")
-    elapsed = time.perf_counter() - started
-    conn.close()
-    return elapsed / n * 1e6
-
-
-def concurrent_sql_steps_per_s(path: str, runs: int, steps: int) -> float:
-    """The same statements for ``runs`` runs batched into one commit per phase (FULL)."""
-    conn = _schema_db(path, "FULL", runs)
-    started = time.perf_counter()
-    for i in range(steps):
-        conn.execute("BEGIN IMMEDIATE")
-        for r in range(runs):
-            _claim_sql(conn, f"r{r}", f"step-{i}")
-        conn.execute("COMMIT")
-        conn.execute("BEGIN IMMEDIATE")
-        for r in range(runs):
-            _finish_sql(conn, f"r{r}", f"step-{i}", json.dumps(step_result(i)))
-        conn.execute("COMMIT")
-    elapsed = time.perf_counter() - started
-    conn.close()
-    return runs * steps / elapsed
+    return floor_bench.raw_step_us(path, synchronous, n, step_result)
 
 
 # -- zincir scenarios ----------------------------------------------------------------------
@@ -218,6 +122,22 @@ async def step_us(path: str, synchronous: str, n: int) -> float:
             for i in range(n):
                 await wf.step(f"step-{i}", lambda i=i: step_result(i))
             return (time.perf_counter() - started) / n * 1e6
+    finally:
+        await store.close()
+
+
+async def step_frames(path: str) -> float:
+    """WAL frames per WorkflowContext.step (FULL; NORMAL writes the same pages)."""
+    store = zincir.open_store(path)
+    try:
+        async with await WorkflowContext.open(store, "frames") as wf:
+            for i in range(20):
+                await wf.step(f"warm-{i}", lambda i=i: step_result(i))
+            frames = floor_bench.WalFrames(path)
+            frames.reset()
+            for i in range(floor_bench.FRAME_STEPS):
+                await wf.step(f"step-{i}", lambda i=i: step_result(i))
+            return frames.count() / floor_bench.FRAME_STEPS
     finally:
         await store.close()
 
@@ -340,6 +260,25 @@ async def agent_turn_us(path: str, runs: int, turns: int) -> tuple[float, float]
                 samples.append((time.perf_counter() - started) / turns * 1e6)
             figures.append(median_of(samples))
         return figures[0], figures[1]
+    finally:
+        await store.close()
+
+
+async def agent_turn_frames(path: str, turns: int) -> float:
+    """WAL frames per durable agent turn (two runs of ``turns`` turns after a warm-up run)."""
+    agent = turn_agent(turns)
+    registry = HandlerRegistry()
+    serve(registry, agent, TURN_HANDLERS)
+    store = zincir.open_store(path, synchronous="full")
+    try:
+        runtime = LocalRuntime(store, registry, retry=RetryPolicy(max_attempts=1))
+        for i in range(3):
+            binding = DurableBinding(runtime, f"frames-{i}", TURN_HANDLERS)
+            if i == 1:
+                frames = floor_bench.WalFrames(path)
+                frames.reset()
+            await agent.run("Check the items.", durable=binding)
+        return frames.count() / (2 * turns)
     finally:
         await store.close()
 
@@ -603,6 +542,23 @@ def run_async(coroutine: Awaitable[Any]) -> Any:
     return asyncio.run(wrap())
 
 
+def frame_figures(bench: Bench) -> dict[str, float]:
+    """WAL frames (pages written) per step of each step figure, and per agent turn."""
+    frames = {
+        "raw_frames_per_step": floor_bench.frames_per_step(
+            floor_bench.raw_stepper(path := bench.db("frames-raw"), "NORMAL", step_result), path
+        ),
+        "step_frames_per_step": run_async(step_frames(bench.db("frames-step"))),
+    }
+    for label, lean in (("sql", False), ("lean_sql", True)):
+        opened = floor_bench.floor_stepper(
+            path := bench.db(f"frames-{label}"), "NORMAL", step_result, lean=lean
+        )
+        frames[f"step_{label}_frames_per_step"] = floor_bench.frames_per_step(opened, path)
+    frames["agent_turn_frames"] = run_async(agent_turn_frames(bench.db("frames-turn"), 5))
+    return frames
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     bench = Bench(args.quick, 3 if args.quick else args.repeat)
     figures = bench.figures
@@ -622,16 +578,25 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     timed("raw + step FULL", lambda: paired("raw_full_us", "step_full_us", "full"))
     timed("raw + step NORMAL", lambda: paired("raw_normal_us", "step_normal_us", "normal"))
-    figures["step_sql_normal_us"] = timed(
-        "schema floor, one step",
-        lambda: median_of(
-            [step_sql_us(bench.db("floor"), "NORMAL", n_seq) for _ in range(bench.repeat)]
-        ),
-    )
-    figures["concurrent64_sql_steps_per_s"] = timed(
-        "schema floor, 64 runs",
-        lambda: concurrent_sql_steps_per_s(bench.db("floor64"), 64, bench.n(200, 50)),
-    )
+    for label, lean in (("sql", False), ("lean_sql", True)):
+        figures[f"step_{label}_normal_us"] = timed(
+            f"{label} floor, one step",
+            lambda lean=lean: median_of(
+                [
+                    floor_bench.floor_step_us(
+                        bench.db(f"floor-{lean}"), "NORMAL", n_seq, step_result, lean=lean
+                    )
+                    for _ in range(bench.repeat)
+                ]
+            ),
+        )
+        figures[f"concurrent64_{label}_steps_per_s"] = timed(
+            f"{label} floor, 64 runs",
+            lambda lean=lean: floor_bench.floor_concurrent_steps_per_s(
+                bench.db(f"floor64-{lean}"), 64, bench.n(200, 50), step_result, lean=lean
+            ),
+        )
+    figures.update(timed("WAL frames per step", lambda: frame_figures(bench)))
     figures["agent_cycle_us"] = timed(
         "agent cycle", lambda: run_async(agent_cycle_us(bench.db("cycle"), bench.n(1000, 300)))
     )
@@ -675,8 +640,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "step_normal_over_raw_normal": pair_ratios["normal"],
         "concurrent64_over_raw_full_seq": figures["concurrent64_steps_per_s"]
         / (1e6 / figures["raw_full_us"]),
+        "step_normal_over_step_sql_normal": figures["step_normal_us"]
+        / figures["step_sql_normal_us"],
         "step_sql_normal_over_raw_normal": figures["step_sql_normal_us"] / figures["raw_normal_us"],
+        "step_lean_sql_normal_over_raw_normal": figures["step_lean_sql_normal_us"]
+        / figures["raw_normal_us"],
         "concurrent64_sql_over_raw_full_seq": figures["concurrent64_sql_steps_per_s"]
+        / (1e6 / figures["raw_full_us"]),
+        "concurrent64_lean_sql_over_raw_full_seq": figures["concurrent64_lean_sql_steps_per_s"]
         / (1e6 / figures["raw_full_us"]),
         "agent_turn_overhead_over_raw_full": figures["agent_turn_overhead_us"]
         / figures["raw_full_us"],
@@ -762,13 +733,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 TARGETS = {
-    "step_full_over_raw_full": ("<=", 1.3),
-    "step_normal_over_raw_normal": ("<=", 2.0),
-    "concurrent64_over_raw_full_seq": (">=", 10.0),
+    "step_full_over_raw_full": ("<=", 1.1),
+    "step_normal_over_raw_normal": ("<=", 3.0),
+    "step_normal_over_step_sql_normal": ("<=", 1.1),
+    "concurrent64_over_raw_full_seq": (">=", 6.0),
     "dbos_over_step_full": (">=", 5.0),
     "langgraph_over_step_full": (">=", 4.0),
     "dbos_over_step_normal": (">=", 20.0),
-    "langgraph_over_step_normal": (">=", 20.0),
+    "langgraph_over_step_normal": (">=", 15.0),
     "temporal_execute_over_raw": ("<=", 1.2),
     "agent_turn_overhead_over_raw_full": ("<=", 5.0),
     "pydantic_ai_dbos_over_agent_turn": (">=", 3.0),
@@ -823,7 +795,6 @@ def main(argv: list[str] | None = None) -> None:
         "--no-postgres", action="store_true", help="skip the PostgreSQL figures (no server)"
     )
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(HERE))
     result = measure(args)
     print_table(result)
     if args.json:

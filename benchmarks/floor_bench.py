@@ -1,0 +1,274 @@
+"""What SQLite alone charges for a durable step: the raw loop, zincir's schema, a lean schema.
+
+Each is a bare-APSW *stepper* (no zincir code runs), timed after a warm-up and counted in
+WAL frames (pages written per step: what an fsync and the checkpoints scale with).
+
+- The raw loop: ``BEGIN IMMEDIATE`` + one ``INSERT`` + ``COMMIT`` per step, the physical
+  limit. It runs at least ``RAW_MIN_STEPS`` steps, so that it passes the WAL's automatic
+  checkpoint (every 1,000 frames) several times, as the other figures do.
+- Today's schema floor: the statements of one ``WorkflowContext.step`` (a claim commit, then
+  the result's commit) on zincir's migrated database.
+- The lean floor: a prototype of a leaner step with the same guarantees (the claim commits,
+  visible to other processes, before the body runs; the result is an event in the run's
+  gapless log; the run's lease is checked inside each transaction). The claim row holds only
+  the claim and the seq of its result's event, the result is stored once (in the event), and
+  the run's row is read for the fence, never written per step (the lease holder keeps the
+  next seq; the events' primary key refuses a seq used twice).
+
+At FULL every floor commits its claim without fsync and its result with one, as zincir does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import apsw
+
+import zincir
+
+RAW_MIN_STEPS = 3000
+"""The raw loop's least number of timed steps: three automatic WAL checkpoints."""
+
+FRAME_STEPS = 100
+"""Steps per WAL frame count: under the 1,000-frame automatic checkpoint for every floor."""
+
+Stepper = Callable[[int], None]
+ResultOf = Callable[[int], Any]
+
+
+# -- the raw loop ---------------------------------------------------------------------------
+
+
+def raw_stepper(
+    path: str, synchronous: str, result_of: ResultOf
+) -> tuple[apsw.Connection, Stepper]:
+    """One INSERT + COMMIT per step into a WAL database."""
+    conn = apsw.Connection(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("CREATE TABLE IF NOT EXISTS steps (id INTEGER PRIMARY KEY, result TEXT)")
+
+    def step(i: int) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO steps (result) VALUES (?)", (json.dumps(result_of(i)),))
+        conn.execute("COMMIT")
+
+    return conn, step
+
+
+# -- today's schema -------------------------------------------------------------------------
+
+_FENCE = (
+    "UPDATE agent_runs SET last_seq = last_seq + 1, lease_expires_at = ?, updated_at = ? "
+    "WHERE id = ? AND lease_owner = ? AND lease_token = ? "
+    "AND status IN ('pending', 'running') RETURNING last_seq"
+)
+
+
+def schema_db(path: str, synchronous: str, runs: int) -> apsw.Connection:
+    """A migrated zincir database with ``runs`` leased runs, opened with bare APSW."""
+    zincir.open_store(path).close_sync()
+    conn = apsw.Connection(path, statementcachesize=256)
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    for r in range(runs):
+        conn.execute(
+            "INSERT INTO agent_runs (id, name, status, lease_owner, lease_token, created_at, "
+            "updated_at) VALUES (?, 'floor', 'running', 'owner', 1, 'now', 'now')",
+            (f"r{r}",),
+        )
+    return conn
+
+
+def claim_sql(conn: apsw.Connection, run: str, name: str) -> None:
+    conn.execute(
+        "INSERT INTO steps (run_id, name, status, claim_owner, claim_token, started_at) "
+        "VALUES (?, ?, 'running', 'owner', 1, 'now') ON CONFLICT (run_id, name) DO NOTHING "
+        "RETURNING 1",
+        (run, name),
+    ).fetchone()
+    conn.execute(
+        "SELECT 1 FROM agent_runs WHERE id = ? AND lease_owner = 'owner' "
+        "AND lease_token = 1 AND status IN ('pending', 'running')",
+        (run,),
+    ).fetchone()
+
+
+def finish_sql(conn: apsw.Connection, run: str, name: str, result: str) -> None:
+    seq = conn.execute(_FENCE, ("later", "now", run, "owner", 1)).fetchone()[0]
+    conn.execute(
+        "INSERT INTO events (run_id, seq, type, payload, created_at) "
+        "VALUES (?, ?, 'step_completed', ?, 'now')",
+        (run, seq, json.dumps(name)),
+    )
+    conn.execute(
+        "UPDATE steps SET status = 'completed', result = ?, completed_at = 'now' "
+        "WHERE run_id = ? AND name = ? AND status = 'running' "
+        "AND claim_owner = 'owner' AND claim_token = 1 RETURNING 1",
+        (result, run, name),
+    ).fetchone()
+
+
+# -- the lean schema ------------------------------------------------------------------------
+
+LEAN_SCHEMA = """
+CREATE TABLE lean_steps (
+    run_id      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    claim_owner TEXT NOT NULL,
+    claim_token INTEGER NOT NULL,
+    event_seq   INTEGER,
+    PRIMARY KEY (run_id, name)
+) WITHOUT ROWID;
+"""
+
+_LEASE_HOLDS = (
+    "EXISTS (SELECT 1 FROM agent_runs WHERE id = ? AND lease_owner = 'owner' "
+    "AND lease_token = 1 AND status IN ('pending', 'running'))"
+)
+_LEAN_CLAIM = (
+    "INSERT INTO lean_steps (run_id, name, claim_owner, claim_token) "
+    f"SELECT ?, ?, 'owner', 1 WHERE {_LEASE_HOLDS} "
+    "ON CONFLICT (run_id, name) DO NOTHING RETURNING 1"
+)
+_LEAN_EVENT = (
+    "INSERT INTO events (run_id, seq, type, payload, created_at) "
+    f"SELECT ?, ?, 'step_completed', ?, 'now' WHERE {_LEASE_HOLDS} RETURNING 1"
+)
+_LEAN_POINTER = (
+    "UPDATE lean_steps SET event_seq = ? WHERE run_id = ? AND name = ? "
+    "AND claim_owner = 'owner' AND claim_token = 1 AND event_seq IS NULL RETURNING 1"
+)
+
+
+def lean_db(path: str, synchronous: str, runs: int) -> apsw.Connection:
+    """Today's database (for ``agent_runs`` and ``events``) plus the lean claim table."""
+    conn = schema_db(path, synchronous, runs)
+    conn.execute(LEAN_SCHEMA)
+    return conn
+
+
+def lean_claim(conn: apsw.Connection, run: str, name: str) -> None:
+    """One statement: the claim, inserted only while the run's lease holds."""
+    assert conn.execute(_LEAN_CLAIM, (run, name, run)).fetchone() is not None
+
+
+def lean_finish(conn: apsw.Connection, run: str, name: str, seq: int, result: str) -> None:
+    """The result as the step's event at the lease holder's next seq, then its pointer."""
+    assert conn.execute(_LEAN_EVENT, (run, seq, result, run)).fetchone() is not None
+    assert conn.execute(_LEAN_POINTER, (seq, run, name)).fetchone() is not None
+
+
+# -- steppers over one run or many ----------------------------------------------------------
+
+
+def _sync(conn: apsw.Connection, full: bool, durable: bool) -> None:
+    if full:
+        conn.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=NORMAL")
+
+
+def floor_stepper(
+    path: str, synchronous: str, result_of: ResultOf, *, lean: bool, runs: int = 1
+) -> tuple[apsw.Connection, Stepper]:
+    """Step ``i`` of ``runs`` runs at once on today's schema (or the lean one): every claim in
+    one commit, then every result in the next."""
+    conn = (lean_db if lean else schema_db)(path, synchronous, runs)
+    full = synchronous.upper() == "FULL"
+    seqs = [0] * runs
+
+    def step(i: int) -> None:
+        name = f"step-{i}"
+        _sync(conn, full, durable=False)
+        conn.execute("BEGIN IMMEDIATE")
+        for r in range(runs):
+            (lean_claim if lean else claim_sql)(conn, f"r{r}", name)
+        conn.execute("COMMIT")
+        _sync(conn, full, durable=True)
+        conn.execute("BEGIN IMMEDIATE")
+        result = json.dumps(result_of(i))
+        for r in range(runs):
+            if lean:
+                seqs[r] += 1
+                lean_finish(conn, f"r{r}", name, seqs[r], result)
+            else:
+                finish_sql(conn, f"r{r}", name, result)
+        conn.execute("COMMIT")
+
+    return conn, step
+
+
+def timed_steps(opened: tuple[apsw.Connection, Stepper], n: int, warm_up: int = 50) -> float:
+    """Seconds for ``n`` steps after ``warm_up`` untimed ones; closes the connection."""
+    conn, step = opened
+    try:
+        for i in range(warm_up):
+            step(-1 - i)
+        started = time.perf_counter()
+        for i in range(n):
+            step(i)
+        return time.perf_counter() - started
+    finally:
+        conn.close()
+
+
+def raw_step_us(path: str, synchronous: str, n: int, result_of: ResultOf) -> float:
+    """The raw loop, µs per step (at least RAW_MIN_STEPS timed)."""
+    n = max(n, RAW_MIN_STEPS)
+    return timed_steps(raw_stepper(path, synchronous, result_of), n) / n * 1e6
+
+
+def floor_step_us(path: str, synchronous: str, n: int, result_of: ResultOf, *, lean: bool) -> float:
+    """One run's steps on today's schema (or the lean one), µs per step."""
+    return timed_steps(floor_stepper(path, synchronous, result_of, lean=lean), n) / n * 1e6
+
+
+def floor_concurrent_steps_per_s(
+    path: str, runs: int, steps: int, result_of: ResultOf, *, lean: bool
+) -> float:
+    """``runs`` runs' steps batched into one commit per phase (FULL), steps per second."""
+    opened = floor_stepper(path, "FULL", result_of, lean=lean, runs=runs)
+    return runs * steps / timed_steps(opened, steps, warm_up=5)
+
+
+# -- WAL frames -----------------------------------------------------------------------------
+
+
+class WalFrames:
+    """Counts the WAL frames written to one database between :meth:`reset` and
+    :meth:`count`, through a probe connection of its own."""
+
+    def __init__(self, path: str) -> None:
+        self._probe = apsw.Connection(path)
+
+    def _checkpoint(self, mode: str) -> int:
+        busy, logged, _ = self._probe.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        if busy:
+            raise RuntimeError(f"a {mode} checkpoint was blocked by another connection")
+        return int(logged)
+
+    def reset(self) -> None:
+        """Empty the log."""
+        self._checkpoint("TRUNCATE")
+
+    def count(self) -> int:
+        """Frames logged since the reset (valid under the 1,000-frame automatic checkpoint)."""
+        logged = self._checkpoint("PASSIVE")
+        self._probe.close()
+        return logged
+
+
+def frames_per_step(opened: tuple[apsw.Connection, Stepper], path: str) -> float:
+    """WAL frames per step of a stepper, over FRAME_STEPS steps after a warm-up."""
+    conn, step = opened
+    try:
+        for i in range(20):
+            step(-1 - i)
+        frames = WalFrames(path)
+        frames.reset()
+        for i in range(FRAME_STEPS):
+            step(i)
+        return frames.count() / FRAME_STEPS
+    finally:
+        conn.close()
