@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self, TypeAlias, TypeVar
+from typing import Annotated, Any, Final, Literal, Self, TypeAlias, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -119,10 +119,7 @@ def _as_tuple(value: object) -> object:
 
 _T = TypeVar("_T")
 
-if TYPE_CHECKING:
-    Items: TypeAlias = Annotated[Sequence[_T], BeforeValidator(_as_tuple)]
-else:  # a tuple schema serializes in pydantic-core; a Sequence one calls Python per item
-    Items: TypeAlias = Annotated[tuple[_T, ...], BeforeValidator(_as_tuple)]
+Items: TypeAlias = Annotated[Sequence[_T], BeforeValidator(_as_tuple)]
 """A sequence, always stored as a tuple (a list is accepted and converted; a str is not)."""
 JsonObject: TypeAlias = dict[str, JsonValue]
 Headers: TypeAlias = Annotated[dict[str, str], AfterValidator(_check_headers)]
