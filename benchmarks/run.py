@@ -698,8 +698,19 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             ),
         )
         figures["pydantic_ai_zincir_durability_turn_us"] = zincir_turn
+        plain_turn = timed(
+            "pydantic-ai turn, no durability",
+            lambda: run_async(
+                zincir_durability_turn_us(
+                    bench.db("pydantic-ai-plain"), bench.n(100, 30), durable=False
+                )
+            ),
+        )
+        figures["pydantic_ai_plain_turn_us"] = plain_turn
         if agent_peer is not None:
             ratios["pydantic_ai_dbos_over_zincir_durability"] = agent_peer / zincir_turn
+            # The most any durability capability could reach: durability that cost nothing.
+            ratios["pydantic_ai_dbos_over_plain"] = agent_peer / plain_turn
     if not args.no_postgres:
         from postgres_bench import measure as postgres_measure
 
