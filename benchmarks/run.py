@@ -231,15 +231,20 @@ def turn_agent(turns: int) -> Agent:
     return Agent(FunctionModel(model), name="bench", tools=[lookup, price, stock])
 
 
-async def agent_turn_us(path: str, runs: int, turns: int) -> tuple[float, float]:
-    """Per turn: the agent without ``durable=``, then on a LocalRuntime (FULL), ``runs`` runs
-    of ``turns`` turns each (the final text request and the run's row are amortised)."""
+def durable_turn_agent(path: str, turns: int) -> tuple[Agent, zincir.Store, LocalRuntime]:
+    """The turn agent, its handlers served on a LocalRuntime over a FULL store at ``path``."""
     agent = turn_agent(turns)
     registry = HandlerRegistry()
     serve(registry, agent, TURN_HANDLERS)
     store = zincir.open_store(path, synchronous="full")
+    return agent, store, LocalRuntime(store, registry, retry=RetryPolicy(max_attempts=1))
+
+
+async def agent_turn_us(path: str, runs: int, turns: int) -> tuple[float, float]:
+    """Per turn: the agent without ``durable=``, then on a LocalRuntime (FULL), ``runs`` runs
+    of ``turns`` turns each (the final text request and the run's row are amortised)."""
+    agent, store, runtime = durable_turn_agent(path, turns)
     try:
-        runtime = LocalRuntime(store, registry, retry=RetryPolicy(max_attempts=1))
 
         async def direct(_: int) -> None:
             await agent.run("Check the items.")
@@ -266,12 +271,8 @@ async def agent_turn_us(path: str, runs: int, turns: int) -> tuple[float, float]
 
 async def agent_turn_frames(path: str, turns: int) -> float:
     """WAL frames per durable agent turn (two runs of ``turns`` turns after a warm-up run)."""
-    agent = turn_agent(turns)
-    registry = HandlerRegistry()
-    serve(registry, agent, TURN_HANDLERS)
-    store = zincir.open_store(path, synchronous="full")
+    agent, store, runtime = durable_turn_agent(path, turns)
     try:
-        runtime = LocalRuntime(store, registry, retry=RetryPolicy(max_attempts=1))
         for i in range(3):
             binding = DurableBinding(runtime, f"frames-{i}", TURN_HANDLERS)
             if i == 1:
