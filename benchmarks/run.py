@@ -67,6 +67,7 @@ from zincir.contract.payloads import (  # noqa: E402
     ToolCallPart,
 )
 from zincir.durable import HandlerRegistry, LocalRuntime, RetryPolicy  # noqa: E402
+from zincir.store import Store  # noqa: E402
 from zincir.workflow import WorkflowContext  # noqa: E402
 
 PAYLOAD = "x" * 100
@@ -231,7 +232,7 @@ def turn_agent(turns: int) -> Agent:
     return Agent(FunctionModel(model), name="bench", tools=[lookup, price, stock])
 
 
-def durable_turn_agent(path: str, turns: int) -> tuple[Agent, zincir.Store, LocalRuntime]:
+def durable_turn_agent(path: str, turns: int) -> tuple[Agent, Store, LocalRuntime]:
     """The turn agent, its handlers served on a LocalRuntime over a FULL store at ``path``."""
     agent = turn_agent(turns)
     registry = HandlerRegistry()
