@@ -53,6 +53,13 @@ test-quick: $(DEV)
 bench: $(DEV)
 	$(BIN)/python benchmarks/run.py --temporal
 
+# Instructions per step and per agent turn under valgrind's callgrind (about 5 minutes): the
+# figure to judge a change to zincir's own code by, where wall-clock figures drift.
+.PHONY: bench-instructions
+bench-instructions: $(DEV)
+	@command -v valgrind >/dev/null || { echo "valgrind is needed: apt-get install valgrind"; exit 1; }
+	$(BIN)/python benchmarks/instructions.py
+
 bench-quick: $(DEV)
 	$(BIN)/python benchmarks/run.py --quick
 

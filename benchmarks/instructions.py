@@ -1,0 +1,151 @@
+"""CPU instructions per step and per agent turn, counted by valgrind's callgrind.
+
+    python benchmarks/instructions.py [--jobs 2]
+
+Wall-clock figures on a shared VM drift by 2-4x within an hour; instruction counts do not,
+so a change to zincir's own code is judged here. Each workload runs twice in a child process
+under ``valgrind --tool=callgrind``, with a small and a large count; the difference divided
+by the difference in counts is the cost of one unit, without the interpreter's start-up and
+imports. Instructions in the kernel (the WAL's write and fsync calls) are not counted: the
+floors' wall-clock time includes them, these figures do not.
+
+Workloads (NORMAL, one run): ``raw`` the raw INSERT + COMMIT loop; ``floor`` and ``lean``
+the bare SQL of a step on zincir's schema and on the lean prototype (floor_bench.py);
+``step`` a ``WorkflowContext.step``; ``turn`` and ``direct_turn`` one turn of the benchmark
+agent (a model request and three tool calls) on a LocalRuntime and without ``durable=``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "src"))
+sys.path.insert(0, str(HERE))
+
+import floor_bench  # noqa: E402
+
+SIZES = {
+    "raw": (500, 2500),
+    "floor": (200, 1200),
+    "lean": (200, 1200),
+    "step": (200, 1200),
+    "turn": (2, 12),
+    "direct_turn": (2, 12),
+}
+"""The small and large count of each workload (turns are counted in runs of five)."""
+TURNS = 5
+
+
+def child(workload: str, count: int) -> None:
+    """Run ``count`` units of ``workload`` in a fresh database (the process being counted)."""
+    from run import step_result
+
+    folder = tempfile.mkdtemp(prefix="zincir-instructions-")
+    path = os.path.join(folder, "bench.db")
+    if workload == "raw":
+        conn, step = floor_bench.raw_stepper(path, "NORMAL", step_result)
+    elif workload in ("floor", "lean"):
+        conn, step = floor_bench.floor_stepper(path, "NORMAL", step_result, lean=workload == "lean")
+    else:
+        asyncio.run(_zincir(workload, count, path))
+        return
+    for i in range(count):
+        step(i)
+    conn.close()
+
+
+async def _zincir(workload: str, count: int, path: str) -> None:
+    from run import TURN_HANDLERS, durable_turn_agent, step_result
+
+    import zincir
+    from zincir.agent import DurableBinding
+    from zincir.workflow import WorkflowContext
+
+    if workload == "step":
+        store = zincir.open_store(path, synchronous="normal")
+        async with await WorkflowContext.open(store, "instructions") as wf:
+            for i in range(count):
+                await wf.step(f"step-{i}", lambda i=i: step_result(i))
+        await store.close()
+        return
+    agent, store, runtime = durable_turn_agent(path, TURNS)
+    try:
+        for i in range(count):
+            if workload == "turn":
+                binding = DurableBinding(runtime, f"run-{i}", TURN_HANDLERS)
+                await agent.run("Check the items.", durable=binding)
+            else:
+                await agent.run("Check the items.")
+    finally:
+        await store.close()
+
+
+def collected(workload: str, count: int) -> int:
+    """Instructions callgrind counted for ``count`` units of ``workload``."""
+    result = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            __file__,
+            "--child",
+            workload,
+            str(count),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"Collected : (\d+)", result.stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count for {workload}: {result.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def per_unit(workload: str, pool: ThreadPoolExecutor) -> float:
+    small, large = SIZES[workload]
+    counts = list(pool.map(lambda n: collected(workload, n), (small, large)))
+    units = (large - small) * (TURNS if workload.endswith("turn") else 1)
+    return (counts[1] - counts[0]) / units
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2, help="valgrind runs at once")
+    parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "COUNT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], int(args.child[1]))
+        return
+    if shutil.which("valgrind") is None:
+        sys.exit("valgrind is not installed (Debian: apt-get install valgrind)")
+    with ThreadPoolExecutor(args.jobs) as pool:
+        figures = {name: per_unit(name, pool) for name in SIZES}
+    print(f"{'instructions per unit':<32} {'value':>12}")
+    for name, value in figures.items():
+        unit = "turn" if name.endswith("turn") else "step"
+        print(f"{name + ' per ' + unit:<32} {value:>12,.0f}")
+    print()
+    ratios = {
+        "step_over_floor": figures["step"] / figures["floor"],
+        "step_over_raw": figures["step"] / figures["raw"],
+        "lean_over_floor": figures["lean"] / figures["floor"],
+        "turn_overhead_over_step": (figures["turn"] - figures["direct_turn"]) / figures["step"],
+    }
+    for name, value in ratios.items():
+        print(f"{name:<32} {value:>12.2f}")
+
+
+if __name__ == "__main__":
+    main()
