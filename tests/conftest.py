@@ -12,6 +12,7 @@ import pytest
 
 import zincir
 from tests.helpers import backend_target
+from tests.integration.temporal_server import TemporalServer, temporal_server_session
 from tests.postgres_server import PostgresError, PostgresServer, schema_name
 from zincir.store import Store
 from zincir.testing import FakeClock
@@ -116,3 +117,18 @@ def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     PostgreSQL URL a test opens its own stores on (several, or again after a close) or hands
     to a child process. A test asks for this or for ``store``, never both."""
     return backend_target(request, tmp_path)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``temporal`` every test that needs the dev server (`make test-quick` skips them)."""
+    for item in items:
+        if "temporal_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.temporal)
+
+
+@pytest.fixture(scope="session")
+def temporal_server() -> Iterator[TemporalServer]:
+    """A real Temporal dev server on 127.0.0.1, started when a test first asks and shared by
+    the rest of the session (of this xdist worker)."""
+    yield from temporal_server_session()

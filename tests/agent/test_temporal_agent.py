@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import zincir
 from tests.agent.reference import HANDLERS, build, lines
 from tests.conftest import REPO
 from tests.helpers import rows, seqs
-from tests.integration.temporal_server import TemporalServer, temporal_server_session
+from tests.integration.temporal_server import TemporalServer
 from zincir.agent import Agent, DurableBinding
 from zincir.durable import RetryPolicy
 
@@ -43,12 +42,6 @@ WORKER = Path(__file__).with_name("temporal_agent_worker.py")
 LEASE_TTL = timedelta(milliseconds=500)
 RUN_ID = "temporal-crash-run"
 OUTPUT = "done: first=1 + second=2"
-
-
-@pytest.fixture(scope="module")
-def temporal_server() -> Iterator[TemporalServer]:
-    """A real Temporal dev server (the helpers of tests/integration), for this module."""
-    yield from temporal_server_session()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import asyncio
 import os
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -22,10 +21,7 @@ pytest.importorskip("pydantic_ai", reason="pydantic-ai-slim is in the dev extra"
 
 import zincir  # noqa: E402
 from tests.helpers import rows  # noqa: E402
-from tests.integration.temporal_server import (  # noqa: E402
-    TemporalServer,
-    temporal_server_session,
-)
+from tests.integration.temporal_server import TemporalServer  # noqa: E402
 from tests.integrations.pydantic_ai.test_durability import support_agent  # noqa: E402
 from zincir import OperationKind, RetryPolicy  # noqa: E402
 from zincir.integrations.pydantic_ai import serve  # noqa: E402
@@ -39,15 +35,7 @@ except ImportError:
         raise
     pytest.skip('needs the temporal extra: pip install "zincir[temporal]"', allow_module_level=True)
 
-pytestmark = [pytest.mark.temporal]
-
 OUTPUT = "Refunded 4200 cents for A-17."
-
-
-@pytest.fixture(scope="module")
-def temporal_server() -> Iterator[TemporalServer]:
-    """A real Temporal dev server (the helpers of tests/integration), for this module."""
-    yield from temporal_server_session()
 
 
 def runtime_for(client: Client, queue: str, store: zincir.SQLiteStore) -> TemporalRuntime:
