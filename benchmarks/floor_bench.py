@@ -199,12 +199,17 @@ def floor_stepper(
     return conn, step
 
 
+def warm(step: Stepper, steps: int) -> None:
+    """``steps`` untimed steps, named apart from the measured ones (negative numbers)."""
+    for i in range(steps):
+        step(-1 - i)
+
+
 def timed_steps(opened: tuple[apsw.Connection, Stepper], n: int, warm_up: int = 50) -> float:
     """Seconds for ``n`` steps after ``warm_up`` untimed ones; closes the connection."""
     conn, step = opened
     try:
-        for i in range(warm_up):
-            step(-1 - i)
+        warm(step, warm_up)
         started = time.perf_counter()
         for i in range(n):
             step(i)
@@ -253,7 +258,8 @@ class WalFrames:
         self._checkpoint("TRUNCATE")
 
     def count(self) -> int:
-        """Frames logged since the reset (valid under the 1,000-frame automatic checkpoint)."""
+        """Frames logged since the reset (valid under the 1,000-frame automatic checkpoint);
+        the probe is closed after."""
         logged = self._checkpoint("PASSIVE")
         self._probe.close()
         return logged
@@ -263,8 +269,7 @@ def frames_per_step(opened: tuple[apsw.Connection, Stepper], path: str) -> float
     """WAL frames per step of a stepper, over FRAME_STEPS steps after a warm-up."""
     conn, step = opened
     try:
-        for i in range(20):
-            step(-1 - i)
+        warm(step, 20)
         frames = WalFrames(path)
         frames.reset()
         for i in range(FRAME_STEPS):

@@ -9,10 +9,11 @@ by the difference in counts is the cost of one unit, without the interpreter's s
 imports. Instructions in the kernel (the WAL's write and fsync calls) are not counted: the
 floors' wall-clock time includes them, these figures do not.
 
-Workloads (NORMAL, one run): ``raw`` the raw INSERT + COMMIT loop; ``floor`` and ``lean``
-the bare SQL of a step on zincir's schema and on the lean prototype (floor_bench.py);
-``step`` a ``WorkflowContext.step``; ``turn`` and ``direct_turn`` one turn of the benchmark
-agent (a model request and three tool calls) on a LocalRuntime and without ``durable=``.
+Workloads (one run each): at NORMAL, ``raw`` the raw INSERT + COMMIT loop, ``floor`` and
+``lean`` the bare SQL of a step on zincir's schema and on the lean prototype
+(floor_bench.py), ``step`` a ``WorkflowContext.step``; at FULL, as ``make bench`` runs them,
+``turn`` and ``direct_turn`` one turn of the benchmark agent (a model request and three tool
+calls) on a LocalRuntime and without ``durable=``.
 """
 
 from __future__ import annotations
@@ -65,18 +66,14 @@ def child(workload: str, count: int) -> None:
 
 
 async def _zincir(workload: str, count: int, path: str) -> None:
-    from run import TURN_HANDLERS, durable_turn_agent, step_result
+    from run import TURN_HANDLERS, durable_turn_agent, warm_workflow
 
-    import zincir
     from zincir.agent import DurableBinding
-    from zincir.workflow import WorkflowContext
 
     if workload == "step":
-        store = zincir.open_store(path, synchronous="normal")
-        async with await WorkflowContext.open(store, "instructions") as wf:
+        async with warm_workflow(path, "normal", 0, "instructions") as step:
             for i in range(count):
-                await wf.step(f"step-{i}", lambda i=i: step_result(i))
-        await store.close()
+                await step(i)
         return
     agent, store, runtime = durable_turn_agent(path, TURNS)
     try:

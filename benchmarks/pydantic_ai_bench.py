@@ -18,7 +18,7 @@ from peers_child import TURN_TOOLS, TURNS, step_result
 import zincir
 
 
-async def zincir_durability_turn_us(path: str, runs: int, *, durable: bool = True) -> float:
+async def pydantic_ai_turn_us(path: str, runs: int, *, durable: bool = True) -> float:
     from pydantic_ai import Agent
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -43,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,7 @@ from zincir.store import Store  # noqa: E402
 from zincir.workflow import WorkflowContext  # noqa: E402
 
 PAYLOAD = "x" * 100
+StepRunner = Callable[[int], Awaitable[None]]
 
 
 def step_result(i: int) -> dict[str, Any]:
@@ -112,35 +114,42 @@ def raw_step_us(path: str, synchronous: str, n: int) -> float:
 # -- zincir scenarios ----------------------------------------------------------------------
 
 
-async def step_us(path: str, synchronous: str, n: int) -> float:
-    """WorkflowContext.step, sequentially, one run."""
+@contextlib.asynccontextmanager
+async def warm_workflow(
+    path: str, synchronous: str, warm_up: int, run_id: str
+) -> AsyncIterator[StepRunner]:
+    """Run ``run_id``'s ``step(i)`` on a store at ``path``, after ``warm_up`` steps."""
     store = zincir.open_store(path, synchronous=synchronous)  # type: ignore[arg-type]
     try:
-        async with await WorkflowContext.open(store, f"steps-{synchronous}") as wf:
-            for i in range(50):
+        async with await WorkflowContext.open(store, run_id) as wf:
+            for i in range(warm_up):
                 await wf.step(f"warm-{i}", lambda i=i: step_result(i))
-            started = time.perf_counter()
-            for i in range(n):
-                await wf.step(f"step-{i}", lambda i=i: step_result(i))
-            return (time.perf_counter() - started) / n * 1e6
+
+            async def step(i: int) -> None:
+                await wf.step(f"step-{i}", lambda: step_result(i))
+
+            yield step
     finally:
         await store.close()
+
+
+async def step_us(path: str, synchronous: str, n: int) -> float:
+    """WorkflowContext.step, sequentially, one run."""
+    async with warm_workflow(path, synchronous, 50, f"steps-{synchronous}") as step:
+        started = time.perf_counter()
+        for i in range(n):
+            await step(i)
+        return (time.perf_counter() - started) / n * 1e6
 
 
 async def step_frames(path: str) -> float:
     """WAL frames per WorkflowContext.step (FULL; NORMAL writes the same pages)."""
-    store = zincir.open_store(path)
-    try:
-        async with await WorkflowContext.open(store, "frames") as wf:
-            for i in range(20):
-                await wf.step(f"warm-{i}", lambda i=i: step_result(i))
-            frames = floor_bench.WalFrames(path)
-            frames.reset()
-            for i in range(floor_bench.FRAME_STEPS):
-                await wf.step(f"step-{i}", lambda i=i: step_result(i))
-            return frames.count() / floor_bench.FRAME_STEPS
-    finally:
-        await store.close()
+    async with warm_workflow(path, "full", 20, "frames") as step:
+        frames = floor_bench.WalFrames(path)
+        frames.reset()
+        for i in range(floor_bench.FRAME_STEPS):
+            await step(i)
+        return frames.count() / floor_bench.FRAME_STEPS
 
 
 async def agent_cycle_us(path: str, n: int) -> float:
@@ -691,21 +700,19 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             ratios["pydantic_ai_dbos_over_agent_turn"] = (
                 agent_peer / figures["agent_turn_durable_us"]
             )
-        from pydantic_ai_bench import zincir_durability_turn_us
+        from pydantic_ai_bench import pydantic_ai_turn_us
 
         zincir_turn = timed(
             "pydantic-ai + ZincirDurability turn",
             lambda: run_async(
-                zincir_durability_turn_us(bench.db("pydantic-ai-zincir"), bench.n(100, 30))
+                pydantic_ai_turn_us(bench.db("pydantic-ai-zincir"), bench.n(100, 30))
             ),
         )
         figures["pydantic_ai_zincir_durability_turn_us"] = zincir_turn
         plain_turn = timed(
             "pydantic-ai turn, no durability",
             lambda: run_async(
-                zincir_durability_turn_us(
-                    bench.db("pydantic-ai-plain"), bench.n(100, 30), durable=False
-                )
+                pydantic_ai_turn_us(bench.db("pydantic-ai-plain"), bench.n(100, 30), durable=False)
             ),
         )
         figures["pydantic_ai_plain_turn_us"] = plain_turn
