@@ -20,8 +20,11 @@ from pydantic_ai.durable_exec import (
     BoundDurableOperation,
     DurableOperation,
     DurableOperationId,
+    DynamicToolsetCallToolParams,
+    EventStreamHandlerParams,
     JournalCallableOperationBackend,
     RoleBasedOperationConfig,
+    ToolsetCallToolParams,
     record_durable_unit,
 )
 from pydantic_ai.exceptions import (
@@ -36,9 +39,9 @@ from pydantic_ai.exceptions import (
 from ..._errors import OperationFailed, RunTerminal, Suspend
 from ...contract import Failure, Invocation, OperationKind, Record, Success, Suspended
 from ...durable import LocalRuntime
-from ...store import OperationKey
-from ._identity import canonical, classify, handler_id, project, step_id
-from ._run import CURRENT_RUN, RunScope
+from ...store import OperationKey, grouped_writes
+from ._identity import canonical, classify, event_call_id, handler_id, project, step_id
+from ._run import CURRENT_CALL, CURRENT_RUN, ROUND_SHIFT, RunScope
 from ._stream import CURRENT_UNIT
 
 if TYPE_CHECKING:
@@ -53,6 +56,7 @@ R = TypeVar("R")
 SUSPENDS: Final = {"approval_required": "approval", "call_deferred": "external_tool"}
 _TRANSIENT_STATUS: Final = frozenset({408, 409, 425, 429})
 _PARAMS: ContextVar[object] = ContextVar("zincir_pydantic_ai_params", default=None)
+_CALL_STEPS: Final = frozenset({"tool.call", "mcp.request"})
 
 UnitBody = Callable[[Invocation, Any], Awaitable[Any]]
 
@@ -147,20 +151,30 @@ class ZincirBackend(JournalCallableOperationBackend[str]):
             )
         kind, step = classify(operation_id, config)
         step_name = step_id(scope.agent, step)
-        input_json = canonical(project(name, operation_id, _PARAMS.get()))
+        params = _PARAMS.get()
+        input_json = canonical(project(name, operation_id, params))
+        position = _call_position(scope, step, params)
         policy = self._durability.retry
         attempt = 1
+        retry_round = 0
         while True:
+            if position is None:
+                sequence = scope.claim(step_name)
+            elif kind is OperationKind.EVENT_DELIVERY:
+                sequence = scope.within(position, step_name)  # a call's events, in its order
+            else:
+                sequence = position | retry_round << ROUND_SHIFT
             invocation = Invocation(
                 run_id=scope.run_id,
                 step_id=step_name,
-                sequence=scope.claim(step_name),
+                sequence=sequence,
                 kind=kind,
                 handler_id=handler_id(scope.agent),
                 input_json=input_json,
             )
             unit = _Unit(body)
-            record = await self.run_unit(scope, invocation, unit)
+            call = position is not None and kind is not OperationKind.EVENT_DELIVERY
+            record = await self.run_unit(scope, invocation, unit, call=call)
             record_durable_unit(executed=unit.ran)
             outcome = record.outcome
             if isinstance(outcome, Success):
@@ -171,20 +185,31 @@ class ZincirBackend(JournalCallableOperationBackend[str]):
             # A failure replayed from an earlier process spends none of this one's attempts:
             # a run that outlived an outage must not freeze on its recorded failures.
             if outcome.retryable and (not unit.ran or attempt < policy.max_attempts):
-                await self.retry_delay(scope, invocation, policy.delay(invocation.sequence + 1))
+                delay = policy.delay(retry_round + 1)
+                await self.retry_delay(scope, invocation, delay, call=call)
                 attempt += 1 if unit.ran else 0
+                retry_round += 1
                 continue
             error = unit.raised if unit.raised is not None else _failed(outcome, scope.run_id)
             if not outcome.retryable:
                 scope.terminal.append(error)
             raise error
 
-    async def run_unit(self, scope: RunScope, invocation: Invocation, unit: UnitBody) -> Record:
-        """The record of ``invocation``: stored, or made by running ``unit`` once."""
+    async def run_unit(
+        self, scope: RunScope, invocation: Invocation, unit: UnitBody, *, call: bool = False
+    ) -> Record:
+        """The record of ``invocation``: stored, or made by running ``unit`` once. A
+        ``call`` unit (a tool call run beside its siblings) shares its writes' commits with
+        theirs, and the units its body starts are numbered within it."""
         token = CURRENT_UNIT.set((invocation.step_id, invocation.sequence))
+        call_token = CURRENT_CALL.set(invocation.sequence if call else None)
         try:
-            return await self._run_unit(scope, invocation, unit)
+            if not call:
+                return await self._run_unit(scope, invocation, unit)
+            with grouped_writes():
+                return await self._run_unit(scope, invocation, unit)
         finally:
+            CURRENT_CALL.reset(call_token)
             CURRENT_UNIT.reset(token)
 
     async def _run_unit(self, scope: RunScope, invocation: Invocation, unit: UnitBody) -> Record:
@@ -208,14 +233,17 @@ class ZincirBackend(JournalCallableOperationBackend[str]):
         finally:
             BODIES.by_key.pop(key, None)
 
-    async def retry_delay(self, scope: RunScope, failed: Invocation, delay: timedelta) -> None:
-        """Wait ``delay`` as a ``retry_delay`` operation: a replay skips a wait already done."""
+    async def retry_delay(
+        self, scope: RunScope, failed: Invocation, delay: timedelta, *, call: bool = False
+    ) -> None:
+        """Wait ``delay`` as a ``retry_delay`` operation: a replay skips a wait already done.
+        A tool call's wait is numbered by the failed unit (its siblings fail in any order)."""
         step_name = step_id(scope.agent, "retry.delay")
         milliseconds = int(delay.total_seconds() * 1000)
         invocation = Invocation(
             run_id=scope.run_id,
             step_id=step_name,
-            sequence=scope.claim(step_name),
+            sequence=scope.within(failed.sequence, step_name) if call else scope.claim(step_name),
             kind=OperationKind.RETRY_DELAY,
             handler_id=handler_id(scope.agent),
             input_json=canonical({"failed": failed.stable_key(), "delay_ms": milliseconds}),
@@ -226,6 +254,20 @@ class ZincirBackend(JournalCallableOperationBackend[str]):
             return {"slept_ms": milliseconds}
 
         await self.run_unit(scope, invocation, wait)
+
+
+def _call_position(scope: RunScope, step: str, params: object) -> int | None:
+    """The position of the tool call a ``tool.call`` or ``mcp.request`` unit runs, or of the
+    call a ``event.delivery`` unit reports on; None for any other unit."""
+    if step in _CALL_STEPS and isinstance(
+        params, ToolsetCallToolParams | DynamicToolsetCallToolParams
+    ):
+        call_id, messages = params.ctx.tool_call_id, params.ctx.messages
+    elif step == "event.delivery" and isinstance(params, EventStreamHandlerParams):
+        call_id, messages = event_call_id(params.event), params.run_context.messages
+    else:
+        return None
+    return scope.call_position(call_id, messages, step_id(scope.agent, "tool.call"))
 
 
 class _Unit:

@@ -8,10 +8,10 @@ import dataclasses
 import os
 from collections.abc import Awaitable, Mapping
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, get_args
 
 from pydantic_ai import UserPromptNode
-from pydantic_ai.agent import EventStreamHandler
+from pydantic_ai.agent import AbstractAgent, EventStreamHandler
 from pydantic_ai.capabilities import WrapRunHandler
 from pydantic_ai.capabilities.abstract import AgentNode
 from pydantic_ai.durable_exec import (
@@ -42,7 +42,9 @@ from ._run import CURRENT_RUN, open_run
 from ._stream import checkpointed
 from ._waiter import ZincirWaiter
 
-__all__ = ["DEFAULT_UNIT_RETRY", "ZincirDurability"]
+__all__ = ["DEFAULT_UNIT_RETRY", "ParallelMode", "ZincirDurability"]
+
+ParallelMode = Literal["parallel_ordered_events", "sequential"]
 
 DEFAULT_UNIT_RETRY = RetryPolicy(
     max_attempts=4, initial_interval=timedelta(seconds=1), max_interval=timedelta(seconds=60)
@@ -98,6 +100,10 @@ class ZincirDurability(BaseDurabilityCapability[AgentDepsT]):
     governs retryable failures that outlast the runtime's own attempts (each retry a durable
     ``retry.delay``, then the unit under its next sequence); ``lease_ttl`` is the run's lease;
     ``app_version`` is recorded on each run it creates (default ``$ZINCIR_APP_VERSION``).
+    ``parallel_execution_mode`` is how a response's tool calls run: side by side, their
+    result events in call order (the default; their writes share commits), or one at a time
+    (``"sequential"``). Each call's units are numbered by its position in the response, so
+    either mode replays into the same records.
     With ``restart_store`` (a FileRestartStore or SQLRestartStore) the ``event_stream_handler``
     is fed through a CheckpointedStreamSink per unit (segment ``<stream_segment>.<step>.<seq>``),
     so a restarted worker does not deliver again the events its predecessor committed.
@@ -114,7 +120,7 @@ class ZincirDurability(BaseDurabilityCapability[AgentDepsT]):
             "mcp": "enter-in-durable-unit",
             "dynamic": "enter-never",
         },
-        sequential_tools_in_durable_context=True,
+        sequential_tools_in_durable_context=False,
         unsupported_runtime_toolset_kinds=frozenset({"function", "mcp", "dynamic"}),
         tool_config_key="zincir",
     )
@@ -132,6 +138,7 @@ class ZincirDurability(BaseDurabilityCapability[AgentDepsT]):
         restart_store: RestartStore | None = None,
         stream_segment: str = "events",
         app_version: str | None = None,
+        parallel_execution_mode: ParallelMode = "parallel_ordered_events",
     ) -> None:
         if restart_store is not None:
             if event_stream_handler is None:
@@ -143,6 +150,12 @@ class ZincirDurability(BaseDurabilityCapability[AgentDepsT]):
         self.retry = retry
         self.lease_ttl = check_lease_ttl(lease_ttl)
         self.app_version = app_version_or_default(app_version)
+        if parallel_execution_mode not in get_args(ParallelMode):
+            raise InvalidInput(
+                f"parallel_execution_mode must be one of {', '.join(get_args(ParallelMode))}, "
+                f"not {parallel_execution_mode!r}"
+            )
+        self.parallel_execution_mode: ParallelMode = parallel_execution_mode
         self._resources = _Resources(store, runtime)
 
     @property
@@ -186,7 +199,11 @@ class ZincirDurability(BaseDurabilityCapability[AgentDepsT]):
         )
         token = CURRENT_RUN.set(scope)
         try:
-            with replay_scope(), external_event_scope(ZincirWaiter(self, scope)):
+            with (
+                replay_scope(),
+                external_event_scope(ZincirWaiter(self, scope)),
+                AbstractAgent.parallel_tool_call_execution_mode(self.parallel_execution_mode),
+            ):
                 result = await super().wrap_run(ctx, handler=handler)
         except BaseException as error:
             if scope.ctx is not None:

@@ -35,6 +35,7 @@ __all__ = [
     "MAX_STEP_BYTES",
     "canonical",
     "classify",
+    "event_call_id",
     "handler_id",
     "messages_digest",
     "project",
@@ -119,13 +120,19 @@ def project(name: str, operation_id: DurableOperationId, params: object) -> dict
     elif isinstance(params, EventStreamHandlerParams):
         event = params.event
         document["event_kind"] = getattr(event, "event_kind", type(event).__name__)
-        call_id = getattr(event, "tool_call_id", None)
-        part = getattr(event, "part", None)
-        if call_id is None and part is not None:
-            call_id = getattr(part, "tool_call_id", None)
+        call_id = event_call_id(event)
         if call_id is not None:
             document["tool_call_id"] = call_id
     return document
+
+
+def event_call_id(event: object) -> str | None:
+    """The id of the tool call an event reports on (its own, or its part's), if any."""
+    call_id = getattr(event, "tool_call_id", None)
+    part = getattr(event, "part", None)
+    if call_id is None and part is not None:
+        call_id = getattr(part, "tool_call_id", None)
+    return call_id if isinstance(call_id, str) else None
 
 
 def messages_digest(messages: Sequence[ModelMessage]) -> str:
