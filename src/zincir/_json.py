@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from typing import Any
 
 from ._errors import NotJsonSerializable, PayloadTooLarge
@@ -12,12 +14,16 @@ __all__ = [
     "MAX_DOCUMENT_BYTES",
     "MAX_NESTING",
     "StrictJsonError",
+    "checked_size",
+    "depth_bound",
     "dumps",
     "encode_checked",
+    "encode_part",
     "known_strict",
     "loads_own",
     "loads_strict",
     "loads_strict_text",
+    "too_deep",
 ]
 
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
@@ -75,6 +81,7 @@ def loads_strict_text(text: object) -> Any:
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_encode_str: Callable[[str], str] = json.encoder.encode_basestring  # what _ENCODER uses
 _CONTAINERS = (dict, list, tuple)
 
 
@@ -120,6 +127,23 @@ def loads_own(text: str) -> Any:
     return _PLAIN_DECODER.decode(text)
 
 
+def encode_part(value: Any) -> str:
+    """What :func:`encode_checked` gives for ``value``, a scalar's text made without the
+    encoder's set-up (a document's field, encoded on its own)."""
+    kind = type(value)
+    if kind is str:
+        return _encode_str(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return int.__repr__(value)
+    if value is None:
+        return "null"
+    if kind is float and math.isfinite(value):
+        return float.__repr__(value)
+    return encode_checked(value)
+
+
 def encode_checked(value: Any) -> str:
     """Compact JSON of a value zincir built itself from parts already checked (validated ids,
     numbers, documents that went through :func:`dumps`): the same text, without the walk."""
@@ -160,23 +184,48 @@ def dumps(
             and _depth(value) > MAX_NESTING
         ):
             problem = f"it is nested deeper than {MAX_NESTING} arrays or objects"
-    if problem is None:
-        try:
-            size = len(text.encode("utf-8"))
-        except UnicodeEncodeError:
-            problem = "it holds a lone surrogate, which is not valid Unicode text"
     if problem is not None:
-        raise NotJsonSerializable(
-            f"{what} must be JSON-serialisable (dict with str keys, list, str, int, float, "
-            f"bool, None): {problem}",
+        raise _not_serializable(what, problem, run_id)
+    return checked_size(text, what=what, run_id=run_id)
+
+
+def depth_bound(text: str, value: Any) -> int:
+    """At least the nesting depth of ``value``, encoded as ``text``: the count of its
+    brackets, or the depth itself where that count passes MAX_NESTING."""
+    brackets = text.count("[") + text.count("{")
+    if brackets <= MAX_NESTING or not isinstance(value, _CONTAINERS):
+        return brackets
+    return _depth(value)
+
+
+def too_deep(what: str, run_id: str | None = None) -> NotJsonSerializable:
+    return _not_serializable(
+        what, f"it is nested deeper than {MAX_NESTING} arrays or objects", run_id
+    )
+
+
+def checked_size(text: str, *, what: str = "value", run_id: str | None = None) -> str:
+    """``text`` (JSON just encoded, or composed of such texts), refused if it holds a lone
+    surrogate (NotJsonSerializable) or is over MAX_DOCUMENT_BYTES (PayloadTooLarge)."""
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise _not_serializable(
+            what, "it holds a lone surrogate, which is not valid Unicode text", run_id
+        ) from None
+    if size > MAX_DOCUMENT_BYTES:
+        raise PayloadTooLarge(
+            f"{what} is {size:,} bytes as JSON, over the {MAX_DOCUMENT_BYTES:,}-byte limit; "
+            "store large data elsewhere and record a reference to it",
             run_id=run_id,
         )
-    if size > MAX_DOCUMENT_BYTES // 4:
-        if size > MAX_DOCUMENT_BYTES:
-            raise PayloadTooLarge(
-                f"{what} is {size:,} bytes as JSON, over the {MAX_DOCUMENT_BYTES:,}-byte limit; "
-                "store large data elsewhere and record a reference to it",
-                run_id=run_id,
-            )
     _ENCODED.put(text, True)
     return text
+
+
+def _not_serializable(what: str, problem: str, run_id: str | None) -> NotJsonSerializable:
+    return NotJsonSerializable(
+        f"{what} must be JSON-serialisable (dict with str keys, list, str, int, float, "
+        f"bool, None): {problem}",
+        run_id=run_id,
+    )

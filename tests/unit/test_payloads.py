@@ -8,9 +8,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from zincir._errors import InvalidDocument, InvalidInput, SensitiveHeader
+from zincir._errors import InvalidDocument, InvalidInput, NotJsonSerializable, SensitiveHeader
+from zincir._json import MAX_NESTING
 from zincir.contract import OperationKind
 from zincir.payloads import (
     INPUT_DOCUMENTS,
@@ -447,3 +450,98 @@ def test_zincir_payloads_is_the_contract_module_under_its_public_name() -> None:
     assert zincir.payloads.__all__ == zincir.contract.payloads.__all__
     for name in zincir.contract.payloads.__all__:
         assert getattr(zincir.payloads, name) is getattr(zincir.contract.payloads, name), name
+
+
+# -- to_json composed from the kept texts of nested documents --------------------------------
+
+
+def generic_text(document: Document) -> str:
+    """The document's JSON encoded in one go from its dict form."""
+    return json.dumps(
+        document.to_dict(), ensure_ascii=False, allow_nan=False, separators=(",", ":")
+    )
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda d: type(d).__name__)
+def test_to_json_is_the_one_encoding_of_the_dict_form(document: Document) -> None:
+    assert document.to_json() == generic_text(document)
+    assert document.to_json() == generic_text(document)  # the kept text, the same
+
+
+JSON_LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=12)
+)
+JSON_VALUES = st.recursive(
+    JSON_LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+NAMES = st.text(alphabet="abcxyz-_é0", min_size=1, max_size=8)
+PARTS = (
+    st.builds(TextPart, text=st.text(max_size=20))
+    | st.builds(
+        ToolCallPart,
+        tool_call_id=NAMES,
+        tool_name=NAMES,
+        arguments=st.dictionaries(st.text(max_size=6), JSON_VALUES, max_size=3),
+    )
+    | st.builds(
+        ToolReturnPart,
+        tool_call_id=NAMES,
+        tool_name=NAMES,
+        content=JSON_VALUES,
+        is_error=st.booleans(),
+    )
+)
+MESSAGES = st.builds(
+    Message,
+    role=st.sampled_from(["system", "user", "assistant", "tool"]),
+    parts=st.lists(PARTS, max_size=3),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    history=st.lists(MESSAGES, max_size=5),
+    added=st.lists(MESSAGES, max_size=2),
+    temperature=st.none() | st.floats(min_value=0, max_value=1e20),
+    metadata=st.dictionaries(st.text(alphabet="abxyz09é ", max_size=6), JSON_VALUES, max_size=3),
+)
+def test_a_request_repeating_earlier_messages_has_the_text_of_its_dict_form(
+    history: list[Message], added: list[Message], temperature: float | None, metadata: Any
+) -> None:
+    tools = [ToolDefinition(name="refund", parameters={"type": "object", "x": metadata})]
+    first = ModelRequest(model="m", messages=history, tools=tools)
+    first.to_json()  # keeps the texts of the history's messages and of the tool
+    second = ModelRequest(
+        model="m",
+        messages=[*history, *added],
+        tools=tools,
+        settings=ModelSettings(temperature=temperature),
+        metadata=metadata,
+    )
+    assert second.to_json() == generic_text(second)
+    assert ModelRequest.from_json(second.to_json()) == second
+
+
+def test_a_lone_surrogate_in_a_nested_document_is_refused() -> None:
+    request = ModelRequest(messages=[Message(role="user", parts=[TextPart(text="\ud800")])])
+    with pytest.raises(NotJsonSerializable, match="lone surrogate"):
+        request.to_json()
+
+
+def test_nesting_too_deep_across_nested_documents_is_refused() -> None:
+    content: Any = "deep"
+    for _ in range(MAX_NESTING - 2):  # fits in the part, not in the request around it
+        content = [content]
+    part = ToolReturnPart(tool_call_id="c", tool_name="t", content=content)
+    part.to_json()
+    request = ModelRequest(messages=[Message(role="tool", parts=[part])])
+    with pytest.raises(NotJsonSerializable, match="nested deeper"):
+        request.to_json()

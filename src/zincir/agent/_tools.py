@@ -70,6 +70,7 @@ class Tool:
     """A function the model may call, with its name, description and JSON Schema."""
 
     mcp_route: McpRoute | None = None
+    _definition: ToolDefinition | None = None
 
     def __init__(
         self,
@@ -103,8 +104,19 @@ class Tool:
         return f"Tool({self.name!r}, origin={self.origin.value!r})"
 
     def definition(self) -> ToolDefinition:
-        """The document the model sees."""
-        return ToolDefinition(name=self.name, description=self.description, parameters=self.schema)
+        """The document the model sees (the same object while the tool is unchanged, so
+        each request reuses its encoded text)."""
+        known = self._definition
+        if (
+            known is None
+            or known.name != self.name
+            or known.description != self.description
+            or known.parameters != self.schema
+        ):
+            known = self._definition = ToolDefinition(
+                name=self.name, description=self.description, parameters=self.schema
+            )
+        return known
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """The validated arguments in JSON form; raises ToolArgumentsRejected."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from types import MappingProxyType
-from typing import Annotated, Any, Final, Literal, Self, TypeAlias, TypeVar
+from typing import Annotated, Any, ClassVar, Final, Literal, Self, TypeAlias, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -29,12 +29,23 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, PydanticSerializationError
 
 from .._errors import InvalidDocument, SensitiveHeader
-from .._json import StrictJsonError, dumps, loads_strict_text
+from .._json import (
+    MAX_NESTING,
+    StrictJsonError,
+    checked_size,
+    depth_bound,
+    dumps,
+    encode_checked,
+    encode_part,
+    loads_strict_text,
+    too_deep,
+)
 from .._memo import TextMemo
 from ._invocation import OperationKind
+from ._texts import TextsByObject
 
 __all__ = [
     "INPUT_DOCUMENTS",
@@ -135,6 +146,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(
         extra="forbid", frozen=True, strict=True, allow_inf_nan=False, hide_input_in_errors=True
     )
+    _KEPT_ITEMS: ClassVar[frozenset[str]] = frozenset()
+    """Sequence fields whose documents' texts are kept and reused (a conversation's messages
+    and the tools on offer, repeated by every later request)."""
 
     def __init__(self, /, **data: Any) -> None:
         try:
@@ -201,17 +215,74 @@ class _Strict(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object form (tuples as lists)."""
-        return self.model_dump(mode="json")
+        return self._dump(None)
+
+    def _dump(self, exclude: set[str] | None) -> dict[str, Any]:
+        try:
+            return self.model_dump(mode="json", exclude=exclude)
+        except (PydanticSerializationError, ValueError) as error:
+            # a validated document holds only JSON data: what pydantic refuses is its depth
+            if "depth" not in str(error):
+                raise
+            raise too_deep(type(self).__name__) from None
 
     def to_json(self) -> str:
         """Compact, stable JSON text: fields in declaration order, UTF-8, no whitespace."""
-        text = dumps(self.to_dict(), what=type(self).__name__, str_keys=True)
+        text = self._encode()[0]
         _RECENT.put(text, self)
         return text
 
+    def _encode(self) -> tuple[str, int]:
+        """The text of :meth:`to_dict` and a bound on its nesting depth; the fields named in
+        ``_KEPT_ITEMS`` composed of their documents' kept texts."""
+        what = type(self).__name__
+        kept = self._KEPT_ITEMS
+        if not kept:
+            value = self.to_dict()
+            text = dumps(value, what=what, str_keys=True)
+            return text, depth_bound(text, value)
+        plain = self._dump(set(kept))
+        values = self.__dict__
+        pieces = []
+        deepest = 0
+        for name, key in _field_keys(type(self)).items():
+            if name in kept:
+                texts = [_kept_text(item) for item in values[name]]
+                part = "[" + ",".join(text for text, _ in texts) + "]"
+                depth = 1 + max((depth for _, depth in texts), default=0)
+            else:
+                value = plain[name]
+                part = encode_part(value)
+                depth = depth_bound(part, value) if isinstance(value, dict | list) else 0
+            deepest = max(deepest, depth)
+            pieces.append(key + part)
+        if deepest + 1 > MAX_NESTING:
+            raise too_deep(what)
+        return checked_size("{" + ",".join(pieces) + "}", what=what), deepest + 1
 
+
+def _kept_text(document: _Strict) -> tuple[str, int]:
+    """A document's text and depth bound, encoded once while it lives."""
+    known = _TEXTS.get(document)
+    if known is None:
+        known = document._encode()
+        _TEXTS.put(document, known)
+    return known
+
+
+def _field_keys(cls: type[_Strict]) -> dict[str, str]:
+    """Each field's name and its JSON key with the colon, in declaration order."""
+    keys = _KEYS.get(cls)
+    if keys is None:
+        keys = _KEYS[cls] = {name: encode_checked(name) + ":" for name in cls.model_fields}
+    return keys
+
+
+_KEYS: dict[type[_Strict], dict[str, str]] = {}
 _RECENT: TextMemo[_Strict] = TextMemo()
 """Documents by the text this process last wrote or read them as."""
+_TEXTS: TextsByObject[_Strict, tuple[str, int]] = TextsByObject()
+"""The text and depth bound of each live document kept for reuse."""
 
 
 def _strict_json(what: str, text: object) -> Any:
@@ -308,6 +379,8 @@ class ModelSettings(_Strict):
 
 class ModelRequest(Document):
     """Input of ``model_request`` and ``model_stream``: messages, tools and settings."""
+
+    _KEPT_ITEMS: ClassVar[frozenset[str]] = frozenset({"messages", "tools"})
 
     model: str = ""
     messages: Items[Message]
