@@ -13,7 +13,9 @@ Workloads (one run each): at NORMAL, ``raw`` the raw INSERT + COMMIT loop, ``flo
 ``lean`` the bare SQL of a step on zincir's schema and on the lean prototype
 (floor_bench.py), ``step`` a ``WorkflowContext.step``; at FULL, as ``make bench`` runs them,
 ``turn`` and ``direct_turn`` one turn of the benchmark agent (a model request and three tool
-calls) on a LocalRuntime and without ``durable=``.
+calls) on a LocalRuntime and without ``durable=``, ``pydantic_ai_turn`` and
+``pydantic_ai_plain_turn`` the same turn on pydantic-ai with ``ZincirDurability`` and without
+any durability (pydantic_ai_bench.py).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ SIZES = {
     "step": (200, 1200),
     "turn": (2, 12),
     "direct_turn": (2, 12),
+    "pydantic_ai_turn": (2, 8),
+    "pydantic_ai_plain_turn": (2, 8),
 }
 """The small and large count of each workload (turns are counted in runs of five)."""
 TURNS = 5
@@ -74,6 +78,11 @@ async def _zincir(workload: str, count: int, path: str) -> None:
         async with warm_workflow(path, "normal", 0, "instructions") as step:
             for i in range(count):
                 await step(i)
+        return
+    if workload.startswith("pydantic_ai"):
+        from pydantic_ai_bench import pydantic_ai_turn_us
+
+        await pydantic_ai_turn_us(path, count, durable=workload == "pydantic_ai_turn")
         return
     agent, store, runtime = durable_turn_agent(path, TURNS)
     try:
@@ -139,6 +148,10 @@ def main() -> None:
         "step_over_raw": figures["step"] / figures["raw"],
         "lean_over_floor": figures["lean"] / figures["floor"],
         "turn_overhead_over_step": (figures["turn"] - figures["direct_turn"]) / figures["step"],
+        "pydantic_ai_overhead_over_turn_overhead": (
+            figures["pydantic_ai_turn"] - figures["pydantic_ai_plain_turn"]
+        )
+        / (figures["turn"] - figures["direct_turn"]),
     }
     for name, value in ratios.items():
         print(f"{name:<32} {value:>12.2f}")
