@@ -116,10 +116,14 @@ def raw_step_us(path: str, synchronous: str, n: int) -> float:
 
 @contextlib.asynccontextmanager
 async def warm_workflow(
-    path: str, synchronous: str, warm_up: int, run_id: str
+    path: str, synchronous: str, warm_up: int, run_id: str, *, single_process: bool = False
 ) -> AsyncIterator[StepRunner]:
     """Run ``run_id``'s ``step(i)`` on a store at ``path``, after ``warm_up`` steps."""
-    store = zincir.open_store(path, synchronous=synchronous)  # type: ignore[arg-type]
+    store = zincir.open_store(
+        path,
+        synchronous=synchronous,  # type: ignore[arg-type]
+        single_process=single_process,
+    )
     try:
         async with await WorkflowContext.open(store, run_id) as wf:
             for i in range(warm_up):
@@ -133,9 +137,10 @@ async def warm_workflow(
         await store.close()
 
 
-async def step_us(path: str, synchronous: str, n: int) -> float:
+async def step_us(path: str, synchronous: str, n: int, *, single_process: bool = False) -> float:
     """WorkflowContext.step, sequentially, one run."""
-    async with warm_workflow(path, synchronous, 50, f"steps-{synchronous}") as step:
+    run_id = f"steps-{synchronous}"
+    async with warm_workflow(path, synchronous, 50, run_id, single_process=single_process) as step:
         started = time.perf_counter()
         for i in range(n):
             await step(i)
@@ -577,18 +582,24 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     pair_ratios: dict[str, float] = {}
 
-    def paired(name_raw: str, name_ours: str, sync: str) -> None:
+    def paired(name_raw: str, name_ours: str, sync: str, single: bool = False) -> None:
         """Alternate baseline and zincir runs; fsync cost drifts, so pair them up."""
         raws, ours = [], []
         for _ in range(bench.repeat):
             raws.append(raw_step_us(bench.db(f"raw-{sync}"), sync, n_seq))
-            ours.append(run_async(step_us(bench.db(f"step-{sync}"), sync, n_seq)))
-        figures[name_raw] = median_of(raws)
+            ours.append(
+                run_async(step_us(bench.db(f"step-{sync}"), sync, n_seq, single_process=single))
+            )
+        figures.setdefault(name_raw, median_of(raws))
         figures[name_ours] = median_of(ours)
-        pair_ratios[sync] = median_of([o / r for o, r in zip(ours, raws, strict=True)])
+        pair_ratios[name_ours] = median_of([o / r for o, r in zip(ours, raws, strict=True)])
 
     timed("raw + step FULL", lambda: paired("raw_full_us", "step_full_us", "full"))
     timed("raw + step NORMAL", lambda: paired("raw_normal_us", "step_normal_us", "normal"))
+    timed(
+        "raw + single-process step NORMAL",
+        lambda: paired("raw_normal_us", "step_normal_single_us", "normal", single=True),
+    )
     for label, lean in (("sql", False), ("lean_sql", True)):
         figures[f"step_{label}_normal_us"] = timed(
             f"{label} floor, one step",
@@ -647,8 +658,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     )
 
     ratios: dict[str, float] = {
-        "step_full_over_raw_full": pair_ratios["full"],
-        "step_normal_over_raw_normal": pair_ratios["normal"],
+        "step_full_over_raw_full": pair_ratios["step_full_us"],
+        "step_normal_over_raw_normal": pair_ratios["step_normal_us"],
+        "step_normal_single_over_raw_normal": pair_ratios["step_normal_single_us"],
         "concurrent64_over_raw_full_seq": figures["concurrent64_steps_per_s"]
         / (1e6 / figures["raw_full_us"]),
         "step_normal_over_step_sql_normal": figures["step_normal_us"]
@@ -754,6 +766,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 TARGETS = {
     "step_full_over_raw_full": ("<=", 1.1),
+    "step_normal_single_over_raw_normal": ("<=", 2.0),
     "step_normal_over_raw_normal": ("<=", 3.0),
     "step_normal_over_step_sql_normal": ("<=", 1.1),
     "concurrent64_over_raw_full_seq": (">=", 6.0),

@@ -118,6 +118,7 @@ def open_store(
     synchronous: Literal["full", "normal"] = "full",
     busy_timeout: timedelta | float = timedelta(seconds=30),
     clock: Clock | None = None,
+    single_process: bool = False,
 ) -> SQLiteStore | PostgresStore:
     """Open and migrate a store: a SQLite path or ``sqlite:///path`` (default
     $ZINCIR_DATABASE_PATH), or a ``postgresql://`` URL (extra ``postgres``; its schema is
@@ -125,6 +126,8 @@ def open_store(
 
     A file or schema holding another application's tables is refused untouched
     (NotAZincirDatabase); a read-only SQLite file raises DatabaseReadOnly.
+    ``single_process=True`` (SQLite only) locks the file for this store alone until it is
+    closed, which makes each transaction cheaper; no other process may open it meanwhile.
     """
     if url_or_path is not None and not isinstance(url_or_path, str | os.PathLike):
         raise InvalidInput(f"open_store takes a path or URL, not {type(url_or_path).__name__}")
@@ -132,12 +135,18 @@ def open_store(
     if isinstance(target, bytes):
         raise InvalidInput("open_store takes a text path, not bytes")
     if target.startswith(("postgresql://", "postgres://")):
+        if single_process is not False:
+            raise InvalidInput(
+                "single_process locks an embedded SQLite file; a PostgreSQL store is shared "
+                "by design"
+            )
         return open_postgres(target, clock=clock)
     return SQLiteStore(
         sqlite_path_from_url(target),
         synchronous=synchronous,
         busy_timeout=busy_timeout,
         clock=clock,
+        single_process=single_process,
     )
 
 

@@ -137,7 +137,14 @@ def check_zincir_file(conn: Conn, path: str) -> frozenset[int]:
 
 
 class SQLiteBase:
-    """An opened, migrated SQLite database: one writer plus per-thread read connections."""
+    """An opened, migrated SQLite database: one writer plus per-thread read connections.
+
+    ``single_process=True`` opens the file in SQLite's exclusive locking mode: this store's
+    one connection takes every lock once and keeps it, so no transaction pays for taking
+    and releasing them, and reads run on that connection too, between commits. No other
+    process (and no other store object) can read or write the file until this store is
+    closed: no ``zincir ui``, ``zincir runs`` or ResumeWorker elsewhere meanwhile.
+    """
 
     backend = "sqlite"
 
@@ -148,9 +155,12 @@ class SQLiteBase:
         synchronous: Synchronous = "full",
         busy_timeout: timedelta | float = timedelta(seconds=30),
         clock: Clock | None = None,
+        single_process: bool = False,
     ) -> None:
         if synchronous not in ("full", "normal"):
             raise InvalidInput(f'synchronous must be "full" or "normal", not {synchronous!r}')
+        if not isinstance(single_process, bool):
+            raise InvalidInput(f"single_process must be True or False, not {single_process!r}")
         if not isinstance(path, str) or (path != ":memory:" and "\x00" in path):
             raise InvalidInput(f"a database path must be text without NUL, not {path!r}")
         try:
@@ -161,6 +171,7 @@ class SQLiteBase:
             ) from None
         self.path = os.path.abspath(path)
         self.synchronous: Synchronous = synchronous
+        self.single_process = single_process
         self.busy_timeout = check_duration(busy_timeout, "busy_timeout", maximum=timedelta(days=1))
         if clock is not None and not callable(clock):
             raise InvalidInput(
@@ -200,6 +211,8 @@ class SQLiteBase:
             conn = apsw.Connection(self.path, statementcachesize=256)
         try:
             conn.setbusytimeout(self._busy_ms)
+            if self.single_process:  # before the first read: then SQLite keeps no -shm file
+                conn.execute("PRAGMA locking_mode=EXCLUSIVE")
             applied = check_zincir_file(conn, self.path)
             if conn.readonly("main"):
                 raise DatabaseReadOnly(
@@ -284,6 +297,8 @@ class SQLiteBase:
         return self._read_now(fn)
 
     def _read_now(self, fn: Callable[[Conn], T]) -> T:
+        if self.single_process:  # the writer's connection holds the file: read through it
+            return self._writer.read(fn)
         try:
             conn = self._reader()
             conn.execute("BEGIN")

@@ -138,6 +138,22 @@ class Writer:
         batch.jobs.append(_Job(fn, future, loop, durable))
         return await future
 
+    def read(self, fn: Callable[[apsw.Connection], T]) -> T:
+        """Run ``fn`` in a read transaction on the write connection, between commits (a
+        store in exclusive locking mode has no other connection)."""
+        if self._closed:
+            raise StoreError(f"the store at {self._path} is closed")
+        with self._conn_lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN")
+                try:
+                    return fn(conn)
+                finally:
+                    conn.execute("COMMIT")
+            except DRIVER_ERRORS as error:
+                raise translate(error, self._path) from None
+
     def run_sync(self, fn: Callable[[apsw.Connection], T]) -> T:
         """Blocking variant for threads without an event loop."""
         if self._closed:
