@@ -37,7 +37,7 @@ from ..._validate import check_duration
 from .._grouping import writes_grouped
 from .._records import Lease
 from ._errors import DRIVER_ERRORS, close_quietly, translate, translating
-from ._writer import Writer, WriterStats
+from ._writer import Writer, WriterStats, read_transaction
 
 __all__ = ["SQLiteBase", "Synchronous", "migrations", "one", "sqlite_path_from_url"]
 
@@ -301,13 +301,9 @@ class SQLiteBase:
             return self._writer.read(fn)
         try:
             conn = self._reader()
-            conn.execute("BEGIN")
-            try:
-                return fn(conn)
-            finally:
-                conn.execute("COMMIT")
         except DRIVER_ERRORS as error:
             raise translate(error, self.path) from None
+        return read_transaction(conn, fn, self.path)
 
     def _reader(self) -> Conn:
         conn: Conn | None = getattr(self._local, "conn", None)

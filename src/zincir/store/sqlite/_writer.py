@@ -35,7 +35,7 @@ from ..._crash import crash_point
 from ..._errors import StoreError, StoreUnavailable, ZincirError
 from ._errors import DRIVER_ERRORS, commit_failed, translate
 
-__all__ = ["WriteFn", "Writer", "WriterStats"]
+__all__ = ["WriteFn", "Writer", "WriterStats", "read_transaction"]
 
 T = TypeVar("T")
 _MAX_SOLO_RUN = 0.001  # seconds a solo caller may commit inline without yielding
@@ -144,15 +144,7 @@ class Writer:
         if self._closed:
             raise StoreError(f"the store at {self._path} is closed")
         with self._conn_lock:
-            conn = self._conn
-            try:
-                conn.execute("BEGIN")
-                try:
-                    return fn(conn)
-                finally:
-                    conn.execute("COMMIT")
-            except DRIVER_ERRORS as error:
-                raise translate(error, self._path) from None
+            return read_transaction(self._conn, fn, self._path)
 
     def run_sync(self, fn: Callable[[apsw.Connection], T]) -> T:
         """Blocking variant for threads without an event loop."""
@@ -367,6 +359,18 @@ class Writer:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.001)
+
+
+def read_transaction(conn: apsw.Connection, fn: Callable[[apsw.Connection], T], path: str) -> T:
+    """``fn(conn)`` in one read snapshot of the database at ``path``; driver errors translated."""
+    try:
+        conn.execute("BEGIN")
+        try:
+            return fn(conn)
+        finally:
+            conn.execute("COMMIT")
+    except DRIVER_ERRORS as error:
+        raise translate(error, path) from None
 
 
 def _safe_rollback(conn: apsw.Connection) -> None:
