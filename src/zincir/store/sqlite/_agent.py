@@ -47,10 +47,12 @@ def write_entries(
     now: datetime,
     entries: Sequence[LogEntry],
     leading: Sequence[NewEvent] = (),
+    *,
+    stamp: str | None = None,
 ) -> int:
     """Append ``leading`` events, then each entry's events (a response's ``llm_call`` and
     ``tool_call`` intents, a ``tool_result``), in one fenced append; open the new intents
-    and close the answered ones. Returns the last seq.
+    and close the answered ones. Returns the last seq. ``stamp`` is ``now`` as stored.
 
     UnknownToolCall for a result without an intent, DuplicateToolCall for a result given
     twice or an intent whose call id the run already has.
@@ -60,7 +62,7 @@ def write_entries(
         run_id, entries, leading, lambda call_id: _close_intent(conn, run_id, call_id)
     )
     try:
-        last_seq = append(conn, lease, now, events)
+        last_seq = append(conn, lease, now, events, stamp=stamp)
     except apsw.ConstraintError:  # the unique index of intents per (run, call id)
         raise duplicate_intent(run_id) from None
     if opened:

@@ -55,13 +55,20 @@ def check_fence(conn: apsw.Connection, lease: Lease) -> None:
 
 
 def append(
-    conn: apsw.Connection, lease: Lease, now: datetime, events: Sequence[NewEvent] = ()
+    conn: apsw.Connection,
+    lease: Lease,
+    now: datetime,
+    events: Sequence[NewEvent] = (),
+    *,
+    stamp: str | None = None,
 ) -> int:
     """Check the fence, extend the lease and append ``events``; return the run's last seq.
 
-    With no events it is the fence check of a write that extends the lease.
+    With no events it is the fence check of a write that extends the lease. ``stamp`` is
+    ``now`` as stored, when the caller has it already.
     """
-    stamp = to_db(now)
+    if stamp is None:
+        stamp = to_db(now)
     row = conn.execute(
         "UPDATE agent_runs SET last_seq = last_seq + ?, lease_expires_at = ?, updated_at = ? "
         "WHERE id = ? AND lease_owner = ? AND lease_token = ? "

@@ -117,10 +117,10 @@ def _complete(
             check_fence(conn, lease)
         return row
     attempts = 1 if row is None else row.attempts
+    stamp = to_db(now)
     if lease is not None:
         event = completed_event(operation, outcome, event_attempts or attempts)
-        write_entries(conn, lease, now, log, leading=[event])
-    stamp = to_db(now)
+        write_entries(conn, lease, now, log, leading=[event], stamp=stamp)
     if row is None:
         conn.execute(
             _INSERT,

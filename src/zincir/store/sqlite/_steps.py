@@ -78,12 +78,13 @@ class StepOps(SQLiteBase):
 
         def write(conn: apsw.Connection) -> int:
             now = self.clock()
-            seq = append(conn, lease, now, [event])
+            stamp = to_db(now)
+            seq = append(conn, lease, now, [event], stamp=stamp)
             stored = conn.execute(
                 "UPDATE steps SET status = 'completed', result = ?, completed_at = ? "
                 "WHERE run_id = ? AND name = ? AND status = 'running' "
                 "AND claim_owner = ? AND claim_token = ? RETURNING 1",
-                (result_json, to_db(now), lease.run_id, name, lease.owner, lease.token),
+                (result_json, stamp, lease.run_id, name, lease.owner, lease.token),
             ).fetchone()
             if stored is None:
                 raise StepInProgress(
