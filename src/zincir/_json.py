@@ -23,6 +23,7 @@ __all__ = [
     "loads_own",
     "loads_strict",
     "loads_strict_text",
+    "remember_strict",
     "too_deep",
 ]
 
@@ -160,14 +161,20 @@ def known_strict(text: str) -> bool:
 
 
 def dumps(
-    value: Any, *, what: str = "value", run_id: str | None = None, str_keys: bool = False
+    value: Any,
+    *,
+    what: str = "value",
+    run_id: str | None = None,
+    str_keys: bool = False,
+    remember: bool = False,
 ) -> str:
     """Compact JSON that :func:`loads_strict` reads back as the same value.
 
     A value JSON cannot hold (a non-str key, a lone surrogate, NaN, too deep a nesting)
     raises NotJsonSerializable and one over MAX_DOCUMENT_BYTES raises PayloadTooLarge,
     both before any write. ``str_keys`` says every object key is already known to be a
-    str (a validated document), which skips that walk.
+    str (a validated document), which skips that walk. ``remember`` keeps the text for
+    :func:`known_strict` (a document an invocation or a record is about to check).
     """
     problem: str | None = None
     try:
@@ -186,7 +193,7 @@ def dumps(
             problem = f"it is nested deeper than {MAX_NESTING} arrays or objects"
     if problem is not None:
         raise _not_serializable(what, problem, run_id)
-    return checked_size(text, what=what, run_id=run_id)
+    return checked_size(text, what=what, run_id=run_id, remember=remember)
 
 
 def depth_bound(text: str, value: Any) -> int:
@@ -204,9 +211,12 @@ def too_deep(what: str, run_id: str | None = None) -> NotJsonSerializable:
     )
 
 
-def checked_size(text: str, *, what: str = "value", run_id: str | None = None) -> str:
+def checked_size(
+    text: str, *, what: str = "value", run_id: str | None = None, remember: bool = False
+) -> str:
     """``text`` (JSON just encoded, or composed of such texts), refused if it holds a lone
-    surrogate (NotJsonSerializable) or is over MAX_DOCUMENT_BYTES (PayloadTooLarge)."""
+    surrogate (NotJsonSerializable) or is over MAX_DOCUMENT_BYTES (PayloadTooLarge);
+    ``remember`` keeps it for :func:`known_strict`."""
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
@@ -219,8 +229,14 @@ def checked_size(text: str, *, what: str = "value", run_id: str | None = None) -
             "store large data elsewhere and record a reference to it",
             run_id=run_id,
         )
-    _ENCODED.put(text, True)
+    if remember:
+        _ENCODED.put(text, True)
     return text
+
+
+def remember_strict(text: str) -> None:
+    """Keep ``text``, strict JSON this process just wrote, for :func:`known_strict`."""
+    _ENCODED.put(text, True)
 
 
 def _not_serializable(what: str, problem: str, run_id: str | None) -> NotJsonSerializable:

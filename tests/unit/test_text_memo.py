@@ -204,10 +204,11 @@ def test_a_bad_text_is_refused_every_time() -> None:
             ModelResponse.from_json(bad)
 
 
-def test_dumps_output_is_known_strict() -> None:
+def test_dumps_output_is_known_strict_when_remembered() -> None:
     tag = uuid.uuid4().hex
-    written = dumps({"tag": tag, "n": [1, 2.5, None, True]})
+    written = dumps({"tag": tag, "n": [1, 2.5, None, True]}, remember=True)
     assert known_strict(written)
+    assert not known_strict(dumps({"tag": tag, "n": [2]}))  # not kept unless asked
     assert not known_strict(f'{{"tag": "{tag}", "n": [1, 2.5, null, true]}}')
     assert not known_strict(f'{{"tag":"{tag}","tag":"{tag}"}}')
 

@@ -311,7 +311,7 @@ class Agent:
             if result.paused is not None:  # parked by the executor when it logged the pause
                 await ctx.close()
                 return result
-            await ctx.complete(stored_result(result))
+            await ctx._complete_json(stored_result(result, binding.run_id))
         except _DETERMINISTIC_FAILURES as error:
             await _quietly(ctx.fail(_failure_text(error)))
             raise

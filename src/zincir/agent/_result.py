@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from .._errors import StoreError
-from .._json import loads_strict
-from ..contract.payloads import Message, Usage
+from .._json import MAX_NESTING, checked_size, encode_part, loads_strict, too_deep
+from ..contract.payloads import Message, Usage, kept_json
 from ._approval import PausedRun
 
 __all__ = ["AgentRunResult", "result_from_stored", "stored_result"]
@@ -27,13 +26,24 @@ class AgentRunResult:
     paused: PausedRun | None = None
 
 
-def stored_result(result: AgentRunResult) -> dict[str, Any]:
-    """The JSON value a completed run keeps as its result."""
-    return {
-        "output": result.output,
-        "messages": [message.to_dict() for message in result.messages],
-        "usage": result.usage.to_dict(),
-    }
+def stored_result(result: AgentRunResult, run_id: str) -> str:
+    """The JSON text a completed run keeps as its result: ``output``, ``messages`` and
+    ``usage``, composed of the messages' kept texts (the conversation is not encoded again)."""
+    messages = [kept_json(message) for message in result.messages]
+    if 2 + max((depth for _, depth in messages), default=0) > MAX_NESTING:
+        raise too_deep("result", run_id)
+    text = "".join(
+        (
+            '{"output":',
+            encode_part(result.output),
+            ',"messages":[',
+            ",".join(text for text, _ in messages),
+            '],"usage":',
+            kept_json(result.usage)[0],
+            "}",
+        )
+    )
+    return checked_size(text, what="result", run_id=run_id)
 
 
 def result_from_stored(text: str | None, run_id: str) -> AgentRunResult:

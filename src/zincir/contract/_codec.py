@@ -26,9 +26,9 @@ from .._errors import (
     UnknownField,
     UnsupportedVersion,
 )
-from .._json import StrictJsonError, dumps, loads_strict_text
+from .._json import StrictJsonError, checked_size, encode_part, loads_strict_text
 from .._validate import name_problem
-from ._invocation import INVOCATION_FIELDS, Invocation
+from ._invocation import INVOCATION_FIELDS, Invocation, OperationKind
 from ._record import Failure, Outcome, Record, Success, Suspended
 
 __all__ = ["RECORD_VERSION", "decode_record", "encode_record"]
@@ -45,39 +45,67 @@ _OUTCOME_FIELDS: Final[dict[str, tuple[str, ...]]] = {
 
 
 def encode_record(record: Record) -> str:
-    """The canonical JSON text of a valid record; raises a ``RecordFormatError`` otherwise."""
+    """The canonical JSON text of a valid record; raises a ``RecordFormatError`` otherwise.
+
+    Every part is validated first, so the text is composed of its parts' encodings (the
+    same bytes a JSON encoder gives the whole object, without walking it again)."""
     if not isinstance(record, Record):
         raise InvalidPayload(f"encode_record expects a Record, got {type(record).__name__}")
     record.validate()
-    return dumps(
-        {
-            "version": RECORD_VERSION,
-            "invocation": record.invocation.to_dict(),
-            "input_digest": record.input_digest,
-            "outcome": _outcome_dict(record.outcome),
-        },
-        what="record",
+    invocation = record.invocation
+    kind = invocation.kind
+    text = "".join(
+        (
+            '{"version":',
+            encode_part(RECORD_VERSION),
+            ',"invocation":{"run_id":',
+            encode_part(invocation.run_id),
+            ',"step_id":',
+            encode_part(invocation.step_id),
+            ',"sequence":',
+            encode_part(invocation.sequence),
+            ',"kind":',
+            encode_part(kind.value if isinstance(kind, OperationKind) else kind),
+            ',"handler_id":',
+            encode_part(invocation.handler_id),
+            ',"input_json":',
+            encode_part(invocation.input_json),
+            '},"input_digest":',
+            encode_part(record.input_digest),
+            ',"outcome":',
+            _outcome_text(record.outcome),
+            "}",
+        )
     )
+    return checked_size(text, what="record")
 
 
-def _outcome_dict(outcome: Outcome) -> dict[str, dict[str, Any]]:
+def _outcome_text(outcome: Outcome) -> str:
     if isinstance(outcome, Success):
-        return {"success": {"output_json": outcome.output_json}}
+        return '{"success":{"output_json":' + encode_part(outcome.output_json) + "}}"
     if isinstance(outcome, Failure):
-        return {
-            "failure": {
-                "error": outcome.error,
-                "retryable": outcome.retryable,
-                "message": outcome.message,
-            }
-        }
-    return {
-        "suspended": {
-            "reason": str(outcome.reason),
-            "state_version": outcome.state_version,
-            "state_json": outcome.state_json,
-        }
-    }
+        return "".join(
+            (
+                '{"failure":{"error":',
+                encode_part(outcome.error),
+                ',"retryable":',
+                encode_part(outcome.retryable),
+                ',"message":',
+                encode_part(outcome.message),
+                "}}",
+            )
+        )
+    return "".join(
+        (
+            '{"suspended":{"reason":',
+            encode_part(str(outcome.reason)),
+            ',"state_version":',
+            encode_part(outcome.state_version),
+            ',"state_json":',
+            encode_part(outcome.state_json),
+            "}}",
+        )
+    )
 
 
 def decode_record(text: str | bytes | bytearray) -> Record:

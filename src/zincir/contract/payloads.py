@@ -41,6 +41,7 @@ from .._json import (
     encode_checked,
     encode_part,
     loads_strict_text,
+    remember_strict,
     too_deep,
 )
 from .._memo import TextMemo
@@ -230,6 +231,7 @@ class _Strict(BaseModel):
         """Compact, stable JSON text: fields in declaration order, UTF-8, no whitespace."""
         text = self._encode()[0]
         _RECENT.put(text, self)
+        remember_strict(text)
         return text
 
     def _encode(self) -> tuple[str, int]:
@@ -268,6 +270,12 @@ def _kept_text(document: _Strict) -> tuple[str, int]:
         known = document._encode()
         _TEXTS.put(document, known)
     return known
+
+
+def kept_json(document: _Strict) -> tuple[str, int]:
+    """A document's JSON text (:meth:`_Strict.to_json`'s) and a bound on its nesting depth,
+    encoded once while it lives: a message already sent in a request costs nothing again."""
+    return _kept_text(document)
 
 
 def _field_keys(cls: type[_Strict]) -> dict[str, str]:

@@ -123,7 +123,7 @@ def outcome_of(invocation: Invocation, value: Any) -> Outcome:
     if isinstance(value, Document):
         return Success(value.to_json())
     try:
-        return Success(dumps(value, what="handler output", run_id=invocation.run_id))
+        return Success(dumps(value, what="handler output", run_id=invocation.run_id, remember=True))
     except NotJsonSerializable as error:
         return Failure("OutputNotJson", False, error.detail)
 
@@ -175,7 +175,9 @@ async def dispatch(handler: Handler, invocation: Invocation) -> Outcome:
             result = await result
     except Suspend as suspend:
         try:
-            state_json = dumps(suspend.state, what="suspension state", run_id=invocation.run_id)
+            state_json = dumps(
+                suspend.state, what="suspension state", run_id=invocation.run_id, remember=True
+            )
         except NotJsonSerializable as error:
             return Failure("SuspendStateNotJson", False, error.detail)
         return Suspended(suspend.reason, suspend.state_version, state_json)

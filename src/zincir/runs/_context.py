@@ -411,15 +411,20 @@ class AgentContext:
 
     async def complete(self, result: Any = None) -> None:
         """Mark the run completed (with an optional JSON result) and clear its lease."""
-        await self._finish("completed", result=result)
+        result_json = None if result is None else dumps(result, what="result", run_id=self.run_id)
+        await self._finish("completed", result_json=result_json)
+
+    async def _complete_json(self, result_json: str) -> None:
+        """:meth:`complete` with a result zincir already encoded as strict JSON (checked)."""
+        await self._finish("completed", result_json=result_json)
 
     async def fail(self, error: str) -> None:
         """Mark the run failed with an error description and clear its lease."""
         await self._finish("failed", error=str(error))
 
-    async def _finish(self, status: str, *, result: Any = None, error: str | None = None) -> None:
-        run_id = self.run_id
-        result_json = None if result is None else dumps(result, what="result", run_id=run_id)
+    async def _finish(
+        self, status: str, *, result_json: str | None = None, error: str | None = None
+    ) -> None:
         if error is not None:  # a description, kept as valid UTF-8 whatever it holds
             error = printable(error)
         self._heartbeat.check()

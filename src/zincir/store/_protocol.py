@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from .._errors import InvalidInput
 from .._time import Clock
@@ -329,10 +329,17 @@ class Store(Protocol):
     async def release_thread_lease(self, lease: ThreadLease) -> bool: ...
 
 
+_STORE_CLASSES: set[type] = set()
+"""Classes whose instances passed the structural check (it walks every protocol member)."""
+
+
 def as_store(value: object, what: str = "store") -> Store:
     """``value`` as a Store, else InvalidInput naming ``what`` (every layer checks it so)."""
+    if type(value) in _STORE_CLASSES:
+        return cast(Store, value)
     if not isinstance(value, Store):
         raise InvalidInput(
             f"{what} must be a zincir store (open_store), not {type(value).__name__}"
         )
+    _STORE_CLASSES.add(type(value))
     return value
