@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._errors import DuplicateToolCall, InvalidInput
-from .._json import dumps
+from .._json import MAX_NESTING, checked_size, depth_bound, dumps, encode_part, too_deep
 from .._validate import check_id
 from ..store import ResponseEntry, ToolResultEntry
 from ._types import ToolCall
@@ -46,23 +46,30 @@ def response_entry(
         raise InvalidInput("usage must be a mapping of counters", run_id=run_id)
     if model is not None:
         check_id(model, "model", run_id=run_id)
-    intents = [call.to_json() for call in calls]
-    payload: dict[str, Any] = {
-        "content": content,
-        "tool_calls": intents,
-        "stop_reason": stop_reason,
-    }
+    # Composed of each part's text, so every intent is encoded (and checked) once.
+    intents = [dumps(call.to_json(), what="response", run_id=run_id) for call in calls]
+    pieces = [
+        '{"content":',
+        dumps(content, what="response", run_id=run_id),
+        ',"tool_calls":[',
+        ",".join(intents),
+        '],"stop_reason":',
+        encode_part(stop_reason),
+    ]
     if usage is not None:
-        payload["usage"] = dict(usage)
+        pieces += [',"usage":', dumps(dict(usage), what="response", run_id=run_id)]
     if model is not None:
-        payload["model"] = model
-    response = dumps(payload, what="response", run_id=run_id)
+        pieces += [',"model":', encode_part(model)]
+    pieces.append("}")
+    response = checked_size("".join(pieces), what="response", run_id=run_id)
+    if response.count("[") + response.count("{") > MAX_NESTING:
+        whole = {"content": content, "tool_calls": [call.to_json() for call in calls]}
+        if usage is not None:
+            whole["usage"] = dict(usage)
+        if depth_bound(response, whole) > MAX_NESTING:
+            raise too_deep("response", run_id)
     return ResponseEntry(
-        response,
-        tuple(
-            (call.id, dumps(intent, what="tool arguments", run_id=run_id))
-            for call, intent in zip(calls, intents, strict=True)
-        ),
+        response, tuple((call.id, intent) for call, intent in zip(calls, intents, strict=True))
     )
 
 
