@@ -489,6 +489,40 @@ def agent_peer_us(python: str, bench: Bench, runs: int) -> float | None:
         return None
 
 
+def pydantic_ai_rounds(
+    python: str, bench: Bench, runs: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The pydantic-ai turn on DBOS, on ZincirDurability and with no durability, and
+    zincir.agent's durable turn, measured in turn within each round (``bench.repeat``
+    rounds): this machine's speed drifts by 2-4x within an hour, so each ratio is taken
+    within a round and the medians are reported."""
+    from pydantic_ai_bench import pydantic_ai_turn_us
+
+    samples: dict[str, list[float]] = {}
+    for index in range(bench.repeat if not bench.quick else 1):
+        dbos = agent_peer_us(python, bench, runs)
+        zincir_turn = run_async(pydantic_ai_turn_us(bench.db(f"pai-zincir-{index}"), runs))
+        plain = run_async(pydantic_ai_turn_us(bench.db(f"pai-plain-{index}"), runs, durable=False))
+        _, durable = run_async(agent_turn_us(bench.db(f"pai-agent-{index}"), runs, 5))
+        round_ = {
+            "pydantic_ai_zincir_durability_turn_us": zincir_turn,
+            "pydantic_ai_plain_turn_us": plain,
+        }
+        if dbos is not None:
+            round_ |= {
+                "pydantic_ai_dbos_turn_us": dbos,
+                "pydantic_ai_dbos_over_agent_turn": dbos / durable,
+                "pydantic_ai_dbos_over_zincir_durability": dbos / zincir_turn,
+                # The most any durability capability could reach: durability that cost nothing.
+                "pydantic_ai_dbos_over_plain": dbos / plain,
+            }
+        for name, value in round_.items():
+            samples.setdefault(name, []).append(value)
+    medians = {name: median_of(values) for name, values in samples.items()}
+    figures = {name: value for name, value in medians.items() if name.endswith("_us")}
+    return figures, {name: value for name, value in medians.items() if name not in figures}
+
+
 def langgraph_graph_us(path: str, n: int, saver: str = "full") -> float:
     """µs per super-step of ``peers_child.step_graph`` on ``ZincirSaver`` (``saver`` "full"
     or "normal": its ``synchronous``) or on LangGraph's ``InMemorySaver`` ("memory"), by the
@@ -703,35 +737,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         figures.update(graph_figures)
         ratios.update(graph_ratios)
     if args.peers or args.agent_peer:
-        agent_peer = timed(
-            "pydantic-ai + DBOS turn",
-            lambda: agent_peer_us(args.peers_python, bench, bench.n(100, 30)),
+        peer_figures, peer_ratios = timed(
+            "pydantic-ai turns, interleaved",
+            lambda: pydantic_ai_rounds(args.peers_python, bench, bench.n(60, 20)),
         )
-        if agent_peer is not None:
-            figures["pydantic_ai_dbos_turn_us"] = agent_peer
-            ratios["pydantic_ai_dbos_over_agent_turn"] = (
-                agent_peer / figures["agent_turn_durable_us"]
-            )
-        from pydantic_ai_bench import pydantic_ai_turn_us
-
-        zincir_turn = timed(
-            "pydantic-ai + ZincirDurability turn",
-            lambda: run_async(
-                pydantic_ai_turn_us(bench.db("pydantic-ai-zincir"), bench.n(100, 30))
-            ),
-        )
-        figures["pydantic_ai_zincir_durability_turn_us"] = zincir_turn
-        plain_turn = timed(
-            "pydantic-ai turn, no durability",
-            lambda: run_async(
-                pydantic_ai_turn_us(bench.db("pydantic-ai-plain"), bench.n(100, 30), durable=False)
-            ),
-        )
-        figures["pydantic_ai_plain_turn_us"] = plain_turn
-        if agent_peer is not None:
-            ratios["pydantic_ai_dbos_over_zincir_durability"] = agent_peer / zincir_turn
-            # The most any durability capability could reach: durability that cost nothing.
-            ratios["pydantic_ai_dbos_over_plain"] = agent_peer / plain_turn
+        figures.update(peer_figures)
+        ratios.update(peer_ratios)
     if not args.no_postgres:
         from postgres_bench import measure as postgres_measure
 
