@@ -555,3 +555,13 @@ def test_nesting_too_deep_across_nested_documents_is_refused() -> None:
     request = ModelRequest(messages=[Message(role="tool", parts=[part])])
     with pytest.raises(NotJsonSerializable, match="nested deeper"):
         request.to_json()
+
+
+@pytest.mark.parametrize("brackets", range(MAX_NESTING - 16, MAX_NESTING + 8))
+def test_brackets_inside_a_string_are_no_nesting(brackets: int) -> None:
+    text = "[{" * (brackets // 2) + "[" * (brackets % 2)  # source code, a pasted JSON blob
+    message = Message(role="user", parts=[TextPart(text=text)])
+    request = ModelRequest(messages=[message])
+    assert request.to_json() == generic_text(request)
+    later = ModelRequest(messages=[message, Message(role="user", parts=[TextPart(text="ok")])])
+    assert later.to_json() == generic_text(later)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._errors import StoreError
-from .._json import MAX_NESTING, checked_size, encode_part, loads_strict, too_deep
+from .._json import MAX_NESTING, checked_size, dumps, encode_part, loads_strict
 from ..contract.payloads import Message, Usage, kept_json
 from ._approval import PausedRun
 
@@ -31,7 +31,13 @@ def stored_result(result: AgentRunResult, run_id: str) -> str:
     ``usage``, composed of the messages' kept texts (the conversation is not encoded again)."""
     messages = [kept_json(message) for message in result.messages]
     if 2 + max((depth for _, depth in messages), default=0) > MAX_NESTING:
-        raise too_deep("result", run_id)
+        # The kept depths are bounds (bracket counts): let the encoder judge the real depth.
+        value = {
+            "output": result.output,
+            "messages": [message.to_dict() for message in result.messages],
+            "usage": result.usage.to_dict(),
+        }
+        return dumps(value, what="result", run_id=run_id)
     text = "".join(
         (
             '{"output":',

@@ -259,7 +259,11 @@ class _Strict(BaseModel):
             deepest = max(deepest, depth)
             pieces.append(key + part)
         if deepest + 1 > MAX_NESTING:
-            raise too_deep(what)
+            # The kept depths are bounds (bracket counts, strings' brackets included): let
+            # the encoder judge the real depth of the whole document.
+            value = self.to_dict()
+            text = dumps(value, what=what, str_keys=True)
+            return text, depth_bound(text, value)
         return checked_size("{" + ",".join(pieces) + "}", what=what), deepest + 1
 
 
