@@ -1,6 +1,8 @@
 """A workflow process for the crash tests; the tests SIGKILL it at the points it reports.
 
-    workflow_child.py steps DB RUN SIDE_FILE MODE   MODE: in:K | after:K | resume | recover
+    workflow_child.py steps DB RUN SIDE_FILE MODE [ahead]
+                                            MODE: in:K | after:K | resume | recover
+                                            ahead: each step claims the next (next=)
     workflow_child.py sleep DB RUN SECONDS
     workflow_child.py send DB RUN TO_RUN (block|exit)
     workflow_child.py recv DB RUN (block|exit)
@@ -44,13 +46,14 @@ async def open_when_free(store: Store, run_id: str) -> WorkflowContext:
     raise SystemExit("the lease never expired")
 
 
-async def steps(store: Store, run_id: str, side_file: str, mode: str) -> None:
+async def steps(store: Store, run_id: str, side_file: str, mode: str, ahead: bool = False) -> None:
     kind, _, number = mode.partition(":")
     wf = await open_when_free(store, run_id)
     if kind == "recover":
         report("recovered", json.dumps(await wf.recover()))
     results = []
-    for name in STEPS:
+    for index, name in enumerate(STEPS):
+        following = STEPS[index + 1] if ahead and index + 1 < len(STEPS) else None
 
         async def body(name: str = name) -> str:
             with open(side_file, "a") as side:
@@ -61,7 +64,7 @@ async def steps(store: Store, run_id: str, side_file: str, mode: str) -> None:
             return name.upper()
 
         try:
-            results.append(await wf.step(name, body))
+            results.append(await wf.step(name, body, next=following))
         except zincir.StepInProgress:
             report("in progress", name)
             await wf.close()
@@ -121,7 +124,7 @@ async def main(argv: list[str]) -> None:
     store = zincir.open_store(db)
     try:
         if command == "steps":
-            await steps(store, argv[2], argv[3], argv[4])
+            await steps(store, argv[2], argv[3], argv[4], argv[5:] == ["ahead"])
         elif command == "sleep":
             await sleep(store, argv[2], float(argv[3]))
         elif command == "send":

@@ -353,6 +353,11 @@ class DryStore:
     async def finish_step(self, lease: Lease, name: str, result_json: str) -> int:
         raise self._stop(f"stores the result of step {name!r}")
 
+    async def finish_step_and_claim(
+        self, lease: Lease, name: str, result_json: str, next_name: str
+    ) -> bool:
+        raise self._stop(f"stores the result of step {name!r}")
+
     async def abandon_step(self, lease: Lease, name: str) -> bool:
         return False  # no claim was ever made
 

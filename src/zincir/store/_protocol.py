@@ -174,6 +174,13 @@ class Store(Protocol):
 
     async def claim_step(self, lease: Lease, name: str) -> StepClaim: ...
     async def finish_step(self, lease: Lease, name: str, result_json: str) -> int: ...
+    async def finish_step_and_claim(
+        self, lease: Lease, name: str, result_json: str, next_name: str
+    ) -> bool:
+        """``finish_step``, and in the same transaction ``lease``'s claim on step
+        ``next_name`` (a claim ahead); False when that step already has a row."""
+        ...
+
     async def abandon_step(self, lease: Lease, name: str) -> bool: ...
     async def recover_steps(
         self, lease: Lease, *, in_flight: Collection[str] = ()

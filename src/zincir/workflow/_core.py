@@ -9,15 +9,18 @@ the run before the wait is satisfied, even if this process dies while waiting.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
-from .._errors import InvalidInput, WorkflowSuspended
+from .._errors import FencedOut, InvalidInput, RunTerminal, WorkflowSuspended
 from ..runs._context import AgentContext
 from ..store import Lease, Store, WaitAttempt
 
 __all__ = ["Core", "Sleeper", "WaitKind", "WorkflowSuspended", "default_sleeper"]
+
+log = logging.getLogger("zincir.workflow")
 
 _MIN_WAIT = 0.001  # seconds between two attempts of a wait that is due
 
@@ -40,6 +43,8 @@ class Core:
         self.poll_interval = poll_interval
         self.suspend_waits = suspend_waits
         self._counters: dict[tuple[str, ...], int] = {}
+        self.claimed_ahead: str | None = None
+        """The step this context claimed with the previous step's result, until it runs."""
 
     @property
     def run_id(self) -> str:
@@ -58,6 +63,27 @@ class Core:
         """Raise LeaseLost if the shared heartbeat failed; called before every write."""
         self.agent.check_lease()
 
+    async def drop_claim(self, name: str) -> None:
+        """Drop this context's claim on step ``name`` (its body failed, or it was claimed
+        ahead and not run next), so the step can run later.
+
+        Fenced: a context that lost the lease leaves its claim to the new owner's recover().
+        """
+        try:
+            await self.store.abandon_step(self.lease, name)
+        except (FencedOut, RunTerminal):
+            pass
+        except Exception as error:  # the caller's own error matters more; a retry re-claims
+            log.warning(
+                "[run %s] could not release the claim on step %r: %s", self.run_id, name, error
+            )
+
+    async def release_ahead(self) -> None:
+        """Release the claim made ahead for a step the code did not run next: never run."""
+        name, self.claimed_ahead = self.claimed_ahead, None
+        if name is not None:
+            await self.drop_claim(name)
+
     async def block(
         self,
         kind: WaitKind,
@@ -74,6 +100,8 @@ class Core:
         """
         self.check()
         tried = await attempt()
+        if not tried.done:  # this process may wait long: no claim ahead is held meanwhile
+            await self.release_ahead()
         while not tried.done:
             if self.suspend_waits:
                 raise WorkflowSuspended(self.run_id, kind, ref, tried.deadline)

@@ -11,20 +11,17 @@ both run it.
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import Callable
 from typing import Any
 
 from .._crash import crash_point
-from .._errors import FencedOut, InvalidInput, RunTerminal, StepInProgress
+from .._errors import InvalidInput, StepInProgress
 from .._json import dumps, loads_own
 from .._replay import step_item
 from .._validate import check_id
 from ._core import Core
 
 __all__ = ["recover_steps", "run_step"]
-
-log = logging.getLogger("zincir.workflow")
 
 # (run id, lease owner, lease token, step name) of every step body running in this process.
 _IN_FLIGHT: set[tuple[str, str, int, str]] = set()
@@ -40,25 +37,35 @@ def _in_flight(core: Core) -> list[str]:
     ]
 
 
-async def run_step(core: Core, name: str, fn: Callable[[], Any]) -> Any:
+async def run_step(
+    core: Core, name: str, fn: Callable[[], Any], next_name: str | None = None
+) -> Any:
     """Return the stored result of step ``name``, or claim it, run ``fn`` and store its result.
 
     A first run costs two transactions (the claim, then the result); a replay one that
-    writes nothing. A name the run never recorded, asked for while recorded steps remain to
-    replay, raises VersionDivergence before anything is claimed.
+    writes nothing. With ``next_name`` the result's transaction also claims that step, so
+    when it is the next step run here it needs only its result's transaction. A name the
+    run never recorded, asked for while recorded steps remain to replay, raises
+    VersionDivergence before anything is claimed.
     """
     run_id = core.run_id
     check_id(name, "a step name", run_id=run_id)
+    if next_name is not None:
+        check_id(next_name, "the next step's name", run_id=run_id)
+        if next_name == name:
+            raise InvalidInput(f"step {name!r} cannot be its own next step", run_id=run_id)
     if not callable(fn):
         raise InvalidInput(f"step {name!r}: fn must be callable, not {fn!r}", run_id=run_id)
     replay = core.agent.replay
     if replay.settled:
-        return await _claim_and_run(core, name, fn)
+        return await _claim_and_run(core, name, fn, next_name)
     async with replay.request(step_item(name)):
-        return await _claim_and_run(core, name, fn)
+        return await _claim_and_run(core, name, fn, next_name)
 
 
-async def _claim_and_run(core: Core, name: str, fn: Callable[[], Any]) -> Any:
+async def _claim_and_run(
+    core: Core, name: str, fn: Callable[[], Any], next_name: str | None
+) -> Any:
     run_id = core.run_id
     lease = core.lease
     running = (run_id, lease.owner, lease.token, name)
@@ -71,16 +78,20 @@ async def _claim_and_run(core: Core, name: str, fn: Callable[[], Any]) -> Any:
     core.check()
     _IN_FLIGHT.add(running)
     try:
-        claim = await core.store.claim_step(lease, name)
-        if claim.status == "completed":
-            return claim.result
-        if claim.status == "held":
-            raise StepInProgress(
-                f"step {name!r} was started by {claim.owner} (lease token {claim.token}) and "
-                "has not finished; if that process is confirmed dead, call recover() and run "
-                "the step again",
-                run_id=run_id,
-            )
+        if core.claimed_ahead == name:  # claimed with the previous step's result
+            core.claimed_ahead = None
+        else:
+            await core.release_ahead()  # the code went elsewhere: that step is never run
+            claim = await core.store.claim_step(lease, name)
+            if claim.status == "completed":
+                return claim.result
+            if claim.status == "held":
+                raise StepInProgress(
+                    f"step {name!r} was started by {claim.owner} (lease token {claim.token}) "
+                    "and has not finished; if that process is confirmed dead, call recover() "
+                    "and run the step again",
+                    run_id=run_id,
+                )
         crash_point("step.claimed")
         try:
             core.check()  # the claim's write may have waited: no body starts on a lapsed lease
@@ -93,7 +104,10 @@ async def _claim_and_run(core: Core, name: str, fn: Callable[[], Any]) -> Any:
             raise
         crash_point("step.body_done")
         core.check()
-        await core.store.finish_step(lease, name, result_json)
+        if next_name is None:
+            await core.store.finish_step(lease, name, result_json)
+        elif await core.store.finish_step_and_claim(lease, name, result_json, next_name):
+            core.claimed_ahead = next_name
         crash_point("step.completed")
         # Return the stored form, so a first run and a replay see the same value.
         return loads_own(result_json)
@@ -102,20 +116,13 @@ async def _claim_and_run(core: Core, name: str, fn: Callable[[], Any]) -> Any:
 
 
 async def _abandon(core: Core, name: str) -> None:
-    """Drop this context's claim after its body failed, so the step can be retried.
-
-    Fenced: a context that lost the lease leaves its claim to the new owner's recover().
-    """
-    try:
-        await core.store.abandon_step(core.lease, name)
-    except (FencedOut, RunTerminal):
-        pass
-    except Exception as error:  # the body's own error matters more; a retry re-claims
-        log.warning("[run %s] could not release the claim on step %r: %s", core.run_id, name, error)
+    """Drop this context's claim after its body failed, so the step can be retried."""
+    await core.drop_claim(name)
 
 
 async def recover_steps(core: Core) -> list[str]:
-    """Release the run's unfinished step claims except those whose bodies this context runs;
-    return their names."""
+    """Release the run's unfinished step claims except those whose bodies this context runs
+    (a claim made ahead is released too); return their names."""
     core.check()
+    core.claimed_ahead = None
     return await core.store.recover_steps(core.lease, in_flight=_in_flight(core))

@@ -59,6 +59,27 @@ def _claim(conn: Conn, lease: Lease, name: str) -> StepClaim | None:
     return _CLAIMED if again is not None else None
 
 
+def _result_params(lease: Lease, name: str, result_json: str) -> dict[str, object]:
+    """The parameters of :data:`STEP_RESULT` for ``lease``'s result of step ``name``."""
+    return {
+        "run": lease.run_id,
+        "name": name,
+        "owner": lease.owner,
+        "token": lease.token,
+        "ttl": lease.ttl,
+        "result": result_json,
+        "payload": encode_checked({"name": name}),
+    }
+
+
+def _released(lease: Lease, name: str) -> StepInProgress:
+    return StepInProgress(
+        f"the claim on step {name!r} was released (recover()) while its body ran; "
+        "its result was not stored",
+        run_id=lease.run_id,
+    )
+
+
 def _raise_fenced(conn: Conn, lease: Lease) -> None:
     """Raise why ``lease`` can no longer write its run (FencedOut, RunTerminal, ...)."""
     raise diagnose(conn, lease.run_id, lease.token)
@@ -94,28 +115,33 @@ class StepOps(PostgresBase):
 
         StepInProgress if the claim was released (``recover()``) meanwhile; returns the seq.
         """
-        payload = encode_checked({"name": name})
-        params = {
-            "run": lease.run_id,
-            "name": name,
-            "owner": lease.owner,
-            "token": lease.token,
-            "ttl": lease.ttl,
-            "result": result_json,
-            "payload": payload,
-        }
         try:
-            row = await self._write_one(STEP_RESULT, params)
+            row = await self._write_one(STEP_RESULT, _result_params(lease, name, result_json))
         except CheckFailed:
-            raise StepInProgress(
-                f"the claim on step {name!r} was released (recover()) while its body ran; "
-                "its result was not stored",
-                run_id=lease.run_id,
-            ) from None
+            raise _released(lease, name) from None
         if row is None:  # the fence failed: nothing was stored; say why
             await self._read(lambda conn: _raise_fenced(conn, lease))
         assert row is not None
         return int(row[0])
+
+    async def finish_step_and_claim(
+        self, lease: Lease, name: str, result_json: str, next_name: str
+    ) -> bool:
+        """:data:`STEP_RESULT`, then the fenced claim INSERT for ``next_name``, in one
+        transaction; False when that step already has a row (its :meth:`claim_step` judges
+        it then)."""
+        params = _result_params(lease, name, result_json)
+
+        def write(conn: Conn) -> bool:
+            if conn.execute(STEP_RESULT, params).fetchone() is None:
+                _raise_fenced(conn, lease)  # nothing was stored; say why
+            inserted = conn.execute(_INSERT, (next_name, lease.run_id, lease.owner, lease.token))
+            return inserted.fetchone() is not None
+
+        try:
+            return await self._write(write)
+        except CheckFailed:
+            raise _released(lease, name) from None
 
     async def abandon_step(self, lease: Lease, name: str) -> bool:
         """Drop this lease's running claim on ``name`` so the step can be retried.

@@ -8,6 +8,7 @@ drop or recover a claim: a fenced owner's claim stays until the new owner's ``re
 from __future__ import annotations
 
 from collections.abc import Collection
+from datetime import datetime
 
 import apsw
 
@@ -24,6 +25,39 @@ __all__ = ["StepOps"]
 _CLAIMED = StepClaim("claimed")
 
 
+def _claim_new(conn: apsw.Connection, lease: Lease, name: str, stamp: str) -> bool:
+    """Insert ``lease``'s claim on ``name`` unless the step has a row; the caller checks the
+    fence in the same transaction."""
+    inserted = conn.execute(
+        "INSERT INTO steps (run_id, name, status, claim_owner, claim_token, started_at) "
+        "VALUES (?, ?, 'running', ?, ?, ?) ON CONFLICT (run_id, name) DO NOTHING "
+        "RETURNING 1",
+        (lease.run_id, name, lease.owner, lease.token, stamp),
+    ).fetchone()
+    return inserted is not None
+
+
+def _finish(conn: apsw.Connection, now: datetime, lease: Lease, name: str, result_json: str) -> int:
+    """Store the result of ``lease``'s claim on ``name`` and append its ``step_completed``
+    (fenced); StepInProgress if the claim was released meanwhile. Returns the event's seq."""
+    stamp = to_db(now)
+    event = NewEvent("step_completed", encode_checked({"name": name}))
+    seq = append(conn, lease, now, [event], stamp=stamp)
+    stored = conn.execute(
+        "UPDATE steps SET status = 'completed', result = ?, completed_at = ? "
+        "WHERE run_id = ? AND name = ? AND status = 'running' "
+        "AND claim_owner = ? AND claim_token = ? RETURNING 1",
+        (result_json, stamp, lease.run_id, name, lease.owner, lease.token),
+    ).fetchone()
+    if stored is None:
+        raise StepInProgress(
+            f"the claim on step {name!r} was released (recover()) while its body ran; "
+            "its result was not stored",
+            run_id=lease.run_id,
+        )
+    return seq
+
+
 class StepOps(SQLiteBase):
     """Claim, finish, abandon and recover durable steps."""
 
@@ -38,13 +72,7 @@ class StepOps(SQLiteBase):
 
         def write(conn: apsw.Connection) -> StepClaim:
             stamp = to_db(self.clock())
-            inserted = conn.execute(
-                "INSERT INTO steps (run_id, name, status, claim_owner, claim_token, started_at) "
-                "VALUES (?, ?, 'running', ?, ?, ?) ON CONFLICT (run_id, name) DO NOTHING "
-                "RETURNING 1",
-                (lease.run_id, name, lease.owner, lease.token, stamp),
-            ).fetchone()
-            if inserted is not None:
+            if _claim_new(conn, lease, name, stamp):
                 # Fenced like every write; the run's row (lease expiry, seq) is left to the
                 # result's transaction: one page less to commit per step.
                 check_fence(conn, lease)
@@ -74,25 +102,20 @@ class StepOps(SQLiteBase):
 
         StepInProgress if the claim was released (``recover()``) meanwhile; returns the seq.
         """
-        event = NewEvent("step_completed", encode_checked({"name": name}))
+        return await self._write(lambda conn: _finish(conn, self.clock(), lease, name, result_json))
 
-        def write(conn: apsw.Connection) -> int:
+    async def finish_step_and_claim(
+        self, lease: Lease, name: str, result_json: str, next_name: str
+    ) -> bool:
+        """Store the result and insert the claim on ``next_name`` in one transaction: the
+        claim ahead commits with the result, so the next step's own claim costs nothing. False
+        when ``next_name`` already has a row (its result, or a claim), which its own
+        :meth:`claim_step` then judges."""
+
+        def write(conn: apsw.Connection) -> bool:
             now = self.clock()
-            stamp = to_db(now)
-            seq = append(conn, lease, now, [event], stamp=stamp)
-            stored = conn.execute(
-                "UPDATE steps SET status = 'completed', result = ?, completed_at = ? "
-                "WHERE run_id = ? AND name = ? AND status = 'running' "
-                "AND claim_owner = ? AND claim_token = ? RETURNING 1",
-                (result_json, stamp, lease.run_id, name, lease.owner, lease.token),
-            ).fetchone()
-            if stored is None:
-                raise StepInProgress(
-                    f"the claim on step {name!r} was released (recover()) while its body ran; "
-                    "its result was not stored",
-                    run_id=lease.run_id,
-                )
-            return seq
+            _finish(conn, now, lease, name, result_json)
+            return _claim_new(conn, lease, next_name, to_db(now))
 
         return await self._write(write)
 
