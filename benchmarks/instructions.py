@@ -11,7 +11,8 @@ floors' wall-clock time includes them, these figures do not.
 
 Workloads (one run each): at NORMAL, ``raw`` the raw INSERT + COMMIT loop, ``floor`` and
 ``lean`` the bare SQL of a step on zincir's schema and on the lean prototype
-(floor_bench.py), ``step`` a ``WorkflowContext.step``; at FULL, as ``make bench`` runs them,
+(floor_bench.py), ``step`` a ``WorkflowContext.step``, ``step_ahead`` the same step
+claiming the next with its result (``next=``); at FULL, as ``make bench`` runs them,
 ``turn`` and ``direct_turn`` one turn of the benchmark agent (a model request and three tool
 calls) on a LocalRuntime and without ``durable=``, ``pydantic_ai_turn`` and
 ``pydantic_ai_plain_turn`` the same turn on pydantic-ai with ``ZincirDurability`` and without
@@ -42,6 +43,7 @@ SIZES = {
     "floor": (200, 1200),
     "lean": (200, 1200),
     "step": (200, 1200),
+    "step_ahead": (200, 1200),
     "turn": (2, 12),
     "direct_turn": (2, 12),
     "pydantic_ai_turn": (2, 8),
@@ -74,8 +76,9 @@ async def _zincir(workload: str, count: int, path: str) -> None:
 
     from zincir.agent import DurableBinding
 
-    if workload == "step":
-        async with warm_workflow(path, "normal", 0, "instructions") as step:
+    if workload in ("step", "step_ahead"):
+        ahead = workload == "step_ahead"
+        async with warm_workflow(path, "normal", 0, "instructions", ahead=ahead) as step:
             for i in range(count):
                 await step(i)
         return
@@ -146,6 +149,7 @@ def main() -> None:
     ratios = {
         "step_over_floor": figures["step"] / figures["floor"],
         "step_over_raw": figures["step"] / figures["raw"],
+        "step_ahead_over_floor": figures["step_ahead"] / figures["floor"],
         "lean_over_floor": figures["lean"] / figures["floor"],
         "turn_overhead_over_step": (figures["turn"] - figures["direct_turn"]) / figures["step"],
         "pydantic_ai_overhead_over_turn_overhead": (

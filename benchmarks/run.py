@@ -116,9 +116,16 @@ def raw_step_us(path: str, synchronous: str, n: int) -> float:
 
 @contextlib.asynccontextmanager
 async def warm_workflow(
-    path: str, synchronous: str, warm_up: int, run_id: str, *, single_process: bool = False
+    path: str,
+    synchronous: str,
+    warm_up: int,
+    run_id: str,
+    *,
+    single_process: bool = False,
+    ahead: bool = False,
 ) -> AsyncIterator[StepRunner]:
-    """Run ``run_id``'s ``step(i)`` on a store at ``path``, after ``warm_up`` steps."""
+    """Run ``run_id``'s ``step(i)`` on a store at ``path``, after ``warm_up`` steps;
+    ``ahead``: each step claims the next with its result (``next=``)."""
     store = zincir.open_store(
         path,
         synchronous=synchronous,  # type: ignore[arg-type]
@@ -127,29 +134,35 @@ async def warm_workflow(
     try:
         async with await WorkflowContext.open(store, run_id) as wf:
             for i in range(warm_up):
-                await wf.step(f"warm-{i}", lambda i=i: step_result(i))
+                following = (f"warm-{i + 1}" if i + 1 < warm_up else "step-0") if ahead else None
+                await wf.step(f"warm-{i}", lambda i=i: step_result(i), next=following)
 
             async def step(i: int) -> None:
-                await wf.step(f"step-{i}", lambda: step_result(i))
+                following = f"step-{i + 1}" if ahead else None
+                await wf.step(f"step-{i}", lambda: step_result(i), next=following)
 
             yield step
     finally:
         await store.close()
 
 
-async def step_us(path: str, synchronous: str, n: int, *, single_process: bool = False) -> float:
-    """WorkflowContext.step, sequentially, one run."""
+async def step_us(
+    path: str, synchronous: str, n: int, *, single_process: bool = False, ahead: bool = False
+) -> float:
+    """WorkflowContext.step, sequentially, one run (``ahead``: each claiming the next)."""
     run_id = f"steps-{synchronous}"
-    async with warm_workflow(path, synchronous, 50, run_id, single_process=single_process) as step:
+    async with warm_workflow(
+        path, synchronous, 50, run_id, single_process=single_process, ahead=ahead
+    ) as step:
         started = time.perf_counter()
         for i in range(n):
             await step(i)
         return (time.perf_counter() - started) / n * 1e6
 
 
-async def step_frames(path: str) -> float:
+async def step_frames(path: str, *, ahead: bool = False) -> float:
     """WAL frames per WorkflowContext.step (FULL; NORMAL writes the same pages)."""
-    async with warm_workflow(path, "full", 20, "frames") as step:
+    async with warm_workflow(path, "full", 20, "frames", ahead=ahead) as step:
         frames = floor_bench.WalFrames(path)
         frames.reset()
         for i in range(floor_bench.FRAME_STEPS):
@@ -599,6 +612,9 @@ def frame_figures(bench: Bench) -> dict[str, float]:
             floor_bench.raw_stepper(path := bench.db("frames-raw"), "NORMAL", step_result), path
         ),
         "step_frames_per_step": run_async(step_frames(bench.db("frames-step"))),
+        "step_ahead_frames_per_step": run_async(
+            step_frames(bench.db("frames-step-ahead"), ahead=True)
+        ),
     }
     for label, lean in (("sql", False), ("lean_sql", True)):
         opened = floor_bench.floor_stepper(
@@ -616,13 +632,19 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     pair_ratios: dict[str, float] = {}
 
-    def paired(name_raw: str, name_ours: str, sync: str, single: bool = False) -> None:
+    def paired(
+        name_raw: str, name_ours: str, sync: str, single: bool = False, ahead: bool = False
+    ) -> None:
         """Alternate baseline and zincir runs; fsync cost drifts, so pair them up."""
         raws, ours = [], []
         for _ in range(bench.repeat):
             raws.append(raw_step_us(bench.db(f"raw-{sync}"), sync, n_seq))
             ours.append(
-                run_async(step_us(bench.db(f"step-{sync}"), sync, n_seq, single_process=single))
+                run_async(
+                    step_us(
+                        bench.db(f"step-{sync}"), sync, n_seq, single_process=single, ahead=ahead
+                    )
+                )
             )
         figures.setdefault(name_raw, median_of(raws))
         figures[name_ours] = median_of(ours)
@@ -633,6 +655,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     timed(
         "raw + single-process step NORMAL",
         lambda: paired("raw_normal_us", "step_normal_single_us", "normal", single=True),
+    )
+    timed(
+        "raw + claim-ahead step NORMAL",
+        lambda: paired("raw_normal_us", "step_ahead_normal_us", "normal", ahead=True),
+    )
+    timed(
+        "raw + claim-ahead step FULL",
+        lambda: paired("raw_full_us", "step_ahead_full_us", "full", ahead=True),
     )
     for label, lean in (("sql", False), ("lean_sql", True)):
         figures[f"step_{label}_normal_us"] = timed(
@@ -695,6 +725,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "step_full_over_raw_full": pair_ratios["step_full_us"],
         "step_normal_over_raw_normal": pair_ratios["step_normal_us"],
         "step_normal_single_over_raw_normal": pair_ratios["step_normal_single_us"],
+        "step_ahead_normal_over_raw_normal": pair_ratios["step_ahead_normal_us"],
+        "step_ahead_full_over_raw_full": pair_ratios["step_ahead_full_us"],
         "concurrent64_over_raw_full_seq": figures["concurrent64_steps_per_s"]
         / (1e6 / figures["raw_full_us"]),
         "step_normal_over_step_sql_normal": figures["step_normal_us"]
@@ -778,6 +810,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 TARGETS = {
     "step_full_over_raw_full": ("<=", 1.1),
     "step_normal_single_over_raw_normal": ("<=", 2.0),
+    "step_ahead_normal_over_raw_normal": ("<=", 2.5),
+    "step_ahead_full_over_raw_full": ("<=", 1.1),
     "step_normal_over_raw_normal": ("<=", 3.0),
     "step_normal_over_step_sql_normal": ("<=", 1.1),
     "concurrent64_over_raw_full_seq": (">=", 6.0),
