@@ -139,3 +139,21 @@ async def test_a_bad_next_name_is_refused_before_anything_runs(
         with pytest.raises(InvalidInput):
             await wf.steps([("a", lambda: 1), "not a pair"])  # type: ignore[list-item]
     assert calls == [] and steps_table(store_url) == []
+
+
+async def test_giving_up_the_shared_lease_releases_the_claim_ahead(
+    store: Store, store_url: str
+) -> None:
+    """A ResumeWorker's handler shares its AgentContext: whoever releases it, the claim
+    ahead goes first."""
+    ctx = await AgentContext.create(store, name="worker", run_id="wf")
+    wf = WorkflowContext.from_agent(ctx)
+    await wf.step("a", lambda: 1, next="b")
+    await ctx.release()  # as the worker does after its handler returns
+    assert [row[0] for row in steps_table(store_url)] == ["a"]
+    ctx = await AgentContext.recover(store, "wf")
+    wf = WorkflowContext.from_agent(ctx)
+    await wf.step("a", lambda: "never")
+    await wf.step("c", lambda: 3, next="d")
+    await ctx.complete()
+    assert [row[:2] for row in steps_table(store_url)] == [("a", "completed"), ("c", "completed")]

@@ -70,6 +70,8 @@ class AgentContext:
         # What earlier owners recorded and this context has replayed (none on a first lease).
         self.replay = Replay(store, lease.run_id, fresh=lease.token == 1)
         self._guards: Guards | None = None  # folded from the log on first use
+        # Run before the lease is given up (a workflow's claim made ahead is released).
+        self._before_release: list[Callable[[], Awaitable[None]]] = []
 
     @property
     def run_id(self) -> str:
@@ -428,6 +430,7 @@ class AgentContext:
         if error is not None:  # a description, kept as valid UTF-8 whatever it holds
             error = printable(error)
         self._heartbeat.check()
+        await self._releasing()
         await self.store.finish_run(self._lease, status, result_json=result_json, error=error)
         self._done = True
         forget(self._lease)
@@ -435,12 +438,19 @@ class AgentContext:
 
     async def release(self) -> None:
         """Stop the heartbeat and give up the lease without changing the status."""
+        if not self._done:
+            await self._releasing()
         forget(self._lease)
         await self._heartbeat.stop()
         if self._done:
             return
         self._done = True
         await self.store.release_lease(self._lease)
+
+    async def _releasing(self) -> None:
+        """What must happen while this context still holds the lease it is giving up."""
+        for action in self._before_release:
+            await action()
 
     async def close(self) -> None:
         """Same as :meth:`release`: stop heartbeating and free the lease."""

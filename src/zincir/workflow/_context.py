@@ -302,17 +302,14 @@ class WorkflowContext:
 
     async def complete(self, result: Any = None) -> None:
         """Mark the run completed with an optional JSON result (what a parent's join sees)."""
-        await self._core.release_ahead()
         await self._core.agent.complete(result)
 
     async def fail(self, error: str) -> None:
         """Mark the run failed with an error description."""
-        await self._core.release_ahead()
         await self._core.agent.fail(error)
 
     async def close(self) -> None:
         """Stop the heartbeat and release the shared lease (the run's status is unchanged)."""
-        await self._core.release_ahead()
         await self._core.agent.close()
 
     async def __aenter__(self) -> WorkflowContext:
