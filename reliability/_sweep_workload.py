@@ -1,8 +1,9 @@
 """The kill sweep's workload: one job is a workflow run, an agent run and a LangGraph thread.
 
-A job's workflow runs three steps, a durable sleep, an operation on a ``LocalRuntime`` and a
-verified checkpoint; its agent makes one model request asking for two tool calls, then
-answers; its graph (on ``AsyncZincirSaver``) runs three nodes in a row. Every side effect
+A job's workflow runs three steps (the second claimed ahead with the first's result), a
+durable sleep, an operation on a ``LocalRuntime`` and a verified checkpoint; its agent makes
+one model request asking for two tool calls, then answers; its graph (on
+``AsyncZincirSaver``) runs three nodes in a row. Every side effect
 goes through an external idempotent :class:`Ledger` (its own SQLite file), keyed by the
 identity zincir replays: the step name, the operation's stable key, the tool arguments the
 stored model response holds, the graph node. What the caller was told is done goes to the
@@ -122,20 +123,22 @@ def _agent(ledger: Ledger, run_id: str) -> Agent:
     return Agent(FunctionModel(model), name="sweep", tools=[charge])
 
 
-async def _step(wf: WorkflowContext, name: str, ledger: Ledger) -> Any:
-    """Step ``name``; a claim left by the killed process is released first (it is dead)."""
+async def _step(wf: WorkflowContext, name: str, ledger: Ledger, following: str | None) -> Any:
+    """Step ``name`` (claiming ``following`` ahead with its result, if given); a claim left by
+    the killed process is released first (it is dead)."""
     key = f"{wf.run_id}/{name}"
     try:
-        return await wf.step(name, lambda: ledger.apply(key))
+        return await wf.step(name, lambda: ledger.apply(key), next=following)
     except zincir.StepInProgress:
         await wf.recover()
-        return await wf.step(name, lambda: ledger.apply(key))
+        return await wf.step(name, lambda: ledger.apply(key), next=following)
 
 
 async def _workflow(wf: WorkflowContext, runtime: LocalRuntime, ledger: Ledger, acks: Acks) -> None:
     run_id = wf.run_id
-    for name in STEPS:
-        acks.write("step", run_id, name, await _step(wf, name, ledger))
+    for index, name in enumerate(STEPS):
+        following = STEPS[1] if index == 0 else None  # s1 is claimed ahead, s2 on its own
+        acks.write("step", run_id, name, await _step(wf, name, ledger, following))
     await wf.sleep("nap", 0.2)  # long enough for the heartbeat to renew the lease
     invocation = Invocation(
         run_id=run_id,
