@@ -2,11 +2,11 @@
 
 Each job (``_sweep_workload``: workflow steps, one claimed ahead, a durable sleep, an
 operation, a verified checkpoint, a durable agent with two tool calls, a LangGraph graph of
-three nodes, all through an external idempotent ledger) runs in a process forked from this one, armed to
-kill itself on the ``nth`` hit of one crash point, both chosen at random among the points a
-job reaches. The job is then resumed
-in fresh processes (a quarter of them armed again) until it completes, and the database is
-checked against what the killed processes acknowledged.
+three nodes, all through an external idempotent ledger) runs in a process forked from this
+one, armed to kill itself on the ``nth`` hit of one crash point, both chosen at random among
+the points a job reaches. The job is then resumed in fresh processes (a quarter of them
+armed again) until it completes, and the database is checked against what the killed
+processes acknowledged.
 """
 
 from __future__ import annotations
