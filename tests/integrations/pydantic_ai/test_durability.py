@@ -43,6 +43,7 @@ from pydantic_ai.toolsets import FunctionToolset  # noqa: E402
 import zincir  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 from tests.helpers import rows, select  # noqa: E402
+from tests.integrations.pydantic_ai.worker import LEASE_TTL  # noqa: E402
 from zincir import (  # noqa: E402
     InputDrift,
     LeaseHeld,
@@ -257,7 +258,7 @@ def test_sigkill_after_the_second_tool_call_reruns_only_the_model_request_in_fli
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     before = log.read_text("utf-8").splitlines()
     assert before == ["model 0", "tool lookup A-17", "model 1", "tool refund A-17", "model 2"]
-    time.sleep(1.2)  # the dead process's lease expires
+    time.sleep(LEASE_TTL + 0.2)  # the dead process's lease expires
     rerun = subprocess.run([*argv, "run"], env=ENV, capture_output=True, text=True, timeout=60)
     assert rerun.returncode == 0, rerun.stderr
     assert rerun.stdout.strip() == "output: Refunded 4200 cents for A-17."

@@ -28,6 +28,7 @@ from pydantic_ai.tools import ToolDefinition  # noqa: E402
 import zincir  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 from tests.helpers import rows, select  # noqa: E402
+from tests.integrations.pydantic_ai.worker import LEASE_TTL  # noqa: E402
 from zincir import HandlerRegistry, InvalidInput, LocalRuntime, RetryPolicy  # noqa: E402
 from zincir.integrations.pydantic_ai import ZincirDurability  # noqa: E402
 
@@ -221,7 +222,7 @@ def test_sigkill_between_sibling_records_reruns_only_the_call_in_flight(
     before = log.read_text("utf-8").splitlines()
     assert before[0] == "model 0"
     assert sorted(before[1:]) == ["tool fast a", "tool fast b", "tool slow c"]
-    time.sleep(1.2)  # the dead process's lease expires
+    time.sleep(LEASE_TTL + 0.2)  # the dead process's lease expires
     rerun = subprocess.run([*argv, "run"], env=ENV, capture_output=True, text=True, timeout=60)
     assert rerun.returncode == 0, rerun.stderr
     assert rerun.stdout.strip() == "output: checked a, b and c"

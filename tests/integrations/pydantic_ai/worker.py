@@ -25,7 +25,9 @@ import zincir
 from zincir.integrations.pydantic_ai import ZincirDurability
 
 PROMPT = "Refund order A-17."
-LEASE_TTL = 1.0
+LEASE_TTL = 2.0
+"""Seconds: short for the tests that wait it out, long enough that a worker starved of CPU
+by the rest of the suite still renews it (its heartbeat runs every third of it)."""
 
 
 def append(log: Path, line: str) -> None:
