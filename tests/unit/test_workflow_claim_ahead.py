@@ -38,9 +38,8 @@ async def test_steps_run_in_order_each_claiming_the_next(store: Store, store_url
     assert [row[:2] for row in steps_table(store_url)] == [(f"s{i}", "completed") for i in range(5)]
 
 
+@pytest.mark.sqlite_only  # commit counts are the SQLite writer's
 async def test_n_steps_cost_n_plus_one_commits(store: SQLiteStore) -> None:
-    if not isinstance(store, SQLiteStore):
-        pytest.skip("commit counts are the SQLite writer's")
     async with await WorkflowContext.open(store, "wf") as wf:
         before = store.writer_stats.inline_commits
         await wf.steps([(f"s{i}", lambda: None) for i in range(10)])
