@@ -1,12 +1,13 @@
-"""Kill-point sweep: jobs killed with SIGKILL at a random named crash point, then resumed.
+"""Kill-point sweep: jobs killed with SIGKILL at a named crash point, then resumed.
 
 Each job (``_sweep_workload``: workflow steps, one claimed ahead, a durable sleep, an
 operation, a verified checkpoint, a durable agent with two tool calls, a LangGraph graph of
 three nodes, all through an external idempotent ledger) runs in a process forked from this
-one, armed to kill itself on the ``nth`` hit of one crash point, both chosen at random among
-the points a job reaches. The job is then resumed in fresh processes (a quarter of them
-armed again) until it completes, and the database is checked against what the killed
-processes acknowledged.
+one, armed to kill itself on the ``nth`` hit of one crash point: the points a job reaches
+are taken in turn from a shuffled rotation, so each is killed at, and ``nth`` at random.
+The job is then resumed in fresh processes (a quarter of them armed again, their points
+rotated the same way) until it completes, and the database is checked against what the
+killed processes acknowledged.
 """
 
 from __future__ import annotations
@@ -349,6 +350,16 @@ def verify(lane: Lane, job: str, graph: list[str] | None = None) -> Verdict:
     return verdict
 
 
+def _rotation(choices: list[tuple[str, int]], rng: random.Random) -> Iterator[tuple[str, int]]:
+    """The choices in a shuffled order, again and again: every point is killed at as often
+    as any other, so a point that only a resume reaches (a worker's claim) is not left to
+    chance."""
+    order = list(choices)
+    while True:
+        rng.shuffle(order)
+        yield from order
+
+
 def _lane(
     lane: Lane,
     jobs: list[str],
@@ -360,8 +371,9 @@ def _lane(
     exit status, verify each job once it completed. ``tallies[""]`` counts jobs; the other
     keys count kills at each point (a job's first kill and the kills of its resumes)."""
     total = tallies[""]
+    firsts, rearms = _rotation(choices[0], rng), _rotation(choices[1], rng)
     for job in jobs:
-        point, nth = rng.choice(choices[0])
+        point, nth = next(firsts)
         status = yield Spec(job, point, rng.randint(1, nth))
         code = os.waitstatus_to_exitcode(status)
         if code == 0:
@@ -373,7 +385,7 @@ def _lane(
         total.kills += bool(killed_at)
         finished = False
         for _ in range(_RESUMES):
-            again, again_nth = rng.choice(choices[1]) if rng.random() < _REARM else (None, 1)
+            again, again_nth = next(rearms) if rng.random() < _REARM else (None, 1)
             status = yield Spec(job, again, rng.randint(1, again_nth))
             code = os.waitstatus_to_exitcode(status)
             if code == 0:
@@ -517,8 +529,10 @@ def run(short: bool) -> Report:
     pg_figures, pg_notes = _on_postgres(pg_jobs, lanes, short)
     notes = [
         f"{jobs:,} jobs on SQLite and {pg_jobs:,} on PostgreSQL, over {lanes} concurrent "
-        "lanes each. Each job's first process is killed on a random hit of a random point; a "
-        "quarter of its resumes are killed again. PostgreSQL has no integrity_check.",
+        "lanes each. Each job's first process is killed on a random hit of a point taken in "
+        "turn from a shuffled rotation of every point a first process reaches; a quarter of "
+        "its resumes are killed again, their points rotated the same way. PostgreSQL has no "
+        "integrity_check.",
         *notes,
         *pg_notes,
     ]
