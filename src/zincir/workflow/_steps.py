@@ -87,9 +87,9 @@ async def _claim_and_run(
                 return claim.result
             if claim.status == "held":
                 raise StepInProgress(
-                    f"step {name!r} was started by {claim.owner} (lease token {claim.token}) "
-                    "and has not finished; if that process is confirmed dead, call recover() "
-                    "and run the step again",
+                    f"step {name!r} was claimed by {claim.owner} (lease token {claim.token}), "
+                    "to run or, claimed ahead, to run next, and has not finished; if that "
+                    "process is confirmed dead, call recover() and run the step again",
                     run_id=run_id,
                 )
         crash_point("step.claimed")
