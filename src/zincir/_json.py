@@ -193,7 +193,10 @@ def dumps(
             problem = f"it is nested deeper than {MAX_NESTING} arrays or objects"
     if problem is not None:
         raise _not_serializable(what, problem, run_id)
-    return checked_size(text, what=what, run_id=run_id, remember=remember)
+    checked_size(text, what=what, run_id=run_id)
+    if remember:
+        remember_strict(text)
+    return text
 
 
 def depth_bound(text: str, value: Any) -> int:
@@ -211,12 +214,9 @@ def too_deep(what: str, run_id: str | None = None) -> NotJsonSerializable:
     )
 
 
-def checked_size(
-    text: str, *, what: str = "value", run_id: str | None = None, remember: bool = False
-) -> str:
+def checked_size(text: str, *, what: str = "value", run_id: str | None = None) -> str:
     """``text`` (JSON just encoded, or composed of such texts), refused if it holds a lone
-    surrogate (NotJsonSerializable) or is over MAX_DOCUMENT_BYTES (PayloadTooLarge);
-    ``remember`` keeps it for :func:`known_strict`."""
+    surrogate (NotJsonSerializable) or is over MAX_DOCUMENT_BYTES (PayloadTooLarge)."""
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
@@ -229,8 +229,6 @@ def checked_size(
             "store large data elsewhere and record a reference to it",
             run_id=run_id,
         )
-    if remember:
-        _ENCODED.put(text, True)
     return text
 
 

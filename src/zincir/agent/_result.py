@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._errors import StoreError
-from .._json import MAX_NESTING, checked_size, dumps, encode_part, loads_strict
-from ..contract.payloads import Message, Usage, kept_json
+from .._errors import NotJsonSerializable, StoreError
+from .._json import loads_strict
+from ..contract.payloads import Message, RunResult, Usage
 from ._approval import PausedRun
 
 __all__ = ["AgentRunResult", "result_from_stored", "stored_result"]
@@ -27,29 +27,13 @@ class AgentRunResult:
 
 
 def stored_result(result: AgentRunResult, run_id: str) -> str:
-    """The JSON text a completed run keeps as its result: ``output``, ``messages`` and
-    ``usage``, composed of the messages' kept texts (the conversation is not encoded again)."""
-    messages = [kept_json(message) for message in result.messages]
-    if 2 + max((depth for _, depth in messages), default=0) > MAX_NESTING:
-        # The kept depths are bounds (bracket counts): let the encoder judge the real depth.
-        value = {
-            "output": result.output,
-            "messages": [message.to_dict() for message in result.messages],
-            "usage": result.usage.to_dict(),
-        }
-        return dumps(value, what="result", run_id=run_id)
-    text = "".join(
-        (
-            '{"output":',
-            encode_part(result.output),
-            ',"messages":[',
-            ",".join(text for text, _ in messages),
-            '],"usage":',
-            kept_json(result.usage)[0],
-            "}",
-        )
-    )
-    return checked_size(text, what="result", run_id=run_id)
+    """The JSON text a completed run keeps as its result (``output``, ``messages``,
+    ``usage``): the messages already sent in requests are not encoded again."""
+    document = RunResult(output=result.output, messages=result.messages, usage=result.usage)
+    try:
+        return document.to_json()
+    except NotJsonSerializable as error:
+        raise NotJsonSerializable(error.detail, run_id=run_id) from None
 
 
 def result_from_stored(text: str | None, run_id: str) -> AgentRunResult:

@@ -276,12 +276,6 @@ def _kept_text(document: _Strict) -> tuple[str, int]:
     return known
 
 
-def kept_json(document: _Strict) -> tuple[str, int]:
-    """A document's JSON text (:meth:`_Strict.to_json`'s) and a bound on its nesting depth,
-    encoded once while it lives: a message already sent in a request costs nothing again."""
-    return _kept_text(document)
-
-
 def _field_keys(cls: type[_Strict]) -> dict[str, str]:
     """Each field's name and its JSON key with the colon, in declaration order."""
     keys = _KEYS.get(cls)
@@ -409,6 +403,17 @@ class Usage(_Strict):
     cache_read_tokens: Count = 0
     cache_write_tokens: Count = 0
     details: dict[str, Count] = Field(default_factory=dict)
+
+
+class RunResult(_Strict):
+    """What a completed agent run keeps as its result: the final text, the conversation and
+    the summed usage; its messages are composed of their kept texts, as a request's are."""
+
+    _KEPT_ITEMS: ClassVar[frozenset[str]] = frozenset({"messages"})
+
+    output: str
+    messages: Items[Message]
+    usage: Usage
 
 
 class ModelResponse(Document):

@@ -1,5 +1,6 @@
 """The backend-neutral rules of workflow waits: the events a timer, a message or a child
-run logs, the timer that bounds a receive, and the refusals of a send or a spawn."""
+run logs, the timer that bounds a receive, and the refusals of a send, a spawn or a step
+result whose claim was released."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .._errors import InvalidInput, RunExists, RunNotFound
+from .._errors import InvalidInput, RunExists, RunNotFound, StepInProgress
 from .._json import encode_checked
 from .._time import to_db
 from ._records import NewEvent
@@ -22,6 +23,7 @@ __all__ = [
     "recipient_not_found",
     "same_message",
     "spawn_taken",
+    "step_claim_released",
     "timer_fired",
     "timer_set",
 ]
@@ -92,5 +94,14 @@ def spawn_taken(spawn_name: str, child_id: str, run_id: str) -> RunExists:
     return RunExists(
         f"cannot spawn {spawn_name!r}: a run {child_id!r} already exists; choose "
         "another run_id or omit it",
+        run_id=run_id,
+    )
+
+
+def step_claim_released(run_id: str, name: str) -> StepInProgress:
+    """Why the result of step ``name`` was not stored: its claim was released meanwhile."""
+    return StepInProgress(
+        f"the claim on step {name!r} was released (recover()) while its body ran; "
+        "its result was not stored",
         run_id=run_id,
     )

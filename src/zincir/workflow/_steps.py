@@ -100,7 +100,7 @@ async def _claim_and_run(
                 value = await value
             result_json = dumps(value, what=f"the result of step {name!r}", run_id=run_id)
         except BaseException:
-            await _abandon(core, name)
+            await core.drop_claim(name)  # the step can be retried
             raise
         crash_point("step.body_done")
         core.check()
@@ -113,11 +113,6 @@ async def _claim_and_run(
         return loads_own(result_json)
     finally:
         _IN_FLIGHT.discard(running)
-
-
-async def _abandon(core: Core, name: str) -> None:
-    """Drop this context's claim after its body failed, so the step can be retried."""
-    await core.drop_claim(name)
 
 
 async def recover_steps(core: Core) -> list[str]:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from ..._errors import StepInProgress
 from ..._json import encode_checked, loads_strict
 from .._records import Lease, NewEvent
 from .._workflow_records import StepClaim
+from .._workflow_rules import step_claim_released
 from ._base import CheckFailed, Conn, PostgresBase
 from ._log import STEP_RESULT, append, check_fence, diagnose
 
@@ -72,14 +72,6 @@ def _result_params(lease: Lease, name: str, result_json: str) -> dict[str, objec
     }
 
 
-def _released(lease: Lease, name: str) -> StepInProgress:
-    return StepInProgress(
-        f"the claim on step {name!r} was released (recover()) while its body ran; "
-        "its result was not stored",
-        run_id=lease.run_id,
-    )
-
-
 def _raise_fenced(conn: Conn, lease: Lease) -> None:
     """Raise why ``lease`` can no longer write its run (FencedOut, RunTerminal, ...)."""
     raise diagnose(conn, lease.run_id, lease.token)
@@ -118,7 +110,7 @@ class StepOps(PostgresBase):
         try:
             row = await self._write_one(STEP_RESULT, _result_params(lease, name, result_json))
         except CheckFailed:
-            raise _released(lease, name) from None
+            raise step_claim_released(lease.run_id, name) from None
         if row is None:  # the fence failed: nothing was stored; say why
             await self._read(lambda conn: _raise_fenced(conn, lease))
         assert row is not None
@@ -141,7 +133,7 @@ class StepOps(PostgresBase):
         try:
             return await self._write(write)
         except CheckFailed:
-            raise _released(lease, name) from None
+            raise step_claim_released(lease.run_id, name) from None
 
     async def abandon_step(self, lease: Lease, name: str) -> bool:
         """Drop this lease's running claim on ``name`` so the step can be retried.

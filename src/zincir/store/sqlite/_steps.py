@@ -12,11 +12,11 @@ from datetime import datetime
 
 import apsw
 
-from ..._errors import StepInProgress
 from ..._json import encode_checked, loads_strict
 from ..._time import to_db
 from .._records import Lease, NewEvent
 from .._workflow_records import StepClaim
+from .._workflow_rules import step_claim_released
 from ._base import SQLiteBase
 from ._log import append, check_fence
 
@@ -50,11 +50,7 @@ def _finish(conn: apsw.Connection, now: datetime, lease: Lease, name: str, resul
         (result_json, stamp, lease.run_id, name, lease.owner, lease.token),
     ).fetchone()
     if stored is None:
-        raise StepInProgress(
-            f"the claim on step {name!r} was released (recover()) while its body ran; "
-            "its result was not stored",
-            run_id=lease.run_id,
-        )
+        raise step_claim_released(lease.run_id, name)
     return seq
 
 
