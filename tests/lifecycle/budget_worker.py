@@ -22,6 +22,7 @@ from zincir.agent import Agent, DurableBinding, FunctionModel, Handlers, serve, 
 from zincir.payloads import ModelRequest, ModelResponse, TextPart, ToolCallPart, Usage
 
 HANDLERS = Handlers(model_request="budget-model", tool_call="budget-tools")
+LEASE_TTL = 0.5
 
 
 def _append(log: Path, line: str) -> None:
@@ -58,7 +59,7 @@ async def main(db: str, log: str, run_id: str, tokens: int) -> None:
     try:
         runtime = zincir.LocalRuntime(store, registry, claim_ttl=0.5, poll_interval=0.02)
         binding = DurableBinding(
-            runtime, run_id, HANDLERS, lease_ttl=0.5, budget=Budget(tokens=tokens)
+            runtime, run_id, HANDLERS, lease_ttl=LEASE_TTL, budget=Budget(tokens=tokens)
         )
         try:
             result = await agent.run("Spend.", durable=binding)

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.helpers import select
+from tests.lifecycle.budget_worker import LEASE_TTL
 from zincir import (
     AgentContext,
     Budget,
@@ -166,6 +168,7 @@ def test_budget_across_a_sigkill(store_target: str, tmp_path: Path) -> None:
     assert first.startswith("budget ")
     # Killed as the third response is logged, then run again to the end of its budget.
     _run_worker(db, crashed, "crashed", 450, crash="agent.response_logged:3")
+    time.sleep(LEASE_TTL + 0.2)  # the dead process's lease expires
     second = _run_worker(db, crashed, "crashed", 450)
     assert second.startswith("budget ")
     # Usage after the crash and replay equals usage without the crash.
