@@ -1,4 +1,4 @@
-"""What SQLite alone charges for a durable step: the raw loop, zincir's schema, a lean schema.
+"""What SQLite alone charges for a durable step: the raw loop, zincir's schema, a leaner one.
 
 Each is a bare-APSW *stepper* (no zincir code runs), timed after a warm-up and counted in
 WAL frames (pages written per step: what an fsync and the checkpoints scale with).
@@ -7,13 +7,13 @@ WAL frames (pages written per step: what an fsync and the checkpoints scale with
   limit. It runs at least ``RAW_MIN_STEPS`` steps, so that it passes the WAL's automatic
   checkpoint (every 1,000 frames) several times, as the other figures do.
 - Today's schema floor: the statements of one ``WorkflowContext.step`` (a claim commit, then
-  the result's commit) on zincir's migrated database.
-- The lean floor: a prototype of a leaner step with the same guarantees (the claim commits,
-  visible to other processes, before the body runs; the result is an event in the run's
-  gapless log; the run's lease is checked inside each transaction). The claim row holds only
-  the claim and the seq of its result's event, the result is stored once (in the event), and
-  the run's row is read for the fence, never written per step (the lease holder keeps the
-  next seq; the events' primary key refuses a seq used twice).
+  the result's commit) on zincir's migrated database: the claim row holds only the claim and
+  the seq of the step's event, and the result is stored once, in that event.
+- The lean floor: a prototype of a leaner step still with the same guarantees (the claim
+  commits, visible to other processes, before the body runs; the result is an event in the
+  run's gapless log; the run's lease is checked inside each transaction). It also leaves
+  the run's row unwritten per step: the row is read for the fence (the lease holder keeps
+  the next seq; the events' primary key refuses a seq used twice).
 
 At FULL every floor commits its claim without fsync and its result with one, as zincir does.
 """
@@ -83,31 +83,28 @@ def schema_db(path: str, synchronous: str, runs: int) -> apsw.Connection:
 
 
 def claim_sql(conn: apsw.Connection, run: str, name: str) -> None:
+    """The claim: one statement, inserted only while the run's lease holds."""
     conn.execute(
-        "INSERT INTO steps (run_id, name, status, claim_owner, claim_token, started_at) "
-        "VALUES (?, ?, 'running', 'owner', 1, 'now') ON CONFLICT (run_id, name) DO NOTHING "
-        "RETURNING 1",
+        "INSERT INTO step_claims (run_id, name, claim_owner, claim_token, started_at) "
+        "SELECT ?1, ?2, 'owner', 1, 'now' WHERE EXISTS (SELECT 1 FROM agent_runs WHERE id = ?1 "
+        "AND lease_owner = 'owner' AND lease_token = 1 AND status IN ('pending', 'running')) "
+        "ON CONFLICT (run_id, name) DO NOTHING RETURNING 1",
         (run, name),
-    ).fetchone()
-    conn.execute(
-        "SELECT 1 FROM agent_runs WHERE id = ? AND lease_owner = 'owner' "
-        "AND lease_token = 1 AND status IN ('pending', 'running')",
-        (run,),
     ).fetchone()
 
 
 def finish_sql(conn: apsw.Connection, run: str, name: str, result: str) -> None:
+    """The fenced append of the step's event (which carries the result), then its pointer."""
     seq = conn.execute(_FENCE, ("later", "now", run, "owner", 1)).fetchone()[0]
     conn.execute(
         "INSERT INTO events (run_id, seq, type, payload, created_at) "
         "VALUES (?, ?, 'step_completed', ?, 'now')",
-        (run, seq, json.dumps(name)),
+        (run, seq, f'{{"name":{json.dumps(name)},"result":{result}}}'),
     )
     conn.execute(
-        "UPDATE steps SET status = 'completed', result = ?, completed_at = 'now' "
-        "WHERE run_id = ? AND name = ? AND status = 'running' "
-        "AND claim_owner = 'owner' AND claim_token = 1 RETURNING 1",
-        (result, run, name),
+        "UPDATE step_claims SET event_seq = ? WHERE run_id = ? AND name = ? "
+        "AND event_seq IS NULL AND claim_owner = 'owner' AND claim_token = 1 RETURNING 1",
+        (seq, run, name),
     ).fetchone()
 
 
@@ -157,7 +154,8 @@ def lean_claim(conn: apsw.Connection, run: str, name: str) -> None:
 
 def lean_finish(conn: apsw.Connection, run: str, name: str, seq: int, result: str) -> None:
     """The result as the step's event at the lease holder's next seq, then its pointer."""
-    assert conn.execute(_LEAN_EVENT, (run, seq, result, run)).fetchone() is not None
+    payload = f'{{"name":{json.dumps(name)},"result":{result}}}'
+    assert conn.execute(_LEAN_EVENT, (run, seq, payload, run)).fetchone() is not None
     assert conn.execute(_LEAN_POINTER, (seq, run, name)).fetchone() is not None
 
 

@@ -100,7 +100,7 @@ async def test_prune_deletes_exactly_the_selected_runs(
         "messages",
         "agent_runs",
     }
-    assert set(_rows_of(target, "old-wf")) >= {"events", "steps", "timers", "agent_runs"}
+    assert set(_rows_of(target, "old-wf")) >= {"events", "step_claims", "timers", "agent_runs"}
     assert select(target, "SELECT wait_kind FROM agent_runs WHERE id = ?", ("old-paused",)) == [
         ("message",)
     ]

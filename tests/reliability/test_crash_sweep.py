@@ -62,13 +62,15 @@ def edit(path: str, sql: str, *params: object) -> None:
 
 
 async def test_a_lost_acknowledged_step_is_caught(finished: crash_sweep.Lane) -> None:
-    edit(finished.db, "DELETE FROM steps WHERE run_id = 'wf-j1' AND name = 's1'")
+    edit(finished.db, "DELETE FROM step_claims WHERE run_id = 'wf-j1' AND name = 's1'")
     assert (await verified(finished)).lost == 1
 
 
 async def test_a_record_the_ledger_disagrees_with_is_caught(finished: crash_sweep.Lane) -> None:
     edit(
-        finished.db, "UPDATE steps SET result = '\"other\"' WHERE run_id = 'wf-j1' AND name = 's0'"
+        finished.db,
+        "UPDATE events SET payload = json_set(payload, '$.result', 'other') "
+        "WHERE run_id = 'wf-j1' AND type = 'step_completed' AND payload ->> '$.name' = 's0'",
     )
     verdict = await verified(finished)
     assert verdict.mismatched == 1 and verdict.lost == 1

@@ -31,7 +31,7 @@ RUN_TABLES: Final = (
     ("archived_events", "run_id"),
     ("open_intents", "run_id"),
     ("checkpoints", "run_id"),
-    ("steps", "run_id"),
+    ("step_claims", "run_id"),
     ("timers", "run_id"),
     ("operations", "run_id"),
     ("approvals", "run_id"),

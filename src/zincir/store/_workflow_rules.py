@@ -1,6 +1,6 @@
-"""The backend-neutral rules of workflow waits: the events a timer, a message or a child
-run logs, the timer that bounds a receive, and the refusals of a send, a spawn or a step
-result whose claim was released."""
+"""The backend-neutral rules of workflow steps and waits: the events a step, a timer, a
+message or a child run logs, the timer that bounds a receive, and the refusals of a send,
+a spawn or a step result whose claim was released."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from .._errors import InvalidInput, RunExists, RunNotFound, StepInProgress
-from .._json import encode_checked
+from .._json import encode_checked, encode_part
 from .._time import to_db
 from ._records import NewEvent
 from ._workflow_records import ReceivedMessage
@@ -24,6 +24,7 @@ __all__ = [
     "same_message",
     "spawn_taken",
     "step_claim_released",
+    "step_completed",
     "timer_fired",
     "timer_set",
 ]
@@ -34,6 +35,12 @@ _DEADLINE = "zincir.recv:"  # the timer of a receive's deadline: this prefix + i
 def receive_deadline(recv_key: str) -> str:
     """The name of the timer that bounds receive ``recv_key``."""
     return _DEADLINE + recv_key
+
+
+def step_completed(name: str, result_json: str) -> NewEvent:
+    """The ``step_completed`` event of step ``name``, which carries its result: composed
+    around the result's JSON text as stored (never encoded again)."""
+    return NewEvent("step_completed", f'{{"name":{encode_part(name)},"result":{result_json}}}')
 
 
 def timer_set(name: str, wake_at: datetime) -> NewEvent:

@@ -46,8 +46,8 @@ STEP_RESULT = (
     " WHERE id = %(run)s AND lease_owner = %(owner)s AND lease_token = %(token)s"
     " AND status IN ('pending', 'running') RETURNING last_seq),"
     " step AS ("
-    " UPDATE steps SET status = 'completed', result = %(result)s, completed_at = zincir_now()"
-    " WHERE run_id = %(run)s AND name = %(name)s AND status = 'running'"
+    " UPDATE step_claims SET event_seq = (SELECT last_seq FROM run)"
+    " WHERE run_id = %(run)s AND name = %(name)s AND event_seq IS NULL"
     " AND claim_owner = %(owner)s AND claim_token = %(token)s AND EXISTS (SELECT 1 FROM run)"
     " RETURNING 1),"
     " event AS ("
@@ -57,9 +57,10 @@ STEP_RESULT = (
     " SELECT last_seq, CASE WHEN NOT EXISTS (SELECT 1 FROM step)"
     " THEN zincir_fail('step claim released') END FROM run"
 )
-"""A step's result as one statement (its own transaction): the fenced append of
-``step_completed`` (the run's row locked until COMMIT) and the result, all or nothing. No
-row: the fence failed. ``zincir_fail`` aborts it all when the claim was released."""
+"""A step's result as one statement (its own transaction): the fenced append of its
+``step_completed`` (the run's row locked until COMMIT), which carries the result, and the
+claim's pointer to it, all or nothing. No row: the fence failed. ``zincir_fail`` aborts it
+all when the claim was released."""
 
 _TIMES = frozenset(
     ("lease_expires_at", "next_attempt_at", "wait_until", "created_at", "updated_at")

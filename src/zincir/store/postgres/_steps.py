@@ -1,10 +1,12 @@
-"""Durable steps (PostgreSQL): a claim row per (run, name), its result stored once.
+"""Durable steps (PostgreSQL): a claim row per (run, name) that points, once finished, at
+its event.
 
-A step's row is its claim (``running``, with the lease owner and token) until its result is
-stored (``completed``). Only a context that still holds the run's lease may claim, finish,
-drop or recover a claim: the fence is checked in the claim's own transaction, holding the
-run's row lock until COMMIT, so a new owner's takeover waits for it or fences it out; a
-fenced owner's claim stays until the new owner's ``recover()``.
+A step's row (``step_claims``) is its claim: the lease owner and token that may run it.
+Its result is stored once, in the ``step_completed`` event its finishing statement
+appends, and the row then holds that event's seq. Only a context that still holds the
+run's lease may claim, finish, drop or recover a claim: the fence is checked in the claim's
+own transaction, holding the run's row lock until COMMIT, so a new owner's takeover waits
+for it or fences it out; a fenced owner's claim stays until the new owner's ``recover()``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Collection
 from ..._json import encode_checked, loads_strict
 from .._records import Lease, NewEvent
 from .._workflow_records import StepClaim
-from .._workflow_rules import step_claim_released
+from .._workflow_rules import step_claim_released, step_completed
 from ._base import CheckFailed, Conn, PostgresBase
 from ._log import STEP_RESULT, append, check_fence, diagnose
 
@@ -22,14 +24,20 @@ __all__ = ["StepOps"]
 
 _CLAIMED = StepClaim("claimed")
 _INSERT = (
-    "INSERT INTO steps (run_id, name, status, claim_owner, claim_token, started_at) "
-    "SELECT id, %s, 'running', lease_owner, lease_token, zincir_now() FROM agent_runs "
+    "INSERT INTO step_claims (run_id, name, claim_owner, claim_token, started_at) "
+    "SELECT id, %s, lease_owner, lease_token, zincir_now() FROM agent_runs "
     "WHERE id = %s AND lease_owner = %s AND lease_token = %s "
     "AND status IN ('pending', 'running') FOR SHARE "
     "ON CONFLICT (run_id, name) DO NOTHING RETURNING 1"
 )
 """A claim fenced in one statement: the run's row, still this lease's, is locked (shared)
 until COMMIT, so a takeover waits for the claim or the claim sees the new token."""
+_HOLDER = (
+    "SELECT c.claim_owner, c.claim_token, c.event_seq, coalesce(e.payload, "
+    "(SELECT a.payload FROM archived_events AS a WHERE a.run_id = c.run_id "
+    "AND a.seq = c.event_seq)) FROM step_claims AS c LEFT JOIN events AS e "
+    "ON e.run_id = c.run_id AND e.seq = c.event_seq WHERE c.run_id = %s AND c.name = %s"
+)
 
 
 def _claim(conn: Conn, lease: Lease, name: str) -> StepClaim | None:
@@ -37,23 +45,19 @@ def _claim(conn: Conn, lease: Lease, name: str) -> StepClaim | None:
     ``recover()``, ``abandon_step`` or result) between two statements; try again."""
     if conn.execute(_INSERT, (name, lease.run_id, lease.owner, lease.token)).fetchone():
         return _CLAIMED
-    row = conn.execute(
-        "SELECT status, result, claim_owner, claim_token FROM steps "
-        "WHERE run_id = %s AND name = %s",
-        (lease.run_id, name),
-    ).fetchone()
+    row = conn.execute(_HOLDER, (lease.run_id, name)).fetchone()
     if row is None:  # not inserted and absent: fenced, or the conflicting claim vanished
         check_fence(conn, lease)
         return None
-    status, result, owner, token = row
-    if status == "completed":
-        return StepClaim("completed", loads_strict(result))
+    owner, token, event_seq, payload = row
+    if event_seq is not None:
+        return StepClaim("completed", loads_strict(payload)["result"])
     if (owner, token) != (lease.owner, lease.token):
         return StepClaim("held", owner=owner, token=token)
     check_fence(conn, lease)
     again = conn.execute(
-        "UPDATE steps SET started_at = zincir_now() WHERE run_id = %s AND name = %s "
-        "AND status = 'running' AND claim_owner = %s AND claim_token = %s RETURNING 1",
+        "UPDATE step_claims SET started_at = zincir_now() WHERE run_id = %s AND name = %s "
+        "AND event_seq IS NULL AND claim_owner = %s AND claim_token = %s RETURNING 1",
         (lease.run_id, name, lease.owner, lease.token),
     ).fetchone()
     return _CLAIMED if again is not None else None
@@ -67,8 +71,7 @@ def _result_params(lease: Lease, name: str, result_json: str) -> dict[str, objec
         "owner": lease.owner,
         "token": lease.token,
         "ttl": lease.ttl,
-        "result": result_json,
-        "payload": encode_checked({"name": name}),
+        "payload": step_completed(name, result_json).payload_json,
     }
 
 
@@ -146,7 +149,8 @@ class StepOps(PostgresBase):
             check_fence(conn, lease)
             return (
                 conn.execute(
-                    "DELETE FROM steps WHERE run_id = %s AND name = %s AND status = 'running' "
+                    "DELETE FROM step_claims WHERE run_id = %s AND name = %s "
+                    "AND event_seq IS NULL "
                     "AND claim_owner = %s AND claim_token = %s RETURNING 1",
                     (lease.run_id, name, lease.owner, lease.token),
                 ).fetchone()
@@ -168,7 +172,7 @@ class StepOps(PostgresBase):
             names = sorted(
                 str(name)
                 for (name,) in conn.execute(
-                    "DELETE FROM steps WHERE run_id = %s AND status = 'running' "
+                    "DELETE FROM step_claims WHERE run_id = %s AND event_seq IS NULL "
                     "AND NOT (claim_owner IS NOT DISTINCT FROM %s "
                     "AND claim_token IS NOT DISTINCT FROM %s AND name = ANY(%s)) RETURNING name",
                     (lease.run_id, lease.owner, lease.token, keep),

@@ -142,7 +142,9 @@ class ReadOnlyDatabase:
         with _reading(self.path):
             tables = frozenset(
                 str(name)
-                for (name,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
+                for (name,) in conn.execute(
+                    "SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')"
+                )
             )
         if not applied or not REQUIRED_TABLES <= tables:
             raise NotAZincirDatabase(

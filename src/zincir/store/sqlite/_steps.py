@@ -1,8 +1,10 @@
-"""Durable steps: a claim row per (run, name), its result stored once, fenced releases.
+"""Durable steps: a claim row per (run, name) that points, once finished, at its event.
 
-A step's row is its claim (``running``, with the lease owner and token) until its result is
-stored (``completed``). Only a context that still holds the run's lease may claim, finish,
-drop or recover a claim: a fenced owner's claim stays until the new owner's ``recover()``.
+A step's row (``step_claims``) is its claim: the lease owner and token that may run it.
+Its result is stored once, in the ``step_completed`` event its finishing transaction
+appends, and the row then holds that event's seq. Only a context that still holds the
+run's lease may claim, finish, drop or recover a claim: a fenced owner's claim stays until
+the new owner's ``recover()``.
 """
 
 from __future__ import annotations
@@ -16,40 +18,47 @@ from ..._json import encode_checked, loads_strict
 from ..._time import to_db
 from .._records import Lease, NewEvent
 from .._workflow_records import StepClaim
-from .._workflow_rules import step_claim_released
+from .._workflow_rules import step_claim_released, step_completed
 from ._base import SQLiteBase
-from ._log import append, check_fence
+from ._log import append, check_fence, diagnose
 
 __all__ = ["StepOps"]
 
 _CLAIMED = StepClaim("claimed")
+_CLAIM = (
+    "INSERT INTO step_claims (run_id, name, claim_owner, claim_token, started_at) "
+    "SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS (SELECT 1 FROM agent_runs WHERE id = ?1 "
+    "AND lease_owner = ?3 AND lease_token = ?4 AND status IN ('pending', 'running')) "
+    "ON CONFLICT (run_id, name) DO NOTHING RETURNING 1"
+)
+"""A claim fenced in one statement: inserted only while the lease holds the live run."""
+_HOLDER = (
+    "SELECT c.claim_owner, c.claim_token, c.event_seq, coalesce(e.payload, "
+    "(SELECT a.payload FROM archived_events AS a WHERE a.run_id = c.run_id "
+    "AND a.seq = c.event_seq)) FROM step_claims AS c LEFT JOIN events AS e "
+    "ON e.run_id = c.run_id AND e.seq = c.event_seq WHERE c.run_id = ? AND c.name = ?"
+)
+_POINT = (
+    "UPDATE step_claims SET event_seq = ? WHERE run_id = ? AND name = ? "
+    "AND event_seq IS NULL AND claim_owner = ? AND claim_token = ? RETURNING 1"
+)
 
 
 def _claim_new(conn: apsw.Connection, lease: Lease, name: str, stamp: str) -> bool:
-    """Insert ``lease``'s claim on ``name`` unless the step has a row; the caller checks the
-    fence in the same transaction."""
+    """Insert ``lease``'s claim on ``name`` unless the step has a row or the lease no longer
+    holds the run (the caller tells the two apart)."""
     inserted = conn.execute(
-        "INSERT INTO steps (run_id, name, status, claim_owner, claim_token, started_at) "
-        "VALUES (?, ?, 'running', ?, ?, ?) ON CONFLICT (run_id, name) DO NOTHING "
-        "RETURNING 1",
-        (lease.run_id, name, lease.owner, lease.token, stamp),
+        _CLAIM, (lease.run_id, name, lease.owner, lease.token, stamp)
     ).fetchone()
     return inserted is not None
 
 
 def _finish(conn: apsw.Connection, now: datetime, lease: Lease, name: str, result_json: str) -> int:
-    """Store the result of ``lease``'s claim on ``name`` and append its ``step_completed``
-    (fenced); StepInProgress if the claim was released meanwhile. Returns the event's seq."""
-    stamp = to_db(now)
-    event = NewEvent("step_completed", encode_checked({"name": name}))
-    seq = append(conn, lease, now, [event], stamp=stamp)
-    stored = conn.execute(
-        "UPDATE steps SET status = 'completed', result = ?, completed_at = ? "
-        "WHERE run_id = ? AND name = ? AND status = 'running' "
-        "AND claim_owner = ? AND claim_token = ? RETURNING 1",
-        (result_json, stamp, lease.run_id, name, lease.owner, lease.token),
-    ).fetchone()
-    if stored is None:
+    """Append step ``name``'s ``step_completed`` with its result (fenced) and point
+    ``lease``'s claim at it; StepInProgress if the claim was released meanwhile. Returns the
+    event's seq."""
+    seq = append(conn, lease, now, [step_completed(name, result_json)])
+    if conn.execute(_POINT, (seq, lease.run_id, name, lease.owner, lease.token)).fetchone() is None:
         raise step_claim_released(lease.run_id, name)
     return seq
 
@@ -69,23 +78,19 @@ class StepOps(SQLiteBase):
         def write(conn: apsw.Connection) -> StepClaim:
             stamp = to_db(self.clock())
             if _claim_new(conn, lease, name, stamp):
-                # Fenced like every write; the run's row (lease expiry, seq) is left to the
-                # result's transaction: one page less to commit per step.
-                check_fence(conn, lease)
+                # The run's row (lease expiry, seq) is left to the result's transaction:
+                # one page less to commit per step.
                 return _CLAIMED
-            row = conn.execute(
-                "SELECT status, result, claim_owner, claim_token FROM steps "
-                "WHERE run_id = ? AND name = ?",
-                (lease.run_id, name),
-            ).fetchone()
-            assert row is not None  # the INSERT found it
-            status, result, owner, token = row
-            if status == "completed":
-                return StepClaim("completed", loads_strict(result))
+            row = conn.execute(_HOLDER, (lease.run_id, name)).fetchone()
+            if row is None:  # no row, and none inserted: the lease no longer holds the run
+                raise diagnose(conn, lease.run_id, lease.token)
+            owner, token, event_seq, payload = row
+            if event_seq is not None:
+                return StepClaim("completed", loads_strict(payload)["result"])
             if (owner, token) == (lease.owner, lease.token):
                 check_fence(conn, lease)
                 conn.execute(
-                    "UPDATE steps SET started_at = ? WHERE run_id = ? AND name = ?",
+                    "UPDATE step_claims SET started_at = ? WHERE run_id = ? AND name = ?",
                     (stamp, lease.run_id, name),
                 )
                 return _CLAIMED
@@ -126,7 +131,7 @@ class StepOps(SQLiteBase):
             check_fence(conn, lease)
             return (
                 conn.execute(
-                    "DELETE FROM steps WHERE run_id = ? AND name = ? AND status = 'running' "
+                    "DELETE FROM step_claims WHERE run_id = ? AND name = ? AND event_seq IS NULL "
                     "AND claim_owner = ? AND claim_token = ? RETURNING 1",
                     (lease.run_id, name, lease.owner, lease.token),
                 ).fetchone()
@@ -149,7 +154,7 @@ class StepOps(SQLiteBase):
             names = sorted(
                 str(name)
                 for (name,) in conn.execute(
-                    "DELETE FROM steps WHERE run_id = ? AND status = 'running' "
+                    "DELETE FROM step_claims WHERE run_id = ? AND event_seq IS NULL "
                     "AND NOT (claim_owner IS ? AND claim_token IS ? "
                     "AND name IN (SELECT value FROM json_each(?))) RETURNING name",
                     (lease.run_id, lease.owner, lease.token, keep),
