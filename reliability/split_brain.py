@@ -36,6 +36,7 @@ from reliability._procs import Child, percentile, query, wait_stopped, write_loc
 from reliability._procs.split_owner import NOTE, PHASES
 from zincir._time import from_db
 from zincir.store import Lease, NewEvent
+from zincir.store.sqlite._log import last_seq_sql
 
 ORDER = 5
 TITLE = "Split brain: a paused owner after a takeover"
@@ -248,7 +249,9 @@ def _check(db: Path, run_id: str, lease: Lease, lines: list[str], point: PausePo
         (run_id, claimed_at),
     )
     [(owner, token, last_seq)] = query(
-        db, "SELECT lease_owner, lease_token, last_seq FROM agent_runs WHERE id = ?", (run_id,)
+        db,
+        f"SELECT lease_owner, lease_token, {last_seq_sql()} FROM agent_runs WHERE id = ?",
+        (run_id,),
     )
     point.late_writes = len(late_events) + len(late_steps) + len(late_operations)
     if (owner, token) != (NEW_OWNER, lease.token):

@@ -63,7 +63,15 @@ def open_intents(target: str, run_id: str) -> list[str]:
 
 
 def last_seq(target: str, run_id: str) -> int:
-    return int(select(target, "SELECT last_seq FROM agent_runs WHERE id = ?", (run_id,))[0][0])
+    """The run's last seq as stored: its row's, or its newest event's (on SQLite the lease
+    holder's appends leave the row unwritten)."""
+    [(row, newest)] = select(
+        target,
+        "SELECT last_seq, (SELECT max(seq) FROM events WHERE run_id = ?) FROM agent_runs "
+        "WHERE id = ?",
+        (run_id, run_id),
+    )
+    return max(int(row), int(newest or 0))
 
 
 # -- finish_operation(log=...) ---------------------------------------------------------------

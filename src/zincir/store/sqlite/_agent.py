@@ -31,7 +31,7 @@ from .._records import (
 )
 from .._run_rules import run_not_found
 from ._base import SQLiteBase, one
-from ._log import append
+from ._log import append, last_seq_sql
 from ._runs import _INLINE_EVENTS, read_events
 
 __all__ = ["AgentOps", "write_entries"]
@@ -213,7 +213,7 @@ class AgentOps(SQLiteBase):
 
         def read(conn: apsw.Connection, *, inline: bool) -> RunState | None:
             run = conn.execute(
-                "SELECT status, config, last_seq FROM agent_runs WHERE id = ?", (run_id,)
+                f"SELECT status, config, {last_seq_sql()} FROM agent_runs WHERE id = ?", (run_id,)
             ).fetchone()
             if run is None:
                 raise run_not_found(run_id)

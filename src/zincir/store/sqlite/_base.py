@@ -37,6 +37,7 @@ from ..._validate import check_duration
 from .._grouping import writes_grouped
 from .._records import Lease
 from ._errors import DRIVER_ERRORS, close_quietly, translate, translating
+from ._log import register_functions
 from ._writer import Writer, WriterStats, read_transaction
 
 __all__ = ["SQLiteBase", "Synchronous", "migrations", "one", "sqlite_path_from_url"]
@@ -210,6 +211,7 @@ class SQLiteBase:
         with translating(self.path):
             conn = apsw.Connection(self.path, statementcachesize=256)
         try:
+            register_functions(conn)
             conn.setbusytimeout(self._busy_ms)
             if self.single_process:  # before the first read: then SQLite keeps no -shm file
                 conn.execute("PRAGMA locking_mode=EXCLUSIVE")
@@ -311,6 +313,7 @@ class SQLiteBase:
             if self._closed:
                 raise StoreError(f"the store at {self.path} is closed")
             conn = apsw.Connection(self.path, statementcachesize=256)
+            register_functions(conn)
             conn.setbusytimeout(self._busy_ms)
             conn.execute("PRAGMA query_only=1")
             self._local.conn = conn

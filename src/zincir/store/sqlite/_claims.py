@@ -24,15 +24,15 @@ from .._run_rules import (
     transition,
 )
 from ._base import SQLiteBase, one
-from ._log import append_checked
+from ._log import append_checked, last_seq_sql, lease_expiry_sql
 
 __all__ = ["CLAIMABLE_SQL", "ClaimOps"]
 
 Backoff = Callable[[int], timedelta]
 
-CLAIMABLE_SQL = """
+CLAIMABLE_SQL = f"""
 r.status IN ('pending', 'running')
-AND (r.lease_owner IS NULL OR r.lease_expires_at IS NULL OR r.lease_expires_at <= :now)
+AND (r.lease_owner IS NULL OR r.lease_expires_at IS NULL OR {lease_expiry_sql("r")} <= :now)
 AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= :now)
 AND (r.wait_kind IS NULL
      OR (r.wait_until IS NOT NULL AND r.wait_until <= :now)
@@ -56,7 +56,7 @@ def _fail(
         conn,
         "UPDATE agent_runs SET status = 'failed', last_error = ?, lease_owner = NULL, "
         "lease_expires_at = NULL, lease_token = lease_token + 1, wait_kind = NULL, "
-        "wait_ref = NULL, wait_until = NULL, updated_at = ?, last_seq = last_seq + 1 "
+        f"wait_ref = NULL, wait_until = NULL, updated_at = ?, last_seq = {last_seq_sql()} + 1 "
         "WHERE id = ? RETURNING last_seq",
         (error, stamp, run_id),
     )
@@ -113,14 +113,17 @@ class ClaimOps(SQLiteBase):
                     for run_id, token, attempt, last_seq in conn.execute(
                         "UPDATE agent_runs SET lease_owner = :owner, "
                         "lease_token = lease_token + 1, lease_expires_at = :expires, "
+                        "lease_ttl_us = :ttl_us, "
                         "attempts = attempts + 1, status = 'running', wait_kind = NULL, "
                         "wait_ref = NULL, wait_until = NULL, updated_at = :now, "
-                        "last_seq = last_seq + CASE status WHEN 'pending' THEN 2 ELSE 1 END "
+                        f"last_seq = {last_seq_sql()} "
+                        "+ CASE status WHEN 'pending' THEN 2 ELSE 1 END "
                         "WHERE id IN (SELECT value FROM json_each(:ids)) "
                         "RETURNING id, lease_token, attempts, last_seq",
                         {
                             "owner": owner,
                             "expires": to_db(now + ttl),
+                            "ttl_us": ttl // timedelta(microseconds=1),
                             "now": stamp,
                             "ids": encode_checked(wanted),
                         },
@@ -165,8 +168,8 @@ class ClaimOps(SQLiteBase):
             now: datetime = self.clock()
             stamp = to_db(now)
             row = conn.execute(
-                "SELECT status, attempts, wait_kind, last_seq FROM agent_runs WHERE id = ? "
-                "AND lease_token = ? AND (lease_owner IS NULL OR lease_owner = ?)",
+                f"SELECT status, attempts, wait_kind, {last_seq_sql()} FROM agent_runs "
+                "WHERE id = ? AND lease_token = ? AND (lease_owner IS NULL OR lease_owner = ?)",
                 (lease.run_id, lease.token, lease.owner),
             ).fetchone()
             if row is None or row[0] in TERMINAL_STATUSES:
@@ -193,8 +196,8 @@ class ClaimOps(SQLiteBase):
             retry = to_db(now + backoff(attempts))
             conn.execute(
                 "UPDATE agent_runs SET last_error = ?, next_attempt_at = ?, updated_at = ?, "
-                "last_seq = last_seq + 1 WHERE id = ?",
-                (error, retry, stamp, lease.run_id),
+                f"lease_expires_at = {lease_expiry_sql()}, last_seq = ? WHERE id = ?",
+                (error, retry, stamp, int(last_seq) + 1, lease.run_id),
             )
             event = attempt_failed(attempts, error, retry)
             append_checked(conn, now, [(lease.run_id, int(last_seq), [event])])

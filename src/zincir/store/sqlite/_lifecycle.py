@@ -31,7 +31,7 @@ from .._run_rules import (
     run_not_found,
 )
 from ._base import SQLiteBase, one
-from ._log import append_checked
+from ._log import append_checked, caught_up_sql, last_seq_sql, lease_expiry_sql, updated_at_sql
 
 __all__ = ["LifecycleOps"]
 
@@ -44,17 +44,19 @@ _DESCENDANTS: Final = (
     f" WHERE run.{_LIVE} ORDER BY run.id"
 )
 _CANCEL: Final = (
-    "UPDATE agent_runs SET status = 'cancelled', last_seq = last_seq + 1, lease_owner = NULL, "
-    "lease_expires_at = NULL, wait_kind = NULL, wait_ref = NULL, wait_until = NULL, "
-    "next_attempt_at = NULL, last_error = ?, updated_at = ? "
+    f"UPDATE agent_runs SET status = 'cancelled', last_seq = {last_seq_sql()} + 1, "
+    "lease_owner = NULL, lease_expires_at = NULL, wait_kind = NULL, wait_ref = NULL, "
+    "wait_until = NULL, next_attempt_at = NULL, last_error = ?, updated_at = ? "
     f"WHERE id = ? AND {_LIVE} RETURNING last_seq"
 )
 _BUMP: Final = (
-    "UPDATE agent_runs SET last_seq = last_seq + 1, updated_at = ?, "
+    f"UPDATE agent_runs SET last_seq = {last_seq_sql()} + 1, updated_at = ?, "
+    f"lease_expires_at = {lease_expiry_sql()}, "
     f"budget = COALESCE(?, budget) WHERE id = ? AND {_LIVE} RETURNING last_seq"
 )
 _UNPARK: Final = (
-    "UPDATE agent_runs SET last_seq = last_seq + 1, updated_at = ?, wait_kind = NULL, "
+    f"UPDATE agent_runs SET last_seq = {last_seq_sql()} + 1, updated_at = ?, "
+    f"lease_expires_at = {lease_expiry_sql()}, wait_kind = NULL, "
     "wait_ref = NULL, wait_until = NULL, budget = COALESCE(?, budget) "
     f"WHERE id = ? AND {_LIVE} RETURNING last_seq"
 )
@@ -75,6 +77,9 @@ _ARCHIVE: Final = (
     f"{_MOVABLE}"
 )
 _UNLOG: Final = f"DELETE FROM events AS e {_MOVABLE}"
+_SETTLE_ROW: Final = (
+    f"UPDATE agent_runs SET {caught_up_sql()}, updated_at = {updated_at_sql()} WHERE id = ?"
+)
 _PAGE: Final = 1000  # candidates read per snapshot
 _DELETES: Final = (
     *(f"DELETE FROM {table} WHERE {column} = ?" for table, column in RUN_TABLES),
@@ -84,7 +89,8 @@ _DELETES: Final = (
 
 def _still_prunable(statuses: str) -> str:
     return (
-        f"SELECT last_seq FROM agent_runs AS run WHERE id = ? AND status IN ({statuses}) "
+        f"SELECT {last_seq_sql('run')} FROM agent_runs AS run WHERE id = ? "
+        f"AND status IN ({statuses}) "
         "AND updated_at < ? AND NOT EXISTS "
         "(SELECT 1 FROM agent_runs AS child WHERE child.parent_id = run.id)"
     )
@@ -138,7 +144,7 @@ class LifecycleOps(SQLiteBase):
         marks = ", ".join("?" * len(chosen))
         cutoff = to_db(before)
         first = (
-            f"SELECT id, last_seq, updated_at FROM agent_runs WHERE status IN ({marks}) "
+            f"SELECT id, {last_seq_sql()}, updated_at FROM agent_runs WHERE status IN ({marks}) "
             "AND updated_at < ?"
         )
         order = " ORDER BY updated_at, id LIMIT ?"
@@ -213,6 +219,9 @@ class LifecycleOps(SQLiteBase):
             return through, int(first or through + 1), int(kept)
 
         def move(conn: apsw.Connection, low: int, high: int) -> int:
+            # The run's row first takes what the live log says of it: the events it reads
+            # that from may be the ones moved.
+            conn.execute(_SETTLE_ROW, (run_id,))
             conn.execute(_ARCHIVE, (run_id, low, high))
             conn.execute(_UNLOG, (run_id, low, high))
             return int(conn.changes())

@@ -3,30 +3,103 @@
 Every event of every run is appended by :func:`append` (or :func:`append_checked` for runs
 whose row the same transaction has just fenced: a claim, a settled attempt), inside the
 caller's write transaction: it checks the lease's owner and token against the run's row,
-extends the lease, allocates the next gapless sequence numbers and inserts the events. A
-fenced owner's transaction raises before anything is stored. :func:`insert_run` is the one
-way a run's row is created.
+allocates the next gapless sequence numbers and inserts the events. A fenced owner's
+transaction raises before anything is stored. :func:`insert_run` is the one way a run's
+row is created.
+
+The lease holder's appends read the run's row and leave it unwritten (one page less to
+commit each). The events past the row's ``last_seq`` are then the holder's own (every other
+writer of the row catches it up), and every reader and every other writer takes the run's
+last seq, update time and lease expiry from :func:`last_seq_sql`, :func:`updated_at_sql`
+and :func:`lease_expiry_sql`: the row's, or those events' (the newest one's time plus the
+lease's TTL is the expiry a write extends the lease to). :func:`caught_up_sql` writes them
+back into the row wherever another write changes it anyway.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import apsw
 
 from ..._errors import RunNotFound
-from ..._time import to_db
+from ..._time import from_db, to_db
 from .._records import Lease, NewEvent
 from .._run_rules import fence_error, transition
 
 __all__ = [
     "append",
     "append_checked",
+    "caught_up_sql",
     "check_fence",
     "diagnose",
     "insert_run",
+    "last_seq_sql",
+    "lease_expiry_sql",
+    "register_functions",
+    "ttl_us",
+    "updated_at_sql",
 ]
+
+
+PLUS_US = "zincir_plus_us"
+"""The SQL function (registered on every connection by :func:`register_functions`) that adds
+microseconds to a stored timestamp: the expiry a lease holder's append extends to."""
+
+
+def _plus_us(*args: apsw.SQLiteValue) -> str | None:
+    """``stamp`` plus ``micros`` microseconds, as stored; NULL if either is NULL."""
+    stamp, micros = args
+    if not isinstance(stamp, str) or not isinstance(micros, int):
+        return None
+    return to_db(from_db(stamp) + timedelta(microseconds=micros))
+
+
+def register_functions(conn: apsw.Connection) -> None:
+    """Give ``conn`` the SQL functions the run reads below call."""
+    conn.create_scalar_function(PLUS_US, _plus_us, 2, deterministic=True)
+
+
+def _holder_append(run: str) -> str:
+    """The time of the newest event past the row's ``last_seq``: the lease holder's last
+    append since the row was written, or NULL."""
+    return (
+        f"(SELECT e.created_at FROM events AS e WHERE e.run_id = {run}.id "
+        f"AND e.seq > {run}.last_seq ORDER BY e.seq DESC LIMIT 1)"
+    )
+
+
+def last_seq_sql(run: str = "agent_runs") -> str:
+    """SQL for the last seq of the ``agent_runs`` row named ``run``: the row's own, or its
+    newest live event's when the lease holder appended since the row was written."""
+    return (
+        f"max({run}.last_seq, coalesce((SELECT max(e.seq) FROM events AS e "
+        f"WHERE e.run_id = {run}.id), 0))"
+    )
+
+
+def updated_at_sql(run: str = "agent_runs") -> str:
+    """SQL for when the ``agent_runs`` row named ``run`` last moved: the row's own time, or
+    the lease holder's last append since."""
+    return f"max({run}.updated_at, coalesce({_holder_append(run)}, ''))"
+
+
+def lease_expiry_sql(run: str = "agent_runs") -> str:
+    """SQL for the lease expiry of the ``agent_runs`` row named ``run``: the row's, or the
+    lease holder's last append since plus the lease's TTL; NULL without a lease."""
+    return (
+        f"CASE WHEN {run}.lease_expires_at IS NULL OR {run}.lease_ttl_us IS NULL "
+        f"THEN {run}.lease_expires_at ELSE max({run}.lease_expires_at, "
+        f"coalesce({PLUS_US}({_holder_append(run)}, {run}.lease_ttl_us), '')) END"
+    )
+
+
+def caught_up_sql(run: str = "agent_runs") -> str:
+    """SET clauses that write the run's last seq and lease expiry back into its row (for a
+    write that changes the row anyway and keeps its lease)."""
+    return f"last_seq = {last_seq_sql(run)}, lease_expires_at = {lease_expiry_sql(run)}"
+
 
 _INSERT = (
     "INSERT INTO events (run_id, seq, type, payload, created_at, tool_call_id) "
@@ -54,6 +127,22 @@ def check_fence(conn: apsw.Connection, lease: Lease) -> None:
         raise diagnose(conn, lease.run_id, lease.token)
 
 
+_HOLDER = (
+    f"SELECT {last_seq_sql('r')} FROM agent_runs AS r WHERE r.id = ? AND r.lease_owner = ? "
+    "AND r.lease_token = ? AND r.status IN ('pending', 'running')"
+)
+_EXTEND = (
+    f"UPDATE agent_runs SET last_seq = {last_seq_sql()}, lease_expires_at = ?, updated_at = ? "
+    "WHERE id = ? AND lease_owner = ? AND lease_token = ? "
+    "AND status IN ('pending', 'running') RETURNING last_seq"
+)
+
+
+def ttl_us(lease: Lease) -> int:
+    """The lease's TTL in whole microseconds, as the run's row keeps it."""
+    return lease.ttl // timedelta(microseconds=1)
+
+
 def append(
     conn: apsw.Connection,
     lease: Lease,
@@ -62,35 +151,40 @@ def append(
     *,
     stamp: str | None = None,
 ) -> int:
-    """Check the fence, extend the lease and append ``events``; return the run's last seq.
+    """Check the fence and append ``events`` after the run's last seq, extending the lease
+    to ``now`` plus its TTL; return the new last seq.
 
-    With no events it is the fence check of a write that extends the lease. ``stamp`` is
-    ``now`` as stored, when the caller has it already.
+    With events, the run's row is read, not written: the newest event's time is the lease's
+    extension (see :func:`lease_expiry_sql`), SQLite runs one write transaction at a time,
+    so the seqs read stay free until COMMIT, and the events' primary key refuses one used
+    twice. With none, it is the fence check of a write, and the row takes the extension.
+    ``stamp`` is ``now`` as stored, when the caller has it already.
     """
     if stamp is None:
         stamp = to_db(now)
-    row = conn.execute(
-        "UPDATE agent_runs SET last_seq = last_seq + ?, lease_expires_at = ?, updated_at = ? "
-        "WHERE id = ? AND lease_owner = ? AND lease_token = ? "
-        "AND status IN ('pending', 'running') RETURNING last_seq",
-        (len(events), lease.expiry(now), stamp, lease.run_id, lease.owner, lease.token),
-    ).fetchone()
+    if not events:
+        extended = conn.execute(
+            _EXTEND, (lease.expiry(now), stamp, lease.run_id, lease.owner, lease.token)
+        ).fetchone()
+        if extended is None:
+            raise diagnose(conn, lease.run_id, lease.token)
+        return int(extended[0])
+    row = conn.execute(_HOLDER, (lease.run_id, lease.owner, lease.token)).fetchone()
     if row is None:
         raise diagnose(conn, lease.run_id, lease.token)
     last_seq: int = row[0]
     if len(events) == 1:
         kind, payload, call_id = events[0]
-        conn.execute(_INSERT, (lease.run_id, last_seq, kind, payload, stamp, call_id))
-    elif events:
-        first = last_seq - len(events) + 1
+        conn.execute(_INSERT, (lease.run_id, last_seq + 1, kind, payload, stamp, call_id))
+    else:
         conn.executemany(
             _INSERT,
             [
-                (lease.run_id, first + i, kind, payload, stamp, call_id)
+                (lease.run_id, last_seq + 1 + i, kind, payload, stamp, call_id)
                 for i, (kind, payload, call_id) in enumerate(events)
             ],
         )
-    return last_seq
+    return last_seq + len(events)
 
 
 def append_checked(
@@ -100,7 +194,8 @@ def append_checked(
 
     Each item is (run id, the run's last seq before, events): the caller's conditional
     UPDATE of the run's row (a claim that bumped the token, an attempt settled under its
-    token) was the fence and already moved ``last_seq`` by ``len(events)``.
+    token) was the fence and already set ``last_seq`` to :func:`last_seq_sql` plus
+    ``len(events)``.
     """
     stamp = to_db(now)
     conn.executemany(
@@ -140,8 +235,8 @@ def insert_run(
     stamp = to_db(now)
     created = conn.execute(
         "INSERT INTO agent_runs (id, parent_id, spawn_name, name, status, provider, "
-        "app_version, config, lease_owner, lease_token, lease_expires_at, created_at, "
-        "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "app_version, config, lease_owner, lease_token, lease_expires_at, lease_ttl_us, "
+        "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (id) DO NOTHING RETURNING 1",
         (
             run_id,
@@ -155,6 +250,7 @@ def insert_run(
             lease.owner if lease else None,
             lease.token if lease else 0,
             lease.expiry(now) if lease else None,
+            ttl_us(lease) if lease else None,
             stamp,
             stamp,
         ),

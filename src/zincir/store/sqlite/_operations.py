@@ -43,14 +43,14 @@ from .._operation_rows import (
 from .._records import TERMINAL_STATUSES, Lease, LogEntry
 from ._agent import write_entries
 from ._base import SQLiteBase
-from ._log import check_fence
+from ._log import check_fence, lease_expiry_sql
 
 __all__ = ["OperationOps"]
 
 _WHERE: Final = "run_id = ? AND step_id = ? AND sequence = ?"
 _SELECT: Final = f"SELECT {OPERATION_COLUMNS} FROM operations WHERE {_WHERE}"
 _RUN_LEASE: Final = (
-    "SELECT status, lease_owner, lease_token, lease_expires_at FROM agent_runs WHERE id = ?"
+    f"SELECT status, lease_owner, lease_token, {lease_expiry_sql()} FROM agent_runs WHERE id = ?"
 )
 _INSERT: Final = (
     "INSERT INTO operations (run_id, step_id, sequence, kind, handler_id, input_digest, "

@@ -51,6 +51,7 @@ from .._records import RUN_COLUMNS, RunRecord, merge_by_seq
 from .._thread_rows import PREVIEW_BYTES
 from ._base import check_zincir_file, migrations
 from ._errors import DRIVER_ERRORS, close_quietly, translate
+from ._log import last_seq_sql, lease_expiry_sql, register_functions, updated_at_sql
 from ._readonly_threads import ThreadReads
 
 __all__ = ["PREVIEW_BYTES", "ReadOnlyDatabase", "SnapshotReader"]
@@ -96,8 +97,24 @@ def _as_dict(cursor: apsw.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
     return {column[0]: value for column, value in zip(cursor.getdescription(), row, strict=True)}
 
 
+_RUNS: Final = (
+    f"SELECT *, {last_seq_sql()} AS zincir_last_seq, {updated_at_sql()} AS zincir_updated_at "
+    "FROM agent_runs"
+)
+"""A run's row, with its last seq and update time as the lease holder's appends left them
+(the row itself lags behind those)."""
+_RUNS_LEASED: Final = _RUNS.replace(
+    " FROM agent_runs", f", {lease_expiry_sql()} AS zincir_lease_expires_at FROM agent_runs"
+)
+"""The same with the lease's expiry, on a schema that keeps the lease's TTL."""
+
+
 def _run_record(row: dict[str, Any]) -> RunRecord:
-    """An ``agent_runs`` row as a RunRecord; a column an older schema lacks reads as unset."""
+    """An ``agent_runs`` row (selected by ``_RUNS``) as a RunRecord; a column an older schema
+    lacks reads as unset."""
+    row["last_seq"], row["updated_at"] = row["zincir_last_seq"], row["zincir_updated_at"]
+    if "zincir_lease_expires_at" in row:
+        row["lease_expires_at"] = row["zincir_lease_expires_at"]
     return cast(RunRecord, {name: row.get(name, _RUN_DEFAULTS.get(name)) for name in RUN_COLUMNS})
 
 
@@ -125,6 +142,7 @@ class ReadOnlyDatabase:
         with _reading(self.path):
             conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
         try:
+            register_functions(conn)
             with _reading(self.path):
                 conn.setbusytimeout(5000)
                 conn.execute("PRAGMA query_only=1")
@@ -257,7 +275,7 @@ class SnapshotReader(ThreadReads):
             ("status = ?", status),
             ("app_version = ?", app_version),
             (
-                "status IN ('pending', 'running') AND updated_at < ?",
+                f"status IN ('pending', 'running') AND {updated_at_sql()} < ?",
                 None if stuck_before is None else to_db(stuck_before),
             ),
         ]
@@ -268,11 +286,16 @@ class SnapshotReader(ThreadReads):
         return [
             _run_record(row)
             for row in self._dicts(
-                f"SELECT * FROM agent_runs {where} ORDER BY updated_at DESC, id LIMIT ?",
+                f"{self._runs()} {where} ORDER BY zincir_updated_at DESC, id LIMIT ?",
                 (*(value for _, value in wanted), row_limit(limit)),
                 decode=False,
             )
         ]
+
+    def _runs(self) -> str:
+        """The SELECT of runs for this schema: with the lease's expiry where it keeps the
+        lease's TTL (an older schema's writers kept the expiry on the row)."""
+        return _RUNS_LEASED if self._has_column("agent_runs", "lease_ttl_us") else _RUNS
 
     def _has_column(self, table: str, column: str) -> bool:
         """Whether ``table`` has ``column`` (an older schema may lack it)."""
@@ -282,7 +305,7 @@ class SnapshotReader(ThreadReads):
 
     def get_run(self, run_id: str) -> RunRecord | None:
         """One run, or None."""
-        found = self._dicts("SELECT * FROM agent_runs WHERE id = ?", (run_id,), decode=False)
+        found = self._dicts(f"{self._runs()} WHERE id = ?", (run_id,), decode=False)
         return _run_record(found[0]) if found else None
 
     def children(self, run_id: str, limit: int = 500) -> list[RunRecord]:
@@ -290,7 +313,7 @@ class SnapshotReader(ThreadReads):
         return [
             _run_record(row)
             for row in self._dicts(
-                "SELECT * FROM agent_runs WHERE parent_id = ? ORDER BY created_at, id LIMIT ?",
+                f"{self._runs()} WHERE parent_id = ? ORDER BY created_at, id LIMIT ?",
                 (run_id, row_limit(limit)),
                 decode=False,
             )

@@ -26,11 +26,25 @@ from .._run_rules import (
     version_migrated,
 )
 from ._base import SQLiteBase, one
-from ._log import append, insert_run
+from ._log import append, insert_run, last_seq_sql, lease_expiry_sql, updated_at_sql
 
 __all__ = ["RunOps", "acquire", "read_events", "run_record"]
 
-_RUN_SELECT = f"SELECT {', '.join(RUN_COLUMNS)} FROM agent_runs"
+_DERIVED = {
+    "last_seq": last_seq_sql(),
+    "updated_at": updated_at_sql(),
+    "lease_expires_at": lease_expiry_sql(),
+}
+_RUN_SELECT = (
+    "SELECT "
+    + ", ".join(
+        f"{_DERIVED[column]} AS {column}" if column in _DERIVED else column
+        for column in RUN_COLUMNS
+    )
+    + " FROM agent_runs"
+)
+"""A run's columns, its last seq, update time and lease expiry read as the lease holder's
+appends left them (the row itself lags behind those)."""
 _INLINE_EVENTS = 256  # a log read of at most this many events runs on the caller's thread
 
 
@@ -81,7 +95,8 @@ def acquire(
 ) -> tuple[int, str]:
     """Take the lease of an existing non-terminal run; return (token, status before)."""
     row = conn.execute(
-        "SELECT status, lease_owner, lease_expires_at FROM agent_runs WHERE id = ?", (run_id,)
+        f"SELECT status, lease_owner, {lease_expiry_sql()} FROM agent_runs WHERE id = ?",
+        (run_id,),
     ).fetchone()
     expiry = None if row is None else row[2]
     status = check_takeover(
@@ -94,8 +109,9 @@ def acquire(
     (token,) = one(
         conn,
         "UPDATE agent_runs SET lease_owner = ?, lease_token = lease_token + 1, "
-        "lease_expires_at = ?, updated_at = ? WHERE id = ? RETURNING lease_token",
-        (owner, expires, now_text, run_id),
+        f"lease_expires_at = ?, lease_ttl_us = ?, last_seq = {last_seq_sql()}, updated_at = ? "
+        "WHERE id = ? RETURNING lease_token",
+        (owner, expires, ttl // timedelta(microseconds=1), now_text, run_id),
     )
     return int(token), status
 
@@ -210,7 +226,8 @@ class RunOps(SQLiteBase):
         def write(conn: apsw.Connection) -> bool:
             return (
                 conn.execute(
-                    "UPDATE agent_runs SET lease_expires_at = ? WHERE id = ? "
+                    f"UPDATE agent_runs SET lease_expires_at = ?, last_seq = {last_seq_sql()}, "
+                    f"updated_at = {updated_at_sql()} WHERE id = ? "
                     "AND lease_owner = ? AND lease_token = ? "
                     "AND status IN ('pending', 'running') RETURNING 1",
                     (lease.expiry(self.clock()), lease.run_id, lease.owner, lease.token),
@@ -227,8 +244,8 @@ class RunOps(SQLiteBase):
             return (
                 conn.execute(
                     "UPDATE agent_runs SET lease_owner = NULL, lease_expires_at = NULL, "
-                    "updated_at = ? WHERE id = ? AND lease_owner = ? AND lease_token = ? "
-                    "RETURNING 1",
+                    f"last_seq = {last_seq_sql()}, updated_at = ? WHERE id = ? "
+                    "AND lease_owner = ? AND lease_token = ? RETURNING 1",
                     (to_db(self.clock()), lease.run_id, lease.owner, lease.token),
                 ).fetchone()
                 is not None
@@ -243,12 +260,14 @@ class RunOps(SQLiteBase):
         its lease and wait."""
 
         def write(conn: apsw.Connection) -> None:
-            append(conn, lease, self.clock(), [transition("running", status)])
+            now = self.clock()
+            stamp = to_db(now)
+            last_seq = append(conn, lease, now, [transition("running", status)], stamp=stamp)
             conn.execute(
                 "UPDATE agent_runs SET status = ?, result = ?, last_error = ?, "
                 "lease_owner = NULL, lease_expires_at = NULL, wait_kind = NULL, "
-                "wait_ref = NULL, wait_until = NULL WHERE id = ?",
-                (status, result_json, error, lease.run_id),
+                "wait_ref = NULL, wait_until = NULL, last_seq = ?, updated_at = ? WHERE id = ?",
+                (status, result_json, error, last_seq, stamp, lease.run_id),
             )
 
         await self._write(write)
@@ -356,7 +375,7 @@ class RunOps(SQLiteBase):
         def short(conn: apsw.Connection) -> list[Event] | None:
             if limit is None or limit > _INLINE_EVENTS:
                 row = conn.execute(
-                    "SELECT last_seq FROM agent_runs WHERE id = ?", (run_id,)
+                    f"SELECT {last_seq_sql()} FROM agent_runs WHERE id = ?", (run_id,)
                 ).fetchone()
                 if row is not None and int(row[0]) - after_seq > _INLINE_EVENTS:
                     return None
