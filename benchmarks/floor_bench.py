@@ -8,12 +8,13 @@ WAL frames (pages written per step: what an fsync and the checkpoints scale with
   checkpoint (every 1,000 frames) several times, as the other figures do.
 - Today's schema floor: the statements of one ``WorkflowContext.step`` (a claim commit, then
   the result's commit) on zincir's migrated database: the claim row holds only the claim and
-  the seq of the step's event, and the result is stored once, in that event.
-- The lean floor: a prototype of a leaner step still with the same guarantees (the claim
-  commits, visible to other processes, before the body runs; the result is an event in the
-  run's gapless log; the run's lease is checked inside each transaction). It also leaves
-  the run's row unwritten per step: the row is read for the fence (the lease holder keeps
-  the next seq; the events' primary key refuses a seq used twice).
+  the seq of the step's event, the result is stored once, in that event, and the run's row
+  is read for the fence and the last seq, never written per step.
+- The lean floor: the prototype that schema was built from, with the same guarantees (the
+  claim commits, visible to other processes, before the body runs; the result is an event
+  in the run's gapless log; the run's lease is checked inside each transaction): its claim
+  row has no start time, its fence is folded into the event's INSERT, and the lease holder
+  keeps the next seq (the events' primary key refuses a seq used twice).
 
 At FULL every floor commits its claim without fsync and its result with one, as zincir does.
 """
@@ -61,10 +62,10 @@ def raw_stepper(
 
 # -- today's schema -------------------------------------------------------------------------
 
-_FENCE = (
-    "UPDATE agent_runs SET last_seq = last_seq + 1, lease_expires_at = ?, updated_at = ? "
-    "WHERE id = ? AND lease_owner = ? AND lease_token = ? "
-    "AND status IN ('pending', 'running') RETURNING last_seq"
+_HOLDER = (
+    "SELECT max(r.last_seq, coalesce((SELECT max(e.seq) FROM events AS e "
+    "WHERE e.run_id = r.id), 0)) FROM agent_runs AS r WHERE r.id = ? AND r.lease_owner = ? "
+    "AND r.lease_token = ? AND r.status IN ('pending', 'running')"
 )
 
 
@@ -94,8 +95,9 @@ def claim_sql(conn: apsw.Connection, run: str, name: str) -> None:
 
 
 def finish_sql(conn: apsw.Connection, run: str, name: str, result: str) -> None:
-    """The fenced append of the step's event (which carries the result), then its pointer."""
-    seq = conn.execute(_FENCE, ("later", "now", run, "owner", 1)).fetchone()[0]
+    """The fence (the run's row read, with its last seq), the step's event (which carries
+    the result), then the claim's pointer to it."""
+    seq = conn.execute(_HOLDER, (run, "owner", 1)).fetchone()[0] + 1
     conn.execute(
         "INSERT INTO events (run_id, seq, type, payload, created_at) "
         "VALUES (?, ?, 'step_completed', ?, 'now')",
