@@ -11,9 +11,10 @@ The lease holder's appends read the run's row and leave it unwritten (one page l
 commit each). The events past the row's ``last_seq`` are then the holder's own (every other
 writer of the row catches it up), and every reader and every other writer takes the run's
 last seq, update time and lease expiry from :func:`last_seq_sql`, :func:`updated_at_sql`
-and :func:`lease_expiry_sql`: the row's, or those events' (the newest one's time plus the
-lease's TTL is the expiry a write extends the lease to). :func:`caught_up_sql` writes them
-back into the row wherever another write changes it anyway.
+and :func:`lease_expiry_sql`: those events' when there are any (the newest one's time, and
+that time plus the lease's TTL, the expiry a write sets), else the row's.
+:func:`caught_up_sql` writes them back into the row wherever another write changes it
+anyway.
 """
 
 from __future__ import annotations
@@ -80,18 +81,21 @@ def last_seq_sql(run: str = "agent_runs") -> str:
 
 
 def updated_at_sql(run: str = "agent_runs") -> str:
-    """SQL for when the ``agent_runs`` row named ``run`` last moved: the row's own time, or
-    the lease holder's last append since."""
-    return f"max({run}.updated_at, coalesce({_holder_append(run)}, ''))"
+    """SQL for when the ``agent_runs`` row named ``run`` last moved: the lease holder's last
+    append since the row was written, else the row's own time (the later write sets it, as
+    a write of the row would, whatever the clocks say)."""
+    return f"coalesce({_holder_append(run)}, {run}.updated_at)"
 
 
 def lease_expiry_sql(run: str = "agent_runs") -> str:
-    """SQL for the lease expiry of the ``agent_runs`` row named ``run``: the row's, or the
-    lease holder's last append since plus the lease's TTL; NULL without a lease."""
+    """SQL for the lease expiry of the ``agent_runs`` row named ``run``: the lease holder's
+    last append since the row was written plus the lease's TTL, else the row's; NULL without
+    a lease. The later write sets it, as a write of the row would: a clock that stepped
+    back shortens the lease exactly as it did when every append wrote the row."""
     return (
         f"CASE WHEN {run}.lease_expires_at IS NULL OR {run}.lease_ttl_us IS NULL "
-        f"THEN {run}.lease_expires_at ELSE max({run}.lease_expires_at, "
-        f"coalesce({PLUS_US}({_holder_append(run)}, {run}.lease_ttl_us), '')) END"
+        f"THEN {run}.lease_expires_at ELSE coalesce("
+        f"{PLUS_US}({_holder_append(run)}, {run}.lease_ttl_us), {run}.lease_expires_at) END"
     )
 
 
