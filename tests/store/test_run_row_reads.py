@@ -71,6 +71,20 @@ async def test_each_append_extends_the_lease(fake_store: Store, clock: FakeClock
     assert (run["lease_owner"], run["last_seq"]) == ("second", 2)
 
 
+async def test_a_write_on_a_clock_stepped_back_sets_the_lease_it_gives(
+    fake_store: Store, clock: FakeClock
+) -> None:
+    lease = await fake_store.create_run("r", name="agent", owner="first", ttl=timedelta(seconds=10))
+    clock.now -= timedelta(seconds=6)  # the machine's clock stepped back
+    await fake_store.append_events(lease, [NewEvent("note", "{}")])
+    run = await _run_of(fake_store, "r")
+    assert run["lease_expires_at"] == to_db(clock.now + timedelta(seconds=10))
+    assert run["updated_at"] == to_db(clock.now)
+    clock.advance(10)  # 4 s past the acquisition's expiry, 10 s past the write
+    taken = await fake_store.acquire_run("r", owner="second", ttl=timedelta(seconds=10))
+    assert taken.token == lease.token + 1
+
+
 async def test_writers_beside_the_holder_continue_one_gapless_log(
     store: Store, store_url: str
 ) -> None:
