@@ -73,18 +73,23 @@ def _holder_append(run: str) -> str:
 
 def last_seq_sql(run: str = "agent_runs") -> str:
     """SQL for the last seq of the ``agent_runs`` row named ``run``: the row's own, or its
-    newest live event's when the lease holder appended since the row was written."""
+    newest live event's when the lease holder appended since the row was written. A run
+    without an owner is read from its row alone: giving up a lease writes the row."""
     return (
-        f"max({run}.last_seq, coalesce((SELECT max(e.seq) FROM events AS e "
-        f"WHERE e.run_id = {run}.id), 0))"
+        f"CASE WHEN {run}.lease_owner IS NULL THEN {run}.last_seq "
+        f"ELSE max({run}.last_seq, coalesce((SELECT max(e.seq) FROM events AS e "
+        f"WHERE e.run_id = {run}.id), 0)) END"
     )
 
 
 def updated_at_sql(run: str = "agent_runs") -> str:
     """SQL for when the ``agent_runs`` row named ``run`` last moved: the lease holder's last
     append since the row was written, else the row's own time (the later write sets it, as
-    a write of the row would, whatever the clocks say)."""
-    return f"coalesce({_holder_append(run)}, {run}.updated_at)"
+    a write of the row would, whatever the clocks say); an ownerless run's row alone."""
+    return (
+        f"CASE WHEN {run}.lease_owner IS NULL THEN {run}.updated_at "
+        f"ELSE coalesce({_holder_append(run)}, {run}.updated_at) END"
+    )
 
 
 def lease_expiry_sql(run: str = "agent_runs") -> str:
