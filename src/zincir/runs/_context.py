@@ -447,6 +447,11 @@ class AgentContext:
         self._done = True
         await self.store.release_lease(self._lease)
 
+    def before_release(self, action: Callable[[], Awaitable[None]]) -> None:
+        """Run ``action`` whenever this context gives its lease up (release, close, complete,
+        fail), while it still holds it."""
+        self._before_release.append(action)
+
     async def _releasing(self) -> None:
         """What must happen while this context still holds the lease it is giving up."""
         for action in self._before_release:

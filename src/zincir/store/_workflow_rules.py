@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from .._errors import InvalidInput, RunExists, RunNotFound, StepInProgress
-from .._json import encode_checked, encode_part
+from .._json import encode_checked, encode_part, loads_strict
 from .._time import to_db
 from ._records import NewEvent
 from ._workflow_records import ReceivedMessage
@@ -25,6 +25,7 @@ __all__ = [
     "spawn_taken",
     "step_claim_released",
     "step_completed",
+    "step_result",
     "timer_fired",
     "timer_set",
 ]
@@ -41,6 +42,11 @@ def step_completed(name: str, result_json: str) -> NewEvent:
     """The ``step_completed`` event of step ``name``, which carries its result: composed
     around the result's JSON text as stored (never encoded again)."""
     return NewEvent("step_completed", f'{{"name":{encode_part(name)},"result":{result_json}}}')
+
+
+def step_result(payload: str) -> Any:
+    """The result a ``step_completed`` event's payload carries."""
+    return loads_strict(payload)["result"]
 
 
 def timer_set(name: str, wake_at: datetime) -> NewEvent:

@@ -45,7 +45,7 @@ class Core:
         self._counters: dict[tuple[str, ...], int] = {}
         self.claimed_ahead: str | None = None
         """The step this context claimed with the previous step's result, until it runs."""
-        agent._before_release.append(self.release_ahead)  # whoever gives the lease up
+        agent.before_release(self.release_ahead)  # whoever gives the lease up
 
     @property
     def run_id(self) -> str:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from ..._json import encode_checked, loads_strict
+from ..._json import encode_checked
 from .._records import Lease, NewEvent
 from .._workflow_records import StepClaim
-from .._workflow_rules import step_claim_released, step_completed
+from .._workflow_rules import step_claim_released, step_completed, step_result
 from ._base import CheckFailed, Conn, PostgresBase
 from ._log import STEP_RESULT, append, check_fence, diagnose
 
@@ -51,7 +51,7 @@ def _claim(conn: Conn, lease: Lease, name: str) -> StepClaim | None:
         return None
     owner, token, event_seq, payload = row
     if event_seq is not None:
-        return StepClaim("completed", loads_strict(payload)["result"])
+        return StepClaim("completed", step_result(payload))
     if (owner, token) != (lease.owner, lease.token):
         return StepClaim("held", owner=owner, token=token)
     check_fence(conn, lease)

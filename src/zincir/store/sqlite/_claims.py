@@ -24,7 +24,7 @@ from .._run_rules import (
     transition,
 )
 from ._base import SQLiteBase, one
-from ._log import append_checked, last_seq_sql, lease_expiry_sql
+from ._log import append_checked, last_seq_sql, lease_expiry_sql, ttl_us
 
 __all__ = ["CLAIMABLE_SQL", "ClaimOps"]
 
@@ -123,7 +123,7 @@ class ClaimOps(SQLiteBase):
                         {
                             "owner": owner,
                             "expires": to_db(now + ttl),
-                            "ttl_us": ttl // timedelta(microseconds=1),
+                            "ttl_us": ttl_us(ttl),
                             "now": stamp,
                             "ids": encode_checked(wanted),
                         },

@@ -147,9 +147,9 @@ _EXTEND = (
 )
 
 
-def ttl_us(lease: Lease) -> int:
-    """The lease's TTL in whole microseconds, as the run's row keeps it."""
-    return lease.ttl // timedelta(microseconds=1)
+def ttl_us(ttl: timedelta) -> int:
+    """A lease's TTL in whole microseconds, as the run's row keeps it."""
+    return ttl // timedelta(microseconds=1)
 
 
 def append(
@@ -259,7 +259,7 @@ def insert_run(
             lease.owner if lease else None,
             lease.token if lease else 0,
             lease.expiry(now) if lease else None,
-            ttl_us(lease) if lease else None,
+            ttl_us(lease.ttl) if lease else None,
             stamp,
             stamp,
         ),

@@ -97,21 +97,18 @@ def _as_dict(cursor: apsw.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
     return {column[0]: value for column, value in zip(cursor.getdescription(), row, strict=True)}
 
 
-_RUNS: Final = (
-    f"SELECT *, {last_seq_sql()} AS zincir_last_seq, {updated_at_sql()} AS zincir_updated_at "
-    "FROM agent_runs"
-)
-"""A run's row, with its last seq and update time as the lease holder's appends left them
-(the row itself lags behind those)."""
-_RUNS_LEASED: Final = _RUNS.replace(
-    " FROM agent_runs", f", {lease_expiry_sql()} AS zincir_lease_expires_at FROM agent_runs"
-)
-"""The same with the lease's expiry, on a schema that keeps the lease's TTL."""
+def _runs_select(*, lease: bool) -> str:
+    """A run's row, with its last seq, update time and (``lease``: on a schema that keeps the
+    lease's TTL) lease expiry as the lease holder's appends left them (the row lags)."""
+    derived = [f"{last_seq_sql()} AS zincir_last_seq", f"{updated_at_sql()} AS zincir_updated_at"]
+    if lease:
+        derived.append(f"{lease_expiry_sql()} AS zincir_lease_expires_at")
+    return f"SELECT *, {', '.join(derived)} FROM agent_runs"
 
 
 def _run_record(row: dict[str, Any]) -> RunRecord:
-    """An ``agent_runs`` row (selected by ``_RUNS``) as a RunRecord; a column an older schema
-    lacks reads as unset."""
+    """An ``agent_runs`` row (selected by :func:`_runs_select`) as a RunRecord; a column an
+    older schema lacks reads as unset."""
     row["last_seq"], row["updated_at"] = row["zincir_last_seq"], row["zincir_updated_at"]
     if "zincir_lease_expires_at" in row:
         row["lease_expires_at"] = row["zincir_lease_expires_at"]
@@ -223,6 +220,7 @@ class SnapshotReader(ThreadReads):
         self._conn = conn
         self._database = database
         self._tables = tables
+        self._runs_sql: str | None = None
 
     @property
     def path(self) -> str:
@@ -293,9 +291,12 @@ class SnapshotReader(ThreadReads):
         ]
 
     def _runs(self) -> str:
-        """The SELECT of runs for this schema: with the lease's expiry where it keeps the
-        lease's TTL (an older schema's writers kept the expiry on the row)."""
-        return _RUNS_LEASED if self._has_column("agent_runs", "lease_ttl_us") else _RUNS
+        """The SELECT of runs for this schema, found once per snapshot: with the lease's
+        expiry where it keeps the lease's TTL (an older schema's writers kept it on the row)."""
+        if self._runs_sql is None:
+            leased = self._has_column("agent_runs", "lease_ttl_us")
+            self._runs_sql = _runs_select(lease=leased)
+        return self._runs_sql
 
     def _has_column(self, table: str, column: str) -> bool:
         """Whether ``table`` has ``column`` (an older schema may lack it)."""

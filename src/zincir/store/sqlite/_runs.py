@@ -26,7 +26,7 @@ from .._run_rules import (
     version_migrated,
 )
 from ._base import SQLiteBase, one
-from ._log import append, insert_run, last_seq_sql, lease_expiry_sql, updated_at_sql
+from ._log import append, insert_run, last_seq_sql, lease_expiry_sql, ttl_us, updated_at_sql
 
 __all__ = ["RunOps", "acquire", "read_events", "run_record"]
 
@@ -111,7 +111,7 @@ def acquire(
         "UPDATE agent_runs SET lease_owner = ?, lease_token = lease_token + 1, "
         f"lease_expires_at = ?, lease_ttl_us = ?, last_seq = {last_seq_sql()}, updated_at = ? "
         "WHERE id = ? RETURNING lease_token",
-        (owner, expires, ttl // timedelta(microseconds=1), now_text, run_id),
+        (owner, expires, ttl_us(ttl), now_text, run_id),
     )
     return int(token), status
 

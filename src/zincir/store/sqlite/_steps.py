@@ -14,11 +14,11 @@ from datetime import datetime
 
 import apsw
 
-from ..._json import encode_checked, loads_strict
+from ..._json import encode_checked
 from ..._time import to_db
 from .._records import Lease, NewEvent
 from .._workflow_records import StepClaim
-from .._workflow_rules import step_claim_released, step_completed
+from .._workflow_rules import step_claim_released, step_completed, step_result
 from ._base import SQLiteBase
 from ._log import append, check_fence, diagnose
 
@@ -86,7 +86,7 @@ class StepOps(SQLiteBase):
                 raise diagnose(conn, lease.run_id, lease.token)
             owner, token, event_seq, payload = row
             if event_seq is not None:
-                return StepClaim("completed", loads_strict(payload)["result"])
+                return StepClaim("completed", step_result(payload))
             if (owner, token) == (lease.owner, lease.token):
                 check_fence(conn, lease)
                 conn.execute(
