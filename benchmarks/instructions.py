@@ -12,11 +12,12 @@ floors' wall-clock time includes them, these figures do not.
 Workloads (one run each): at NORMAL, ``raw`` the raw INSERT + COMMIT loop, ``floor`` and
 ``lean`` the bare SQL of a step on zincir's schema and on the lean prototype
 (floor_bench.py), ``step`` a ``WorkflowContext.step``, ``step_ahead`` the same step
-claiming the next with its result (``next=``); at FULL, as ``make bench`` runs them,
-``turn`` and ``direct_turn`` one turn of the benchmark agent (a model request and three tool
-calls) on a LocalRuntime and without ``durable=``, ``pydantic_ai_turn`` and
-``pydantic_ai_plain_turn`` the same turn on pydantic-ai with ``ZincirDurability`` and without
-any durability (pydantic_ai_bench.py).
+claiming the next with its result (``next=``), ``operation`` one ``LocalRuntime.execute``
+of a trivial inline handler under the run's lease (claim, then record and its event); at
+FULL, as ``make bench`` runs them, ``turn`` and ``direct_turn`` one turn of the benchmark
+agent (a model request and three tool calls) on a LocalRuntime and without ``durable=``,
+``pydantic_ai_turn`` and ``pydantic_ai_plain_turn`` the same turn on pydantic-ai with
+``ZincirDurability`` and without any durability (pydantic_ai_bench.py).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ SIZES = {
     "lean": (200, 1200),
     "step": (200, 1200),
     "step_ahead": (200, 1200),
+    "operation": (200, 1200),
     "turn": (2, 12),
     "direct_turn": (2, 12),
     "pydantic_ai_turn": (2, 8),
@@ -82,6 +84,9 @@ async def _zincir(workload: str, count: int, path: str) -> None:
             for i in range(count):
                 await step(i)
         return
+    if workload == "operation":
+        await _operations(path, count)
+        return
     if workload.startswith("pydantic_ai"):
         from pydantic_ai_bench import pydantic_ai_turn_us
 
@@ -95,6 +100,36 @@ async def _zincir(workload: str, count: int, path: str) -> None:
                 await agent.run("Check the items.", durable=binding)
             else:
                 await agent.run("Check the items.")
+    finally:
+        await store.close()
+
+
+async def _operations(path: str, count: int) -> None:
+    """``count`` operations of one run on a LocalRuntime (NORMAL), after a warm-up."""
+    from run import step_result
+
+    import zincir
+    from zincir import AgentContext, HandlerRegistry, Invocation, LocalRuntime, OperationKind
+
+    store = zincir.open_store(path, synchronous="normal")
+    try:
+        runtime = LocalRuntime(store, HandlerRegistry())
+        ctx = await AgentContext.create(store, "instructions")
+
+        async def body(invocation: Invocation, request: object) -> object:
+            return step_result(invocation.sequence)
+
+        for i in range(-20, count):
+            invocation = Invocation(
+                run_id=ctx.run_id,
+                step_id="tool.call",
+                sequence=i + 20,
+                kind=OperationKind.TOOL_CALL,
+                handler_id="instructions",
+                input_json=f'{{"i":{i}}}',
+            )
+            await runtime.execute(invocation, inline=body)
+        await ctx.complete({"operations": count})
     finally:
         await store.close()
 
@@ -150,6 +185,7 @@ def main() -> None:
         "step_over_floor": figures["step"] / figures["floor"],
         "step_over_raw": figures["step"] / figures["raw"],
         "step_ahead_over_floor": figures["step_ahead"] / figures["floor"],
+        "operation_over_step": figures["operation"] / figures["step"],
         "lean_over_floor": figures["lean"] / figures["floor"],
         "turn_overhead_over_step": (figures["turn"] - figures["direct_turn"]) / figures["step"],
         "pydantic_ai_overhead_over_turn_overhead": (

@@ -65,11 +65,6 @@ def _too_large(what: str, size: int, max_bytes: int) -> str:
     return f"{what} is {size} bytes; the limit is {max_bytes} (store large data elsewhere)"
 
 
-def digest_of(document: str) -> str:
-    """``"sha256:"`` and the lowercase hex SHA-256 of the document's UTF-8 bytes."""
-    return "sha256:" + hashlib.sha256(document.encode("utf-8")).hexdigest()
-
-
 def _escape(part: str) -> str:
     return part.replace("%", "%25").replace("/", "%2F")
 
@@ -147,15 +142,19 @@ class Invocation:
 
     def input_digest(self) -> str:
         """``"sha256:<64 hex>"`` of the UTF-8 bytes of ``input_json``; it binds the exact input."""
-        problem = None if isinstance(self.input_json, str) else "input_json must be a str"
-        if problem is None and utf8(self.input_json) is None:
-            problem = "input_json is not valid UTF-8 text (it holds a lone surrogate)"
-        if problem is not None:
+        if self._digest is not None:  # computed once: the fields never change
+            return self._digest
+        data = utf8(self.input_json) if isinstance(self.input_json, str) else None
+        if data is None:
+            problem = (
+                "input_json is not valid UTF-8 text (it holds a lone surrogate)"
+                if isinstance(self.input_json, str)
+                else "input_json must be a str"
+            )
             raise InvalidInvocation(f"no input digest: {problem}", run_id=self._safe_run_id())
-        if self._digest is None:
-            object.__setattr__(self, "_digest", digest_of(self.input_json))
-        assert self._digest is not None
-        return self._digest
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        object.__setattr__(self, "_digest", digest)
+        return digest
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object form, keyed by the six attribute names (``kind`` as its string)."""

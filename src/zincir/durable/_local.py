@@ -45,8 +45,8 @@ from ..contract import (
     Outcome,
     Record,
     decode_record,
-    encode_record,
 )
+from ..contract._codec import encode_valid_record
 from ..store import (
     Lease,
     LogEntry,
@@ -274,8 +274,8 @@ class LocalRuntime:
         if isinstance(result, Record):
             return result, False
         crash_point("operation.handled")
-        record = Record.for_invocation(inv, result)
-        outcome = stored_outcome(record, encode_record(record))
+        record = Record.for_invocation(inv, result)  # attempt_outcome validated this pair
+        outcome = stored_outcome(record, encode_valid_record(record))
         entries: Sequence[LogEntry] = ()
         if log is not None and lease is not None:
             try:

@@ -52,12 +52,30 @@ _SELECT: Final = f"SELECT {OPERATION_COLUMNS} FROM operations WHERE {_WHERE}"
 _RUN_LEASE: Final = (
     f"SELECT status, lease_owner, lease_token, {lease_expiry_sql()} FROM agent_runs WHERE id = ?"
 )
-_INSERT: Final = (
-    "INSERT INTO operations (run_id, step_id, sequence, kind, handler_id, input_digest, "
-    "input_json, status, outcome, record, claim_owner, claim_expires_at, attempts, "
-    "created_at, updated_at, completed_at, claim_lease_owner, claim_lease_token) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_COLUMNS: Final = (
+    "run_id, step_id, sequence, kind, handler_id, input_digest, input_json, status, outcome, "
+    "record, claim_owner, claim_expires_at, attempts, created_at, updated_at, completed_at, "
+    "claim_lease_owner, claim_lease_token"
 )
+_INSERT: Final = f"INSERT INTO operations ({_COLUMNS}) VALUES ({', '.join('?' * 18)})"
+_CLAIM_NEW: Final = (
+    f"INSERT INTO operations ({_COLUMNS}) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, 'claimed', NULL, "
+    "NULL, ?8, ?9, 1, ?10, ?10, NULL, ?11, ?12 WHERE ?12 IS NULL OR EXISTS (SELECT 1 FROM "
+    "agent_runs WHERE id = ?1 AND lease_owner = ?11 AND lease_token = ?12 "
+    "AND status IN ('pending', 'running')) "
+    "ON CONFLICT (run_id, step_id, sequence) DO NOTHING RETURNING 1"
+)
+"""The first claim of an identity, fenced under a lease, in one statement: nothing is
+inserted when a row exists or the lease no longer holds the live run (the full path then
+tells which)."""
+_COMPLETE_CLAIMED: Final = (
+    "UPDATE operations SET status = 'completed', outcome = ?, record = ?, claim_owner = ?, "
+    "claim_expires_at = NULL, updated_at = ?, completed_at = ?, claim_lease_owner = ?, "
+    f"claim_lease_token = ? WHERE {_WHERE} AND status = 'claimed' AND kind = ? "
+    "AND handler_id = ? AND input_digest = ? RETURNING attempts"
+)
+"""A claimed row bound to this very input, completed; no row back means the full path
+decides (no row yet, completed already, or bound to other input)."""
 
 
 def _lease_lost(
@@ -111,13 +129,33 @@ def _complete(
     checked first and the ``operation_completed`` event, then the ``log`` entries, are
     appended before the record, so a fenced finish raises with nothing stored."""
     key = operation.key
+    stamp = to_db(now)
+    completed = conn.execute(
+        _COMPLETE_CLAIMED,
+        (
+            outcome.outcome,
+            outcome.record_json,
+            owner,
+            stamp,
+            stamp,
+            *lease_columns(lease),
+            *key_params(key),
+            operation.kind,
+            operation.handler_id,
+            operation.input_digest,
+        ),
+    ).fetchone()
+    if completed is not None:  # a fenced append raises, and the transaction is rolled back
+        if lease is not None:
+            event = completed_event(operation, outcome, event_attempts or int(completed[0]))
+            write_entries(conn, lease, now, log, leading=[event], stamp=stamp)
+        return None
     row = _select(conn, key, now, judge=False)
     if row is not None and operation.blocked_by(row):
         if lease is not None:
             check_fence(conn, lease)
         return row
     attempts = 1 if row is None else row.attempts
-    stamp = to_db(now)
     if lease is not None:
         event = completed_event(operation, outcome, event_attempts or attempts)
         write_entries(conn, lease, now, log, leading=[event], stamp=stamp)
@@ -190,13 +228,30 @@ class OperationOps(SQLiteBase):
 
         def write(conn: apsw.Connection) -> OperationClaim:
             now = self.clock()
+            stamp, expires = to_db(now), now + ttl
+            lease_owner, lease_token = lease_columns(lease)
+            first = conn.execute(
+                _CLAIM_NEW,
+                (
+                    *key_params(key),
+                    operation.kind,
+                    operation.handler_id,
+                    operation.input_digest,
+                    operation.input_json,
+                    owner,
+                    to_db(expires),
+                    stamp,
+                    lease_owner,
+                    lease_token,
+                ),
+            ).fetchone()
+            if first is not None:
+                return OperationClaim(True, claimed_row(operation, owner, expires, 1, lease))
             row = _select(conn, key, now)
             if row is not None and operation.claim_blocked_by(row, prefix, now):
                 return OperationClaim(False, row)
             if lease is not None:
                 check_fence(conn, lease)
-            stamp, expires = to_db(now), now + ttl
-            lease_owner, lease_token = lease_columns(lease)
             if row is None:
                 conn.execute(
                     _INSERT,
