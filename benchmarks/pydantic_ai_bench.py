@@ -4,11 +4,15 @@ The same ``FunctionModel`` (one request asking for three tool calls per turn, ``
 then "done") and the same trivial tools, each run a zincir run on a LocalRuntime (FULL);
 median µs per turn over ``runs`` runs after three warm-up runs. With ``durable=False`` the
 same agent runs without the capability: pydantic-ai's own cost of a turn, which bounds how
-much faster than another durable engine any durability capability can make it.
+much faster than another durable engine any durability capability can make it. With
+``keep_nothing=True`` the capability runs on a runtime that calls each unit and stores nothing
+(``KeepNothing``): pydantic-ai's own durability machinery and the run's lease, without one
+operation record, the ceiling of any engine built on pydantic-ai's durability base.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from typing import Any
@@ -16,14 +20,28 @@ from typing import Any
 from peers_child import TURN_TOOLS, TURNS, step_result
 
 import zincir
+from zincir import HandlerRegistry, Invocation, Record, Success
 
 
-async def pydantic_ai_turn_us(path: str, runs: int, *, durable: bool = True) -> float:
+class KeepNothing:
+    """A DurableRuntime that calls each unit's registered handler and keeps no record."""
+
+    def __init__(self, registry: HandlerRegistry) -> None:
+        self.registry = registry
+
+    async def execute(self, invocation: Invocation) -> Record:
+        output = await self.registry.require(invocation)(invocation, None)
+        return Record.for_invocation(invocation, Success(json.dumps(output)))
+
+
+async def pydantic_ai_turn_us(
+    path: str, runs: int, *, durable: bool = True, keep_nothing: bool = False
+) -> float:
     from pydantic_ai import Agent
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-    from zincir.integrations.pydantic_ai import ZincirDurability
+    from zincir.integrations.pydantic_ai import ZincirDurability, serve
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         number = sum(1 for message in messages if isinstance(message, ModelResponse))
@@ -38,10 +56,15 @@ async def pydantic_ai_turn_us(path: str, runs: int, *, durable: bool = True) -> 
 
     store = zincir.open_store(path, synchronous="full")
     try:
+        capabilities: list[Any] = []
+        if keep_nothing:
+            registry = HandlerRegistry()
+            serve(registry, "bench")
+            capabilities = [ZincirDurability(store, runtime=KeepNothing(registry))]
+        elif durable:
+            capabilities = [ZincirDurability(store)]
         agent: Agent[None, str] = Agent(
-            FunctionModel(model),
-            name="bench",
-            capabilities=[ZincirDurability(store)] if durable else [],
+            FunctionModel(model), name="bench", capabilities=capabilities
         )
 
         @agent.tool_plain

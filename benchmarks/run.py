@@ -516,10 +516,14 @@ def pydantic_ai_rounds(
         dbos = agent_peer_us(python, bench, runs)
         zincir_turn = run_async(pydantic_ai_turn_us(bench.db(f"pai-zincir-{index}"), runs))
         plain = run_async(pydantic_ai_turn_us(bench.db(f"pai-plain-{index}"), runs, durable=False))
+        nothing = run_async(
+            pydantic_ai_turn_us(bench.db(f"pai-nothing-{index}"), runs, keep_nothing=True)
+        )
         _, durable = run_async(agent_turn_us(bench.db(f"pai-agent-{index}"), runs, 5))
         round_ = {
             "pydantic_ai_zincir_durability_turn_us": zincir_turn,
             "pydantic_ai_plain_turn_us": plain,
+            "pydantic_ai_keep_nothing_turn_us": nothing,
         }
         if dbos is not None:
             round_ |= {
@@ -528,6 +532,9 @@ def pydantic_ai_rounds(
                 "pydantic_ai_dbos_over_zincir_durability": dbos / zincir_turn,
                 # The most any durability capability could reach: durability that cost nothing.
                 "pydantic_ai_dbos_over_plain": dbos / plain,
+                # The most an engine on pydantic-ai's durability base could reach: the
+                # capability's machinery and the run's lease, no operation record kept.
+                "pydantic_ai_dbos_over_keep_nothing": dbos / nothing,
             }
         for name, value in round_.items():
             samples.setdefault(name, []).append(value)

@@ -13,7 +13,7 @@ from tests.agent.conftest import Durable
 from tests.agent.reference import call, request_number, returns
 from tests.helpers import rows
 from zincir import DuplicateToolCall
-from zincir.agent import Agent, FunctionModel, tool
+from zincir.agent import Agent, FunctionModel, ToolRetriesExhausted, tool
 from zincir.payloads import ModelRequest, ModelResponse, TextPart
 
 # About the SQLite writer's group commit (its batch counters): SQLite only.
@@ -31,11 +31,18 @@ class Counted:
         self.tool_calls: list[tuple[str, int]] = []
         self.batched_at_tools: list[int] = []
         self.batched_at_model: list[int] = []
+        self.commits_at_tools: list[int] = []
+        self.commits_at_model: list[int] = []
+
+    def commits(self) -> int:
+        stats = self.store.writer_stats
+        return stats.inline_commits + stats.batch_commits
 
     def agent(self) -> Agent:
         def ran(name: str, n: int) -> dict[str, Any]:
             self.tool_calls.append((name, n))
             self.batched_at_tools.append(self.store.writer_stats.batched_jobs)
+            self.commits_at_tools.append(self.commits())
             return {"tool": name, "n": n}
 
         @tool
@@ -57,6 +64,7 @@ class Counted:
             number = request_number(request)
             self.model_calls.append(number)
             self.batched_at_model.append(self.store.writer_stats.batched_jobs)
+            self.commits_at_model.append(self.commits())
             if number < len(self.responses):
                 return self.responses[number]
             text = " + ".join(f"{item['tool']}={item['n']}" for item in returns(request))
@@ -67,7 +75,10 @@ class Counted:
             name="turns",
             instructions="Use the tools.",
             tools=[alpha, beta, gamma],
+            tool_retries=self.tool_retries,
         )
+
+    tool_retries = 3
 
 
 THREE_CALLS = ModelResponse(
@@ -157,6 +168,63 @@ async def test_the_three_tool_records_share_a_commit(durable: Durable) -> None:
     # before the next model request
     [before] = set(counted.batched_at_tools)
     assert counted.batched_at_model[1] - before == 3
+
+
+async def test_the_tool_calls_are_claimed_with_the_models_record(durable: Durable) -> None:
+    counted = Counted(durable.store, [THREE_CALLS])
+    agent = counted.agent()
+    await agent.run("go", durable=durable.binding(agent, "run-ahead"))
+    # the model's claim committed before it was asked; then only its record (with the
+    # three claims) before the tools ran, none of which committed a claim of its own
+    assert counted.commits_at_tools == [counted.commits_at_model[0] + 1] * 3
+    stamps = rows(
+        durable.target,
+        "SELECT step_id, sequence, created_at, completed_at, attempts FROM operations "
+        "WHERE run_id = 'run-ahead' ORDER BY step_id, sequence",
+    )
+    model_completed = next(row[3] for row in stamps if row[:2] == ("model.request", 0))
+    tool_rows = [row for row in stamps if row[0] == "tool.call"]
+    assert len(tool_rows) == 3
+    assert {(created, attempts) for _, _, created, _, attempts in tool_rows} == {
+        (model_completed, 1)
+    }
+
+
+async def test_calls_claimed_with_a_response_the_loop_stops_before_are_released(
+    durable: Durable,
+) -> None:
+    # alpha's calls are valid and claimed with their response; beta's fail its schema, the
+    # second time once more than the agent allows, so that turn stops before alpha runs
+    counted = Counted(
+        durable.store,
+        [
+            ModelResponse(parts=[call("call-a", "alpha", n=1), call("call-b", "beta", n="x")]),
+            ModelResponse(parts=[call("call-c", "alpha", n=4), call("call-d", "beta", n="y")]),
+        ],
+    )
+    counted.tool_retries = 1
+    agent = counted.agent()
+    released: list[object] = []
+    release = durable.store.release_operation_claim
+
+    async def spied(key: Any, *, owner: str) -> bool:
+        released.append(key)
+        return await release(key, owner=owner)
+
+    durable.store.release_operation_claim = spied  # type: ignore[method-assign]
+    with pytest.raises(ToolRetriesExhausted):
+        await agent.run("go", durable=durable.binding(agent, "run-stopped"))
+    assert counted.tool_calls == [("alpha", 1)]
+    assert [(key.step_id, key.sequence) for key in released] == [("tool.call", 1000)]  # type: ignore[attr-defined]
+    assert rows(
+        durable.target,
+        "SELECT step_id, sequence, status FROM operations WHERE run_id = 'run-stopped' "
+        "ORDER BY step_id, sequence",
+    ) == [
+        ("model.request", 0, "completed"),
+        ("model.request", 1, "completed"),
+        ("tool.call", 0, "completed"),
+    ]
 
 
 async def test_replaying_the_finished_run_calls_and_writes_nothing(durable: Durable) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import ApprovalRequired, CallDeferred
@@ -16,7 +17,7 @@ from ..contract.payloads import (
     ToolReturnPart,
 )
 from ._approval import Execution, PausedRun, approved
-from ._loop import Deferred
+from ._loop import Deferred, PlannedCall
 from ._models import Model, coerce_response
 from ._preflight import ResolvedToolsets
 from ._stream import Emit, assemble_stream, tee
@@ -41,13 +42,21 @@ class DirectExecutor:
         """Nothing to check: a run without ``durable=`` has no budget."""
 
     async def model_request(
-        self, number: int, request: ModelRequest, *, attempt: int = 0
+        self,
+        number: int,
+        request: ModelRequest,
+        *,
+        attempt: int = 0,
+        ahead: Callable[[ModelResponse], Sequence[PlannedCall]] | None = None,
     ) -> ModelResponse:
         """Ask the model; when streaming, pass each part on as the provider sends it."""
         if self.emit is None:
             return coerce_response(await self.model.request(request), model=self.model.name)
         parts, usage = await assemble_stream(tee(self.model.stream(request), self.emit))
         return ModelResponse(parts=parts, usage=usage, model_name=self.model.name)
+
+    async def release_ahead(self) -> None:
+        """Nothing is claimed on the direct path."""
 
     async def wait_retry(self, number: int, delay: RetryDelay) -> None:
         """Sleep here: the direct path has no timer worker."""

@@ -78,7 +78,7 @@ from ._identity import (
     retry_sequence,
     tool_sequence,
 )
-from ._loop import Deferred, Refused
+from ._loop import Deferred, PlannedCall, Refused
 from ._preflight import ResolvedToolsets, check_route
 from ._stream import Emit
 from ._tools import Tool, ToolOrigin
@@ -169,6 +169,8 @@ class DurableExecutor:
         self.run_id: str | None = binding.run_id
         self.wake_at: datetime | None = None
         self.refused: dict[str, str] = {}  # call id -> the digest its refused decision binds
+        self.claimed_ahead: list[Invocation] = []  # tool calls claimed with their response
+        self.planned: dict[tuple[int, int], tuple[PlannedCall, Invocation]] = {}
 
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None:
         """Re-check the route (the tools on offer may have changed), the run's budget and
@@ -189,11 +191,18 @@ class DurableExecutor:
             await ctx.check_spin(self.binding.spin)
 
     async def model_request(
-        self, number: int, request: ModelRequest, *, attempt: int = 0
+        self,
+        number: int,
+        request: ModelRequest,
+        *,
+        attempt: int = 0,
+        ahead: Callable[[ModelResponse], Sequence[PlannedCall]] | None = None,
     ) -> ModelResponse:
         """Model request ``number`` as ``model.request`` #number (a retry adds its stride);
         when streaming, as ``model.stream`` #number, whose stored response is passed on as
-        its normalised parts whatever chunks the provider sent."""
+        its normalised parts whatever chunks the provider sent. ``ahead(response)`` lists
+        the calls the loop will run from a new response: a LocalRuntime on the run's store
+        claims them with the response's record (see :meth:`release_ahead`)."""
         sequence = attempt_sequence(number, attempt, run_id=self.binding.run_id)
         step, kind = MODEL_REQUEST, OperationKind.MODEL_REQUEST
         if self.emit is not None:
@@ -209,7 +218,20 @@ class DurableExecutor:
                 return []
             return [self._response_entry(read(record.outcome.output_json))]
 
-        record, logged = await self._outcome(step, sequence, kind, request, log=log)
+        def calls_ahead(record: Record) -> list[Invocation]:
+            if ahead is None or not isinstance(record.outcome, Success):
+                return []
+            self.planned = {
+                (number, planned.position): (planned, self._tool_invocation(number, planned))
+                for planned in ahead(read(record.outcome.output_json))
+                if planned.tool.origin is ToolOrigin.APPLICATION
+            }
+            self.claimed_ahead = [invocation for _, invocation in self.planned.values()]
+            return self.claimed_ahead
+
+        record, logged = await self._outcome(
+            step, sequence, kind, request, log=log, ahead=calls_ahead
+        )
         response = read(success(record))
         if logged:
             self.logged.responses = number + 1
@@ -217,6 +239,14 @@ class DurableExecutor:
             for part in stream_parts(response):
                 await self.emit(part)
         return response
+
+    async def release_ahead(self) -> None:
+        """Release the claims made with the last response for calls that did not run."""
+        claimed, self.claimed_ahead = self.claimed_ahead, []
+        self.planned = {}
+        runtime = self.binding.runtime
+        if claimed and isinstance(runtime, LocalRuntime):
+            await runtime.release_ahead(claimed)
 
     async def wait_retry(self, number: int, delay: RetryDelay) -> None:
         """The timer as ``retry.delay`` #number*1000+retry; the worker waits, never this
@@ -284,16 +314,15 @@ class DurableExecutor:
                 handler_id=None if route is None else route.handler_id,
             )
         else:
-            document = ToolRequest(
-                call=call,
-                arguments=arguments,
-                context=RunContext(run_id=run_id, step=number, agent_name=self.agent.name),
-                retry=retry,
-                approval=approval,
-            )
-            outcome, logged = await self._outcome(
-                TOOL_CALL, sequence, OperationKind.TOOL_CALL, document, log=log
-            )
+            planned = PlannedCall(position, tool, call, arguments, retry)
+            early = self.planned.pop((number, position), None)
+            if early is not None and approval is None and attempt == 0 and early[0] == planned:
+                invocation = early[1]  # the invocation claimed with the response
+            else:
+                invocation = self._tool_invocation(
+                    number, planned, attempt=attempt, approval=approval
+                )
+            outcome, logged = await self._run(invocation, log)
         deferred = _deferral(outcome)
         if deferred is not None:
             return deferred
@@ -512,35 +541,78 @@ class DurableExecutor:
         *,
         log: Callable[[Record], Sequence[LogEntry]] | None = None,
         handler_id: str | None = None,
+        ahead: Callable[[Record], Sequence[Invocation]] | None = None,
     ) -> tuple[Record, bool]:
         """Execute one operation; its record, and whether the runtime stored ``log(record)``
         with it (a LocalRuntime on the store holding this run, when the record is new).
         ``handler_id`` overrides the binding's handler for ``kind`` (a routed MCP tool)."""
-        run_id = self.binding.run_id
+        invocation = self._invocation(step, sequence, kind, document, handler_id=handler_id)
+        return await self._run(invocation, log, ahead)
+
+    def _invocation(
+        self,
+        step: str,
+        sequence: int,
+        kind: OperationKind,
+        document: Document,
+        *,
+        handler_id: str | None = None,
+    ) -> Invocation:
+        """The invocation of ``document`` as operation ``step`` #sequence."""
         handler_id = handler_id or self.binding.handlers.for_kind(kind)
         if handler_id is None:
             raise MissingDurableHandler(
-                f"no {kind.value} handler is configured in Handlers", run_id=run_id
+                f"no {kind.value} handler is configured in Handlers", run_id=self.binding.run_id
             )
-        invocation = Invocation(
-            run_id=run_id,
+        return Invocation(
+            run_id=self.binding.run_id,
             step_id=self.binding.step_id(step),
             sequence=sequence,
             kind=kind,
             handler_id=handler_id,
             input_json=document.to_json(),
         )
+
+    def _tool_invocation(
+        self,
+        number: int,
+        planned: PlannedCall,
+        *,
+        attempt: int = 0,
+        approval: ApprovalDecision | None = None,
+    ) -> Invocation:
+        """The ``tool.call`` invocation of an application tool's call."""
+        run_id = self.binding.run_id
+        sequence = attempt_sequence(
+            tool_sequence(number, planned.position, run_id=run_id), attempt, run_id=run_id
+        )
+        document = ToolRequest(
+            call=planned.call,
+            arguments=planned.arguments,
+            context=RunContext(run_id=run_id, step=number, agent_name=self.agent.name),
+            retry=planned.retry,
+            approval=approval,
+        )
+        return self._invocation(TOOL_CALL, sequence, OperationKind.TOOL_CALL, document)
+
+    async def _run(
+        self,
+        invocation: Invocation,
+        log: Callable[[Record], Sequence[LogEntry]] | None = None,
+        ahead: Callable[[Record], Sequence[Invocation]] | None = None,
+    ) -> tuple[Record, bool]:
+        """Execute ``invocation`` on the binding's runtime (see :meth:`_outcome`)."""
         runtime = self.binding.runtime
         ctx = self.ctx
         if ctx is not None and isinstance(runtime, LocalRuntime) and runtime.store is ctx.store:
             # This runtime sees the run's lease: it checks the identity against the log.
             if log is not None:
-                return await runtime.execute_and_log(invocation, log)
+                return await runtime.execute_and_log(invocation, log, ahead=ahead)
             return await runtime.execute(invocation), False
         if ctx is None or ctx.replay.settled:
             return await runtime.execute(invocation), False
         # Another runtime: the identity is checked here against the run's recorded work.
-        async with ctx.replay.request(operation_item(invocation.step_id, sequence)):
+        async with ctx.replay.request(operation_item(invocation.step_id, invocation.sequence)):
             return await runtime.execute(invocation), False
 
 

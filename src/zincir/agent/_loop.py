@@ -7,7 +7,7 @@ durable operation) and what is logged; the loop itself holds only deterministic 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -41,7 +41,7 @@ from ._tools import Tool, ToolArgumentsRejected, ToolOrigin
 if TYPE_CHECKING:
     from ._agent import Agent
 
-__all__ = ["Deferred", "Executor", "Proposal", "Refused", "run_loop"]
+__all__ = ["Deferred", "Executor", "PlannedCall", "Proposal", "Refused", "run_loop"]
 
 T = TypeVar("T")
 
@@ -55,8 +55,14 @@ class Executor(Protocol):
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None: ...
     async def before_tools(self, number: int) -> None: ...
     async def model_request(
-        self, number: int, request: ModelRequest, *, attempt: int = 0
+        self,
+        number: int,
+        request: ModelRequest,
+        *,
+        attempt: int = 0,
+        ahead: Callable[[ModelResponse], Sequence[PlannedCall]] | None = None,
     ) -> ModelResponse: ...
+    async def release_ahead(self) -> None: ...
     async def wait_retry(self, number: int, delay: RetryDelay) -> None: ...
     async def run_tool(
         self,
@@ -85,6 +91,18 @@ class Executor(Protocol):
     async def record_response(self, number: int, response: ModelResponse) -> None: ...
     async def record_return(self, part: ToolReturnPart) -> None: ...
     async def record_pause(self, paused: PausedRun) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCall:
+    """A call of a response that will run as planned: its tool, validated arguments and
+    retry number, fixed before anything runs."""
+
+    position: int
+    tool: Tool
+    call: ToolCallPart
+    arguments: dict[str, Any]
+    retry: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +165,20 @@ async def run_loop(
     ``paused`` continues a direct run from where it paused (the durable path replays from
     the start instead); ``decisions`` are applied to the paused calls they name.
     """
-    decisions = decisions or {}
+    try:
+        return await _conversation(agent, prompt, executor, decisions or {}, paused)
+    finally:  # a call claimed with its response runs unless the loop stops before it
+        await executor.release_ahead()
+
+
+async def _conversation(
+    agent: Agent,
+    prompt: str,
+    executor: Executor,
+    decisions: Mapping[str, Proposal],
+    paused: PausedRun | None,
+) -> AgentRunResult:
+    """:func:`run_loop`'s turns."""
     conversation = Conversation(agent.instructions, prompt)
     usage = Usage()
     failures: dict[str, int] = {}
@@ -180,7 +211,13 @@ async def run_loop(
             )
             for hook in agent.hooks:
                 await hook.on_model_request(number, request)
-            response = await _ask(agent, executor, number, request)
+            response = await _ask(
+                agent,
+                executor,
+                number,
+                request,
+                None if paused or decisions else _runs_as_planned(tools, failures, executor),
+            )
             for hook in agent.hooks:
                 await hook.on_model_response(number, response)
             usage = add_usage(usage, response.usage)
@@ -248,6 +285,27 @@ async def run_loop(
         response = None
 
 
+def _runs_as_planned(
+    tools: dict[str, Tool], failures: Mapping[str, int], executor: Executor
+) -> Callable[[ModelResponse], list[PlannedCall]]:
+    """What the loop will run from a new response, planned as the loop plans it (on a copy
+    of the failure counts): each valid call of a tool that needs no approval."""
+
+    def planned(response: ModelResponse) -> list[PlannedCall]:
+        counts = dict(failures)
+        plans = [
+            _plan(position, call, tools, counts, executor.run_id)
+            for position, call in enumerate(tool_calls(response))
+        ]
+        return [
+            PlannedCall(plan.position, plan.tool, plan.call, plan.arguments, plan.retry)
+            for plan in plans
+            if plan.rejection is None and plan.tool is not None and not plan.tool.requires_approval
+        ]
+
+    return planned
+
+
 async def _grouped(work: Awaitable[T]) -> T:
     """``work`` as one of concurrent tool calls: the records they store in the same pass
     of the event loop share a commit."""
@@ -256,7 +314,11 @@ async def _grouped(work: Awaitable[T]) -> T:
 
 
 async def _ask(
-    agent: Agent, executor: Executor, number: int, request: ModelRequest
+    agent: Agent,
+    executor: Executor,
+    number: int,
+    request: ModelRequest,
+    ahead: Callable[[ModelResponse], Sequence[PlannedCall]] | None = None,
 ) -> ModelResponse:
     """Model request ``number``; a retryable failure waits its delay and tries again, up to
     the agent's ``retry.max_attempts``, then is raised."""
@@ -264,7 +326,7 @@ async def _ask(
     attempt = 0
     while True:
         try:
-            return await executor.model_request(number, request, attempt=attempt)
+            return await executor.model_request(number, request, attempt=attempt, ahead=ahead)
         except OperationFailed as error:
             if not error.retryable or attempt + 1 >= agent.retry.max_attempts:
                 raise

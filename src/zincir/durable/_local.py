@@ -20,8 +20,10 @@ returns the record stored first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
 
@@ -113,6 +115,7 @@ class LocalRuntime:
         self.owner = new_owner_id()
         self._executions = itertools.count(1)
         self._inflight: dict[str, asyncio.Future[Record | None]] = {}
+        self._ahead: dict[str, _Ahead] = {}
 
     async def execute(self, invocation: Invocation, *, inline: Handler | None = None) -> Record:
         """The terminal record of ``invocation``: the stored one on replay, else run and stored.
@@ -124,7 +127,11 @@ class LocalRuntime:
         return record
 
     async def execute_and_log(
-        self, invocation: Invocation, log: Callable[[Record], Sequence[LogEntry]]
+        self,
+        invocation: Invocation,
+        log: Callable[[Record], Sequence[LogEntry]],
+        *,
+        ahead: Callable[[Record], Sequence[Invocation]] | None = None,
     ) -> tuple[Record, bool]:
         """:meth:`execute`, and when this call stores the record, the entries ``log(record)``
         appended to the run's log in the same transaction; True when they were.
@@ -133,14 +140,31 @@ class LocalRuntime:
         while it holds the run's lease here: one commit instead of two. The entries are
         not written (False) on a replay, without the run's lease, or when they do not fit
         the log (a call id already used in the run): the caller logs them itself then.
+
+        ``ahead(record)`` names the invocations the record says run next (a response's
+        tool calls): their claims commit with the record, so executing each of them later
+        needs no claim commit of its own. A claim ahead that is not executed with that same
+        input is released (:meth:`release_ahead`), never run.
         """
-        return await self._shared(invocation, None, log)
+        return await self._shared(invocation, None, log, ahead)
+
+    async def release_ahead(self, invocations: Iterable[Invocation]) -> None:
+        """Release the claims made ahead for ``invocations`` that were not executed (the
+        loop stopped before them); best effort, as a claim of a released lease is dead."""
+        for invocation in invocations:
+            claimed = self._ahead.pop(invocation.stable_key(), None)
+            if claimed is None:
+                continue
+            key = OperationKey(invocation.run_id, invocation.step_id, invocation.sequence)
+            with contextlib.suppress(StoreError):
+                await self.store.release_operation_claim(key, owner=claimed.owner)
 
     async def _shared(
         self,
         invocation: Invocation,
         inline: Handler | None,
         log: Callable[[Record], Sequence[LogEntry]] | None,
+        ahead: Callable[[Record], Sequence[Invocation]] | None = None,
     ) -> tuple[Record, bool]:
         """Check the identity against the run's log when this process holds the run's lease
         (VersionDivergence before anything else), then :meth:`_once`."""
@@ -157,15 +181,16 @@ class LocalRuntime:
         lease = self.store.lease_for(invocation.run_id)
         replay = None if lease is None else replay_for(lease)
         if replay is None or replay.settled:
-            return await self._once(invocation, inline, log, new_work=replay is not None)
+            return await self._once(invocation, inline, log, ahead, new_work=replay is not None)
         async with replay.request(operation_item(invocation.step_id, invocation.sequence)):
-            return await self._once(invocation, inline, log, new_work=False)
+            return await self._once(invocation, inline, log, ahead, new_work=False)
 
     async def _once(
         self,
         invocation: Invocation,
         inline: Handler | None,
         log: Callable[[Record], Sequence[LogEntry]] | None,
+        ahead: Callable[[Record], Sequence[Invocation]] | None,
         *,
         new_work: bool,
     ) -> tuple[Record, bool]:
@@ -182,7 +207,9 @@ class LocalRuntime:
         self._inflight[key] = done
         result: Record | None = None
         try:
-            result, logged = await self._execute(invocation, operation, inline, log, new_work)
+            result, logged = await self._execute(
+                invocation, operation, inline, log, ahead, new_work, key
+            )
             return result, logged
         finally:
             del self._inflight[key]
@@ -196,11 +223,25 @@ class LocalRuntime:
         operation: NewOperation,
         inline: Handler | None,
         log: Callable[[Record], Sequence[LogEntry]] | None,
+        ahead: Callable[[Record], Sequence[Invocation]] | None,
         new_work: bool,
+        key: str,
     ) -> tuple[Record, bool]:
         """Replay the stored record, or claim the identity and run it. ``new_work`` (the
         run's log under this lease holds nothing more to replay) skips the first read: the
-        claim's own transaction finds any row there is."""
+        claim's own transaction finds any row there is. An identity claimed ahead with
+        this input under this lease runs at once; claimed for other input, it is released
+        and claimed again."""
+        early = self._ahead.get(key)
+        if early is not None:
+            lease = self.store.lease_for(inv.run_id)
+            if early.operation.input_digest == operation.input_digest and early.lease == lease:
+                handler = inline if inline is not None else self.registry.require(inv)
+                del self._ahead[key]
+                crash_point("operation.claimed")
+                return await self._run(inv, operation, handler, early.owner, lease, log, ahead)
+            del self._ahead[key]
+            await self.store.release_operation_claim(operation.key, owner=early.owner)
         row = None if new_work else await self.store.get_operation(operation.key)
         if row is not None:
             _check_same(row, inv, operation)
@@ -213,7 +254,7 @@ class LocalRuntime:
         if isinstance(claimed, Record):
             return claimed, False
         crash_point("operation.claimed")
-        return await self._run(inv, operation, handler, owner, lease, log)
+        return await self._run(inv, operation, handler, owner, lease, log, ahead)
 
     async def _acquire(
         self,
@@ -250,9 +291,10 @@ class LocalRuntime:
         owner: str,
         lease: Lease | None,
         log: Callable[[Record], Sequence[LogEntry]] | None,
+        ahead: Callable[[Record], Sequence[Invocation]] | None,
     ) -> tuple[Record, bool]:
         """Run the attempts under a renewed claim, then store the record (fenced), with
-        its log entries when it has any."""
+        its log entries when it has any and the claims of what it says runs next."""
         loop = asyncio.get_running_loop()
         renewals: list[asyncio.Task[None]] = []
         timer = loop.call_later(
@@ -277,15 +319,32 @@ class LocalRuntime:
         record = Record.for_invocation(inv, result)  # attempt_outcome validated this pair
         outcome = stored_outcome(record, encode_valid_record(record))
         entries: Sequence[LogEntry] = ()
+        following: list[_Ahead] = []
         if log is not None and lease is not None:
             try:
                 entries = log(record)
             except Exception:  # the record is stored regardless; the caller logs the
                 entries = ()  # entries itself and meets the error there
+            if ahead is not None:
+                following = self._ahead_claims(ahead, record, lease)
         try:
-            stored = await self.store.finish_operation(
-                operation, outcome, owner=owner, lease=lease, log=entries
-            )
+            if following and lease is not None:
+                stored, claimed = await self.store.finish_operation_claiming(
+                    operation,
+                    outcome,
+                    [(claim.operation, claim.owner) for claim in following],
+                    owner=owner,
+                    ttl=self.claim_ttl,
+                    lease=lease,
+                    log=entries,
+                )
+                for claim in following:
+                    if claim.operation.key in claimed:
+                        self._ahead[claim.key] = claim
+            else:
+                stored = await self.store.finish_operation(
+                    operation, outcome, owner=owner, lease=lease, log=entries
+                )
         except (DuplicateToolCall, UnknownToolCall):
             if not entries:
                 raise
@@ -296,6 +355,31 @@ class LocalRuntime:
             return record, bool(entries)
         _check_same(stored, inv, operation)
         return _decode(stored.record, inv), False
+
+    def _ahead_claims(
+        self, ahead: Callable[[Record], Sequence[Invocation]], record: Record, lease: Lease
+    ) -> list[_Ahead]:
+        """The valid invocations of the run that ``ahead(record)`` names and nothing of this
+        runtime runs or holds yet, each with the owner of its claim."""
+        try:
+            following = list(ahead(record))
+        except Exception:  # claims ahead save a commit; without them each claims its own
+            return []
+        claims: list[_Ahead] = []
+        for invocation in following:
+            if not isinstance(invocation, Invocation) or invocation.run_id != lease.run_id:
+                continue
+            try:
+                invocation.validate(self.max_input_bytes)
+            except InvalidInvocation:
+                continue
+            key = invocation.stable_key()
+            if key in self._inflight or key in self._ahead:
+                continue
+            operation = new_operation(invocation)
+            owner = f"{self.owner}/{next(self._executions)}"
+            claims.append(_Ahead(key, operation, owner, lease))
+        return claims
 
     async def _attempts(
         self,
@@ -334,6 +418,16 @@ class LocalRuntime:
             if not held:
                 return
             await asyncio.sleep(self.claim_ttl.total_seconds() / 3)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ahead:
+    """A claim committed with an earlier record, for the invocation with this stable key."""
+
+    key: str
+    operation: NewOperation
+    owner: str
+    lease: Lease
 
 
 def _decode(text: str | None, inv: Invocation) -> Record:

@@ -469,6 +469,19 @@ class DryStore:
     ) -> OperationRow | None:
         raise self._stop(f"stores the record of {operation_name(operation.key)}")
 
+    async def finish_operation_claiming(
+        self,
+        operation: NewOperation,
+        outcome: OperationOutcome,
+        ahead: Sequence[tuple[NewOperation, str]],
+        *,
+        owner: str,
+        ttl: timedelta,
+        lease: Lease,
+        log: Sequence[LogEntry] = (),
+    ) -> tuple[OperationRow | None, frozenset[OperationKey]]:
+        raise self._stop(f"stores the record of {operation_name(operation.key)}")
+
     async def save_operation_record(
         self, operation: NewOperation, outcome: OperationOutcome, *, lease: Lease | None = None
     ) -> OperationRow | None:

@@ -248,6 +248,17 @@ class Store(Protocol):
         lease: Lease | None = None,
         log: Sequence[LogEntry] = (),
     ) -> OperationRow | None: ...
+    async def finish_operation_claiming(
+        self,
+        operation: NewOperation,
+        outcome: OperationOutcome,
+        ahead: Sequence[tuple[NewOperation, str]],
+        *,
+        owner: str,
+        ttl: timedelta,
+        lease: Lease,
+        log: Sequence[LogEntry] = (),
+    ) -> tuple[OperationRow | None, frozenset[OperationKey]]: ...
     async def save_operation_record(
         self, operation: NewOperation, outcome: OperationOutcome, *, lease: Lease | None = None
     ) -> OperationRow | None: ...

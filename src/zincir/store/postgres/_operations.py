@@ -340,6 +340,47 @@ class OperationOps(PostgresBase):
             )
         )
 
+    async def finish_operation_claiming(
+        self,
+        operation: NewOperation,
+        outcome: OperationOutcome,
+        ahead: Sequence[tuple[NewOperation, str]],
+        *,
+        owner: str,
+        ttl: timedelta,
+        lease: Lease,
+        log: Sequence[LogEntry] = (),
+    ) -> tuple[OperationRow | None, frozenset[OperationKey]]:
+        """:meth:`finish_operation` under ``lease``, and once the record is stored, a claim
+        on each of the ``ahead`` identities for its owner (until now + ``ttl``) in the same
+        transaction. Returns the blocking row (nothing claimed) or None, and the keys
+        claimed (an identity that already has a row is left to its own claim)."""
+        check_log_lease(operation, log, lease)
+
+        def write(conn: Conn) -> tuple[OperationRow | None, frozenset[OperationKey]]:
+            blocking = _complete(
+                conn, operation, outcome, owner=owner, lease=lease, event_attempts=None, log=log
+            )
+            if blocking is not None:
+                return blocking, frozenset()
+            claimed = frozenset(
+                claim.key
+                for claim, claim_owner in ahead
+                if _create(
+                    conn,
+                    claim,
+                    status="claimed",
+                    outcome=None,
+                    owner=claim_owner,
+                    ttl=ttl,
+                    lease=lease,
+                )
+                is not None
+            )
+            return None, claimed
+
+        return await self._write(write)
+
     async def save_operation_record(
         self,
         operation: NewOperation,

@@ -396,6 +396,63 @@ class OperationOps(SQLiteBase):
             )
         )
 
+    async def finish_operation_claiming(
+        self,
+        operation: NewOperation,
+        outcome: OperationOutcome,
+        ahead: Sequence[tuple[NewOperation, str]],
+        *,
+        owner: str,
+        ttl: timedelta,
+        lease: Lease,
+        log: Sequence[LogEntry] = (),
+    ) -> tuple[OperationRow | None, frozenset[OperationKey]]:
+        """:meth:`finish_operation` under ``lease``, and once the record is stored, a claim
+        on each of the ``ahead`` identities for its owner (until now + ``ttl``) in the same
+        transaction: the operations the record says run next then need no claim commit of
+        their own. Returns the blocking row (nothing claimed) or None, and the keys claimed
+        (an identity that already has a row is left to its own claim)."""
+        check_log_lease(operation, log, lease)
+
+        def write(conn: apsw.Connection) -> tuple[OperationRow | None, frozenset[OperationKey]]:
+            now = self.clock()
+            blocking = _complete(
+                conn,
+                now,
+                operation,
+                outcome,
+                owner=owner,
+                lease=lease,
+                event_attempts=None,
+                log=log,
+            )
+            if blocking is not None:
+                return blocking, frozenset()
+            stamp, expires = to_db(now), to_db(now + ttl)
+            claimed = frozenset(
+                claim.key
+                for claim, claim_owner in ahead
+                if conn.execute(
+                    _CLAIM_NEW,
+                    (
+                        *key_params(claim.key),
+                        claim.kind,
+                        claim.handler_id,
+                        claim.input_digest,
+                        claim.input_json,
+                        claim_owner,
+                        expires,
+                        stamp,
+                        lease.owner,
+                        lease.token,
+                    ),
+                ).fetchone()
+                is not None
+            )
+            return None, claimed
+
+        return await self._write(write)
+
     async def save_operation_record(
         self,
         operation: NewOperation,
