@@ -169,7 +169,7 @@ class DurableExecutor:
         self.run_id: str | None = binding.run_id
         self.wake_at: datetime | None = None
         self.refused: dict[str, str] = {}  # call id -> the digest its refused decision binds
-        self.claimed_ahead: list[Invocation] = []  # tool calls claimed with their response
+        # The calls claimed with the last response, by (request, position), until they run.
         self.planned: dict[tuple[int, int], tuple[PlannedCall, Invocation]] = {}
 
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None:
@@ -226,8 +226,7 @@ class DurableExecutor:
                 for planned in ahead(read(record.outcome.output_json))
                 if planned.tool.origin is ToolOrigin.APPLICATION
             }
-            self.claimed_ahead = [invocation for _, invocation in self.planned.values()]
-            return self.claimed_ahead
+            return [invocation for _, invocation in self.planned.values()]
 
         record, logged = await self._outcome(
             step, sequence, kind, request, log=log, ahead=calls_ahead
@@ -242,11 +241,10 @@ class DurableExecutor:
 
     async def release_ahead(self) -> None:
         """Release the claims made with the last response for calls that did not run."""
-        claimed, self.claimed_ahead = self.claimed_ahead, []
-        self.planned = {}
+        unused, self.planned = self.planned, {}
         runtime = self.binding.runtime
-        if claimed and isinstance(runtime, LocalRuntime):
-            await runtime.release_ahead(claimed)
+        if unused and isinstance(runtime, LocalRuntime):
+            await runtime.release_ahead(invocation for _, invocation in unused.values())
 
     async def wait_retry(self, number: int, delay: RetryDelay) -> None:
         """The timer as ``retry.delay`` #number*1000+retry; the worker waits, never this

@@ -155,9 +155,8 @@ class LocalRuntime:
             claimed = self._ahead.pop(invocation.stable_key(), None)
             if claimed is None:
                 continue
-            key = OperationKey(invocation.run_id, invocation.step_id, invocation.sequence)
             with contextlib.suppress(StoreError):
-                await self.store.release_operation_claim(key, owner=claimed.owner)
+                await self.store.release_operation_claim(claimed.operation.key, owner=claimed.owner)
 
     async def _shared(
         self,

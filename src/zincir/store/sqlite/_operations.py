@@ -121,7 +121,7 @@ def _complete(
     *,
     owner: str | None,
     lease: Lease | None,
-    event_attempts: int | None,
+    event_attempts: int | None = None,
     log: Sequence[LogEntry] = (),
 ) -> OperationRow | None:
     """Store ``outcome`` as the identity's record (None), or return the row that prevents
@@ -385,14 +385,7 @@ class OperationOps(SQLiteBase):
         check_log_lease(operation, log, lease)
         return await self._write(
             lambda conn: _complete(
-                conn,
-                self.clock(),
-                operation,
-                outcome,
-                owner=owner,
-                lease=lease,
-                event_attempts=None,
-                log=log,
+                conn, self.clock(), operation, outcome, owner=owner, lease=lease, log=log
             )
         )
 
@@ -416,16 +409,7 @@ class OperationOps(SQLiteBase):
 
         def write(conn: apsw.Connection) -> tuple[OperationRow | None, frozenset[OperationKey]]:
             now = self.clock()
-            blocking = _complete(
-                conn,
-                now,
-                operation,
-                outcome,
-                owner=owner,
-                lease=lease,
-                event_attempts=None,
-                log=log,
-            )
+            blocking = _complete(conn, now, operation, outcome, owner=owner, lease=lease, log=log)
             if blocking is not None:
                 return blocking, frozenset()
             stamp, expires = to_db(now), to_db(now + ttl)
