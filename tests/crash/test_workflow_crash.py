@@ -16,7 +16,7 @@ import pytest
 
 import zincir
 from tests.conftest import REPO
-from tests.helpers import BOTH_BACKENDS, backend_target, read_store, rows, select
+from tests.helpers import BOTH_BACKENDS, backend_target, read_store, select
 from zincir.workflow import WorkflowContext
 
 pytestmark = pytest.mark.crash
@@ -143,74 +143,6 @@ async def test_killed_between_claimed_ahead_steps_the_next_blocks_until_recover(
     assert executions(side) == Counter(s1=1, s2=1, s3=1, s4=1, s5=1)  # each body once
     runs = await read_store(db, lambda store: store.list_runs())
     assert [(run["status"], run["lease_owner"]) for run in runs] == [("completed", None)]
-
-
-def marker_lines(db: Path) -> list[list[object]]:
-    """Every line of the claim marker files beside ``db``."""
-    folder = Path(f"{db}-claims")
-    files = sorted(folder.glob("*.claims")) if folder.exists() else []
-    return [json.loads(line) for file in files for line in file.read_text().splitlines()]
-
-
-@pytest.mark.parametrize("ahead", [(), ("ahead",)], ids=["claimed", "claimed-ahead"])
-@pytest.mark.parametrize("point", ["in:3", "crash:step.body_done:3"], ids=["body", "after-body"])
-async def test_a_marked_step_killed_in_flight_blocks_until_recover(
-    tmp_path: Path, ahead: tuple[str, ...], point: str
-) -> None:
-    """With claim_markers=True the in-flight claim lives only in the dead process's marker
-    file; the next store to open the database adopts it, so s3 is not run again silently."""
-    db, side = tmp_path / "zincir.db", tmp_path / "side.txt"
-    if point.startswith("crash:"):
-        armed = subprocess.run(
-            [sys.executable, str(CHILD), "steps", str(db), "run", str(side), "resume"]
-            + [*ahead, "markers"],
-            env={**ENV, "ZINCIR_CRASH_AT": point.removeprefix("crash:")},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert armed.returncode == -signal.SIGKILL, armed.stderr
-    else:
-        child = start("steps", str(db), "run", str(side), point, *ahead, "markers")
-        assert until(child, "blocked in") == "s3"
-        kill(child)
-    assert executions(side) == Counter(s1=1, s2=1, s3=1)
-    # Nothing of s3 is in the database: its claim is the dead process's marker.
-    assert rows(db, "SELECT name, status FROM steps ORDER BY name") == [
-        ("s1", "completed"),
-        ("s2", "completed"),
-    ]
-    assert ["c", "run", "s3"] in [line[:3] for line in marker_lines(db)]
-
-    # The restarted process adopts the marker as s3's claim and is refused s3.
-    assert finish("steps", str(db), "run", str(side), "resume", *ahead, "markers") == [
-        "in progress s3"
-    ]
-    assert rows(db, "SELECT name, status, claim_token FROM steps WHERE name = 's3'") == [
-        ("s3", "running", 1)
-    ]
-    assert marker_lines(db) == []  # the dead file is gone once adopted
-    reports = finish("steps", str(db), "run", str(side), "recover", *ahead, "markers")
-    assert reports == ['recovered ["s3"]', 'completed ["S1", "S2", "S3", "S4", "S5"]']
-    assert executions(side) == Counter(s1=1, s2=1, s3=2, s4=1, s5=1)
-    assert rows(db, "SELECT seq FROM events WHERE run_id = 'run' ORDER BY seq") == [
-        (seq,) for seq in range(1, len(rows(db, "SELECT 1 FROM events")) + 1)
-    ]
-    assert rows(db, "SELECT status, lease_owner FROM agent_runs") == [("completed", None)]
-    assert marker_lines(db) == []
-
-
-async def test_marked_claims_killed_between_steps_replay_without_recover(tmp_path: Path) -> None:
-    """A kill between marked steps leaves no claim to adopt: the rerun goes on at once."""
-    db, side = tmp_path / "zincir.db", tmp_path / "side.txt"
-    child = start("steps", str(db), "run", str(side), "after:2", "markers")
-    assert until(child, "after") == "s2"
-    kill(child)
-    reports = finish("steps", str(db), "run", str(side), "resume", "markers")
-    assert reports == ['completed ["S1", "S2", "S3", "S4", "S5"]']
-    assert executions(side) == Counter(s1=1, s2=1, s3=1, s4=1, s5=1)
-    tokens = rows(db, "SELECT claim_token FROM steps ORDER BY name")
-    assert tokens == [(1,), (1,), (2,), (2,), (2,)]
 
 
 async def test_sleep_killed_midway_waits_only_the_remainder(crash_target: str) -> None:

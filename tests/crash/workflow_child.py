@@ -1,9 +1,8 @@
 """A workflow process for the crash tests; the tests SIGKILL it at the points it reports.
 
-    workflow_child.py steps DB RUN SIDE_FILE MODE [ahead] [markers]
+    workflow_child.py steps DB RUN SIDE_FILE MODE [ahead]
                                             MODE: in:K | after:K | resume | recover
                                             ahead: each step claims the next (next=)
-                                            markers: open_store(claim_markers=True)
     workflow_child.py sleep DB RUN SECONDS
     workflow_child.py send DB RUN TO_RUN (block|exit)
     workflow_child.py recv DB RUN (block|exit)
@@ -122,10 +121,10 @@ async def abandon(store: Store, prefix: str, count: int, ttl: float) -> None:
 
 async def main(argv: list[str]) -> None:
     command, db = argv[0], argv[1]
-    store = zincir.open_store(db, claim_markers="markers" in argv[5:])
+    store = zincir.open_store(db)
     try:
         if command == "steps":
-            await steps(store, argv[2], argv[3], argv[4], "ahead" in argv[5:])
+            await steps(store, argv[2], argv[3], argv[4], argv[5:] == ["ahead"])
         elif command == "sleep":
             await sleep(store, argv[2], float(argv[3]))
         elif command == "send":

@@ -119,7 +119,6 @@ def open_store(
     busy_timeout: timedelta | float = timedelta(seconds=30),
     clock: Clock | None = None,
     single_process: bool = False,
-    claim_markers: bool = False,
 ) -> SQLiteStore | PostgresStore:
     """Open and migrate a store: a SQLite path or ``sqlite:///path`` (default
     $ZINCIR_DATABASE_PATH), or a ``postgresql://`` URL (extra ``postgres``; its schema is
@@ -129,9 +128,6 @@ def open_store(
     (NotAZincirDatabase); a read-only SQLite file raises DatabaseReadOnly.
     ``single_process=True`` (SQLite only) locks the file for this store alone until it is
     closed, which makes each transaction cheaper; no other process may open it meanwhile.
-    ``claim_markers=True`` (SQLite only) writes step claims to a marker file beside the
-    database instead of committing them: a step is one transaction; a crash of this
-    process keeps its claims, but no other process sees them while it lives.
     """
     if url_or_path is not None and not isinstance(url_or_path, str | os.PathLike):
         raise InvalidInput(f"open_store takes a path or URL, not {type(url_or_path).__name__}")
@@ -144,11 +140,6 @@ def open_store(
                 "single_process locks an embedded SQLite file; a PostgreSQL store is shared "
                 "by design"
             )
-        if claim_markers is not False:
-            raise InvalidInput(
-                "claim_markers keeps step claims in a file beside an embedded SQLite "
-                "database; a PostgreSQL store commits them"
-            )
         return open_postgres(target, clock=clock)
     return SQLiteStore(
         sqlite_path_from_url(target),
@@ -156,7 +147,6 @@ def open_store(
         busy_timeout=busy_timeout,
         clock=clock,
         single_process=single_process,
-        claim_markers=claim_markers,
     )
 
 

@@ -38,13 +38,6 @@ from .._grouping import writes_grouped
 from .._records import Lease
 from ._errors import DRIVER_ERRORS, close_quietly, translate, translating
 from ._log import register_functions
-from ._markers import (
-    ClaimMarkers,
-    adopt_claims,
-    dead_marker_files,
-    marker_folder,
-    remove_if_empty,
-)
 from ._writer import Writer, WriterStats, read_transaction
 
 __all__ = ["SQLiteBase", "Synchronous", "migrations", "one", "sqlite_path_from_url"]
@@ -152,11 +145,6 @@ class SQLiteBase:
     and releasing them, and reads run on that connection too, between commits. No other
     process (and no other store object) can read or write the file until this store is
     closed: no ``zincir ui``, ``zincir runs`` or ResumeWorker elsewhere meanwhile.
-
-    ``claim_markers=True`` keeps this store's step claims as markers in a file beside the
-    database instead of committing them (see ``_markers``): a step costs one transaction,
-    a crash of this process still leaves its claims (adopted as rows by the next store to
-    open the file or take a lease), but other processes do not see them while it lives.
     """
 
     backend = "sqlite"
@@ -169,14 +157,11 @@ class SQLiteBase:
         busy_timeout: timedelta | float = timedelta(seconds=30),
         clock: Clock | None = None,
         single_process: bool = False,
-        claim_markers: bool = False,
     ) -> None:
         if synchronous not in ("full", "normal"):
             raise InvalidInput(f'synchronous must be "full" or "normal", not {synchronous!r}')
         if not isinstance(single_process, bool):
             raise InvalidInput(f"single_process must be True or False, not {single_process!r}")
-        if not isinstance(claim_markers, bool):
-            raise InvalidInput(f"claim_markers must be True or False, not {claim_markers!r}")
         if not isinstance(path, str) or (path != ":memory:" and "\x00" in path):
             raise InvalidInput(f"a database path must be text without NUL, not {path!r}")
         try:
@@ -188,8 +173,6 @@ class SQLiteBase:
         self.path = os.path.abspath(path)
         self.synchronous: Synchronous = synchronous
         self.single_process = single_process
-        self._marker_folder = marker_folder(self.path)
-        self._markers = ClaimMarkers(self.path) if claim_markers else None
         self.busy_timeout = check_duration(busy_timeout, "busy_timeout", maximum=timedelta(days=1))
         if clock is not None and not callable(clock):
             raise InvalidInput(
@@ -209,7 +192,6 @@ class SQLiteBase:
         try:
             if applied != {version for version, _, _ in migrations()}:
                 self._migrate(write_conn)
-            self._adopt_at_open(write_conn)
         except BaseException:
             close_quietly(write_conn)
             raise
@@ -291,48 +273,6 @@ class SQLiteBase:
             (newest,) = one(conn, "SELECT MAX(version) FROM schema_migrations")
         if newest > known[-1][0]:
             raise _too_new(self.path, newest, known[-1][0])
-
-    # -- claim markers of dead processes ---------------------------------------------------
-
-    def _adopt_at_open(self, conn: Conn) -> None:
-        """Turn dead stores' claim markers into claim rows before this store's first use."""
-        folder = self._marker_folder
-        dead = dead_marker_files(folder)
-        if not dead:
-            return
-        committed = False
-        try:
-            with translating(self.path):
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    for file in dead:
-                        adopt_claims(conn, file.claims)
-                    conn.execute("COMMIT")
-                    committed = True
-                finally:
-                    if not committed:
-                        conn.execute("ROLLBACK")
-        finally:
-            for file in dead:
-                file.done(delete=committed)
-            remove_if_empty(folder)
-
-    async def _adopt_dead_markers(self) -> None:
-        """Turn dead stores' claim markers into claim rows before a lease is taken, so its
-        holder finds their steps claimed, as if the claims had been committed."""
-        folder = self._marker_folder
-        dead = dead_marker_files(folder)
-        if not dead:
-            return
-        claims = [claim for file in dead for claim in file.claims]
-        committed = False
-        try:
-            await self._write(lambda conn: adopt_claims(conn, claims))
-            committed = True
-        finally:
-            for file in dead:
-                file.done(delete=committed)
-            remove_if_empty(folder)
 
     # -- transactions -------------------------------------------------------------------
 
@@ -423,30 +363,13 @@ class SQLiteBase:
         """Finish pending writes and close every connection."""
         self.close_sync()
 
-    def _close_markers(self) -> None:
-        """Store this store's unfinished marked claims as rows, then delete its file (kept
-        for the next store to adopt if that write fails)."""
-        if self._markers is None:
-            return
-        unfinished = self._markers.unfinished()
-        stored = False
-        try:
-            if unfinished:
-                self._writer.run_sync(lambda conn: adopt_claims(conn, unfinished))
-            stored = True
-        finally:
-            self._markers.close(delete=stored)
-
     def close_sync(self) -> None:
         """Blocking :meth:`close` for code without an event loop."""
         if self._closed:
             return
         self._closed = True
         try:
-            try:
-                self._close_markers()
-            finally:
-                self._writer.close()
+            self._writer.close()
         finally:
             with self._readers_lock:  # a reader's close can only fail its checkpoint: no loss
                 readers, self._readers = self._readers, []

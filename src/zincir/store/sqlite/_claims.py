@@ -83,7 +83,6 @@ class ClaimOps(SQLiteBase):
         a run whose ``max_attempts`` are spent is marked failed instead. With
         ``app_versions`` only runs of one of those versions are claimed (or failed).
         """
-        await self._adopt_dead_markers()
         pinned = "" if app_versions is None else _PINNED
         versions = {} if app_versions is None else {"versions": encode_checked(list(app_versions))}
 

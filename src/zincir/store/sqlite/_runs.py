@@ -172,7 +172,6 @@ class RunOps(SQLiteBase):
         workflow, which records any wait still pending. ``app_version`` is stored on a
         created run only: a taken-over run keeps the version it has.
         """
-        await self._adopt_dead_markers()
 
         def write(conn: apsw.Connection) -> Lease:
             now = self.clock()
@@ -207,7 +206,6 @@ class RunOps(SQLiteBase):
     ) -> Lease:
         """Take over an existing run: a new token; LeaseHeld while another lease is live
         (unless ``force``), RunTerminal for a finished run, RunNotFound for none."""
-        await self._adopt_dead_markers()
 
         def write(conn: apsw.Connection) -> Lease:
             now = self.clock()

@@ -5,10 +5,6 @@ Its result is stored once, in the ``step_completed`` event its finishing transac
 appends, and the row then holds that event's seq. Only a context that still holds the
 run's lease may claim, finish, drop or recover a claim: a fenced owner's claim stays until
 the new owner's ``recover()``.
-
-A store opened with ``claim_markers=True`` keeps its claims as markers outside the
-database (``_markers``): the claim row is inserted only with the result (or when a dead
-process's markers are adopted), so a step costs one transaction.
 """
 
 from __future__ import annotations
@@ -25,7 +21,6 @@ from .._workflow_records import StepClaim
 from .._workflow_rules import step_claim_released, step_completed, step_result
 from ._base import SQLiteBase
 from ._log import append, check_fence, diagnose
-from ._markers import ClaimMarkers, MarkedClaim
 
 __all__ = ["StepOps"]
 
@@ -43,22 +38,6 @@ _HOLDER = (
     "AND a.seq = c.event_seq)) FROM step_claims AS c LEFT JOIN events AS e "
     "ON e.run_id = c.run_id AND e.seq = c.event_seq WHERE c.run_id = ? AND c.name = ?"
 )
-_STATE = (
-    "SELECT r.lease_owner IS ?3 AND r.lease_token IS ?4 AND r.status IN ('pending', 'running'), "
-    "c.claim_owner, c.claim_token, c.event_seq, coalesce(e.payload, "
-    "(SELECT a.payload FROM archived_events AS a WHERE a.run_id = c.run_id "
-    "AND a.seq = c.event_seq)) FROM agent_runs AS r LEFT JOIN step_claims AS c "
-    "ON c.run_id = r.id AND c.name = ?2 LEFT JOIN events AS e "
-    "ON e.run_id = c.run_id AND e.seq = c.event_seq WHERE r.id = ?1"
-)
-"""Whether a lease holds its live run, with the step's row if it has one (a marked claim
-is judged by a read)."""
-_STORE_MARKED = (
-    "INSERT INTO step_claims (run_id, name, claim_owner, claim_token, started_at, event_seq) "
-    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, name) DO NOTHING RETURNING 1"
-)
-"""A marked claim's row, inserted with its result."""
-_HAS_ROW = "SELECT 1 FROM step_claims WHERE run_id = ? AND name = ?"
 _POINT = (
     "UPDATE step_claims SET event_seq = ? WHERE run_id = ? AND name = ? "
     "AND event_seq IS NULL AND claim_owner = ? AND claim_token = ? RETURNING 1"
@@ -84,25 +63,6 @@ def _finish(conn: apsw.Connection, now: datetime, lease: Lease, name: str, resul
     return seq
 
 
-def _finish_marked(
-    conn: apsw.Connection,
-    now: datetime,
-    lease: Lease,
-    name: str,
-    result_json: str,
-    marked: MarkedClaim | None,
-) -> int:
-    """:func:`_finish` for a store keeping claims as markers: the claim's row is inserted
-    with the result (a claim without a marker, adopted or released, is judged by its row)."""
-    if marked is None:
-        return _finish(conn, now, lease, name, result_json)
-    seq = append(conn, lease, now, [step_completed(name, result_json)])
-    row = (lease.run_id, name, lease.owner, lease.token, marked.started_at, seq)
-    if conn.execute(_STORE_MARKED, row).fetchone() is None:
-        raise step_claim_released(lease.run_id, name)
-    return seq
-
-
 class StepOps(SQLiteBase):
     """Claim, finish, abandon and recover durable steps."""
 
@@ -114,8 +74,6 @@ class StepOps(SQLiteBase):
         The claim is not fsynced: it survives a process crash, and after a power loss the
         body's effect is as uncertain as the claim (steps are at least once).
         """
-        if self._markers is not None:
-            return await self._claim_marked(self._markers, lease, name)
 
         def write(conn: apsw.Connection) -> StepClaim:
             stamp = to_db(self.clock())
@@ -145,17 +103,7 @@ class StepOps(SQLiteBase):
 
         StepInProgress if the claim was released (``recover()``) meanwhile; returns the seq.
         """
-        markers = self._markers
-        if markers is None:
-            return await self._write(
-                lambda conn: _finish(conn, self.clock(), lease, name, result_json)
-            )
-        marked = _own(markers, lease, name)
-        seq = await self._write(
-            lambda conn: _finish_marked(conn, self.clock(), lease, name, result_json, marked)
-        )
-        markers.resolve(lease.run_id, name)
-        return seq
+        return await self._write(lambda conn: _finish(conn, self.clock(), lease, name, result_json))
 
     async def finish_step_and_claim(
         self, lease: Lease, name: str, result_json: str, next_name: str
@@ -165,28 +113,12 @@ class StepOps(SQLiteBase):
         when ``next_name`` already has a row (its result, or a claim), which its own
         :meth:`claim_step` then judges."""
 
-        markers = self._markers
-        if markers is None:
+        def write(conn: apsw.Connection) -> bool:
+            now = self.clock()
+            _finish(conn, now, lease, name, result_json)
+            return _claim_new(conn, lease, next_name, to_db(now))
 
-            def write(conn: apsw.Connection) -> bool:
-                now = self.clock()
-                _finish(conn, now, lease, name, result_json)
-                return _claim_new(conn, lease, next_name, to_db(now))
-
-            return await self._write(write)
-        marked = _own(markers, lease, name)
-
-        def write_marked(conn: apsw.Connection) -> bool:
-            _finish_marked(conn, self.clock(), lease, name, result_json, marked)
-            return conn.execute(_HAS_ROW, (lease.run_id, next_name)).fetchone() is None
-
-        free = await self._write(write_marked)
-        markers.resolve(lease.run_id, name)
-        if not free or markers.held(lease.run_id, next_name) is not None:
-            return False
-        stamp = to_db(self.clock())
-        markers.claim(MarkedClaim(lease.run_id, next_name, lease.owner, lease.token, stamp))
-        return True
+        return await self._write(write)
 
     async def abandon_step(self, lease: Lease, name: str) -> bool:
         """Drop this lease's running claim on ``name`` so the step can be retried.
@@ -194,12 +126,6 @@ class StepOps(SQLiteBase):
         Fenced: a context that lost the lease raises (FencedOut, RunTerminal) and its claim
         stays for the new owner's ``recover()``. False if there was no such claim.
         """
-        markers = self._markers
-        held = None if markers is None else _own(markers, lease, name)
-        if markers is not None and held is not None:
-            await self._read(lambda conn: check_fence(conn, lease))
-            markers.release([held])
-            return True
 
         def write(conn: apsw.Connection) -> bool:
             check_fence(conn, lease)
@@ -221,70 +147,22 @@ class StepOps(SQLiteBase):
         are deleted, with one ``steps_recovered`` event; returns the names, sorted.
         """
         keep = encode_checked(sorted(in_flight))
-        marked = [
-            claim
-            for claim in (self._markers.of_run(lease.run_id) if self._markers else [])
-            if not (_own_claim(claim, lease) and claim.name in in_flight)
-        ]
 
         def write(conn: apsw.Connection) -> list[str]:
             now = self.clock()
             append(conn, lease, now)
             names = sorted(
-                {claim.name for claim in marked}
-                | {
-                    str(name)
-                    for (name,) in conn.execute(
-                        "DELETE FROM step_claims WHERE run_id = ? AND event_seq IS NULL "
-                        "AND NOT (claim_owner IS ? AND claim_token IS ? "
-                        "AND name IN (SELECT value FROM json_each(?))) RETURNING name",
-                        (lease.run_id, lease.owner, lease.token, keep),
-                    )
-                }
+                str(name)
+                for (name,) in conn.execute(
+                    "DELETE FROM step_claims WHERE run_id = ? AND event_seq IS NULL "
+                    "AND NOT (claim_owner IS ? AND claim_token IS ? "
+                    "AND name IN (SELECT value FROM json_each(?))) RETURNING name",
+                    (lease.run_id, lease.owner, lease.token, keep),
+                )
             )
             if names:
                 event = NewEvent("steps_recovered", encode_checked({"names": names}))
                 append(conn, lease, now, [event])
             return names
 
-        names = await self._write(write)
-        if self._markers is not None:
-            self._markers.release(marked)
-        return names
-
-    async def _claim_marked(self, markers: ClaimMarkers, lease: Lease, name: str) -> StepClaim:
-        """:meth:`claim_step` with the claim written as a marker, after a read that judges
-        the lease and the step's row."""
-        held = markers.held(lease.run_id, name)
-
-        def read(conn: apsw.Connection) -> StepClaim | None:
-            row = conn.execute(_STATE, (lease.run_id, name, lease.owner, lease.token)).fetchone()
-            if row is None:
-                raise diagnose(conn, lease.run_id, lease.token)
-            holds, owner, token, event_seq, payload = row
-            if event_seq is not None:
-                return StepClaim("completed", step_result(payload))
-            if owner is not None and (owner, token) != (lease.owner, lease.token):
-                return StepClaim("held", owner=owner, token=token)
-            if held is not None and not _own_claim(held, lease):
-                return StepClaim("held", owner=held.owner, token=held.token)
-            if not holds:
-                raise diagnose(conn, lease.run_id, lease.token)
-            return None
-
-        judged = await self._read(read)
-        if judged is not None:
-            return judged
-        stamp = to_db(self.clock())
-        markers.claim(MarkedClaim(lease.run_id, name, lease.owner, lease.token, stamp))
-        return _CLAIMED
-
-
-def _own(markers: ClaimMarkers, lease: Lease, name: str) -> MarkedClaim | None:
-    """This lease's marked claim on step ``name``, if the store holds one."""
-    held = markers.held(lease.run_id, name)
-    return held if held is not None and _own_claim(held, lease) else None
-
-
-def _own_claim(claim: MarkedClaim, lease: Lease) -> bool:
-    return (claim.owner, claim.token) == (lease.owner, lease.token)
+        return await self._write(write)
