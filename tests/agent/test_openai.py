@@ -496,6 +496,18 @@ def test_missing_sdk_names_the_extra() -> None:
     assert 'pip install "zincir[openai]"' in done.stdout
 
 
+def test_importing_the_agent_loop_leaves_the_sdk_unimported() -> None:
+    """The SDK's import costs a restarted process about half a second: only a model loads it."""
+    code = (
+        "import sys\nimport zincir.agent\nprint('openai' in sys.modules)\n"
+        "zincir.agent.OpenAIChatModel('gpt-test')\nprint('openai' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ
+    )
+    assert done.stdout.split() == ["False", "True"]
+
+
 # -- the agent loop on the model --------------------------------------------------------------
 
 

@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import InvalidInput, OperationFailed
 from .._json import StrictJsonError, dumps, loads_strict
@@ -46,7 +46,7 @@ from ..contract.payloads import (
     Usage,
 )
 
-try:
+if TYPE_CHECKING:
     import openai
     from openai.types import CompletionUsage
     from openai.types.chat import (
@@ -59,10 +59,6 @@ try:
         ChatCompletionToolParam,
     )
     from openai.types.shared_params import FunctionDefinition
-except ImportError as _error:  # pragma: no cover - exercised in a subprocess
-    _MISSING: ImportError | None = _error
-else:
-    _MISSING = None
 
 __all__ = ["OpenAIChatModel", "ProviderError"]
 
@@ -117,8 +113,10 @@ class OpenAIChatModel:
         *,
         settings: ModelSettings | None = None,
     ) -> None:
-        if _MISSING is not None:
-            raise ImportError(_EXTRA) from _MISSING
+        try:  # imported here, not with zincir.agent: it takes about half a second
+            import openai
+        except ImportError as error:
+            raise ImportError(_EXTRA) from error
         if not isinstance(model_name, str) or not model_name:
             raise InvalidInput("model_name must be a non-empty str")
         if client is not None and not isinstance(client, openai.AsyncOpenAI):
@@ -138,6 +136,8 @@ class OpenAIChatModel:
     def client(self) -> openai.AsyncOpenAI:
         """The SDK client; the default one is created here, on first use."""
         if self._client is None:
+            import openai
+
             self._client = openai.AsyncOpenAI()
         return self._client
 
@@ -149,6 +149,8 @@ class OpenAIChatModel:
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """One chat completion, mapped back to a ``ModelResponse``."""
+        import openai
+
         arguments = self._arguments(request)
         try:
             completion = await self.client.chat.completions.create(**arguments)
@@ -158,6 +160,8 @@ class OpenAIChatModel:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamPart]:
         """One streamed chat completion as normalised parts (start, deltas, end), then usage."""
+        import openai
+
         arguments = self._arguments(request)
         assembler = _StreamAssembler()
         try:
@@ -461,6 +465,8 @@ class _StreamAssembler:
 
 def provider_error(error: openai.OpenAIError) -> ProviderError:
     """The ``ProviderError`` for an SDK error (see the module docstring for the names)."""
+    import openai
+
     if isinstance(error, openai.APIStatusError):
         status = error.status_code
         name, retryable = _STATUS_NAMES.get(status, ("ProviderRejected", False))
