@@ -17,6 +17,10 @@ WAL frames (pages written per step: what an fsync and the checkpoints scale with
   keeps the next seq (the events' primary key refuses a seq used twice).
 
 At FULL every floor commits its claim without fsync and its result with one, as zincir does.
+
+A captured floor is any zincir workload's own statements: the write connection's statements
+(with their bindings and ``PRAGMA synchronous`` switches) recorded while zincir ran them,
+then issued again from a bare loop on a copy of the database as it was before.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 import apsw
 
 import zincir
+from zincir.store.sqlite._log import register_functions
 
 RAW_MIN_STEPS = 3000
 """The raw loop's least number of timed steps: three automatic WAL checkpoints."""
@@ -235,6 +240,42 @@ def floor_concurrent_steps_per_s(
     """``runs`` runs' steps batched into one commit per phase (FULL), steps per second."""
     opened = floor_stepper(path, "FULL", result_of, lean=lean, runs=runs)
     return runs * steps / timed_steps(opened, steps, warm_up=5)
+
+
+# -- captured statements -------------------------------------------------------------------
+
+Statement = tuple[str, Any]
+
+
+class StatementLog:
+    """The statements run on one APSW connection while :attr:`recording`, with bindings."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self.statements: list[Statement] = []
+        self.recording = False
+        conn.exec_trace = self._trace
+
+    def _trace(self, cursor: apsw.Cursor, sql: str, bindings: Any) -> bool:
+        if self.recording:
+            self.statements.append((sql, bindings))
+        return True
+
+
+def replayed_s(path: str, statements: list[Statement], synchronous: str) -> float:
+    """Seconds a bare APSW loop takes to issue ``statements`` on the database at ``path``."""
+    conn = apsw.Connection(path, statementcachesize=256)
+    try:
+        register_functions(conn)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn.execute("PRAGMA foreign_keys=OFF")
+        execute = conn.execute
+        started = time.perf_counter()
+        for sql, bindings in statements:
+            execute(sql, bindings).fetchall()
+        return time.perf_counter() - started
+    finally:
+        conn.close()
 
 
 # -- WAL frames -----------------------------------------------------------------------------

@@ -12,9 +12,11 @@ sequential steps.
 
 The durable agent turn (one model request + three tool calls, ``FunctionModel``, trivial
 tools) is measured on ``LocalRuntime`` (FULL) and without ``durable=``; its overhead is
-compared with ``raw_full_us``. With ``--peers`` or ``--agent-peer`` the same turn runs on
-pydantic-ai with its DBOS durability in the peers venv (skipped, with a note, when
-``pydantic-ai-slim[dbos]`` is not installed there).
+compared with ``raw_full_us``, and so is ``agent_turn_sql_us``, the statements the durable
+turn ran on its write connection issued again from a bare APSW loop on a copy of the
+database (floor_bench.py): what the turn's SQL costs with no zincir code. With ``--peers``
+or ``--agent-peer`` the same turn runs on pydantic-ai with its DBOS durability in the peers
+venv (skipped, with a note, when ``pydantic-ai-slim[dbos]`` is not installed there).
 
 Retention (benchmarks/prune_bench.py): the database size of one 1,000-turn run, a live
 run's write latency alone and while ``prune_runs`` deletes old runs beside it, and resuming a
@@ -39,6 +41,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -295,6 +298,33 @@ async def agent_turn_us(path: str, runs: int, turns: int) -> tuple[float, float]
         return figures[0], figures[1]
     finally:
         await store.close()
+
+
+async def agent_turn_sql_us(path: str, runs: int, turns: int) -> float:
+    """Per turn, the durable turn's own statements alone (FULL): what its write connection
+    ran during ``runs`` runs of ``turns`` turns, issued again from a bare APSW loop on a copy
+    of the database taken before those runs (reads on reader connections not included)."""
+    agent, store, runtime = durable_turn_agent(path, turns)
+    for i in range(3):  # warm-up; also leaves the schema and a few runs in place
+        await agent.run(
+            "Check the items.", durable=DurableBinding(runtime, f"w-{i}", TURN_HANDLERS)
+        )
+    await store.close()
+    copy = path + ".before"
+    for suffix in ("", "-wal"):
+        if os.path.exists(path + suffix):
+            shutil.copyfile(path + suffix, copy + suffix)
+    agent, store, runtime = durable_turn_agent(path, turns)
+    try:
+        log = floor_bench.StatementLog(store._writer._conn)  # type: ignore[attr-defined]
+        log.recording = True
+        for i in range(runs):
+            binding = DurableBinding(runtime, f"sql-{i}", TURN_HANDLERS)
+            await agent.run("Check the items.", durable=binding)
+        log.recording = False
+    finally:
+        await store.close()
+    return floor_bench.replayed_s(copy, log.statements, "FULL") / (runs * turns) * 1e6
 
 
 async def agent_turn_frames(path: str, turns: int) -> float:
@@ -703,6 +733,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     )
     figures["agent_turn_direct_us"], figures["agent_turn_durable_us"] = direct, durable
     figures["agent_turn_overhead_us"] = durable - direct
+    figures["agent_turn_sql_us"] = timed(
+        "agent turn statements",
+        lambda: run_async(agent_turn_sql_us(bench.db("agent-turn-sql"), bench.n(60, 20), 5)),
+    )
     figures["concurrent64_steps_per_s"] = timed(
         "64 concurrent runs",
         lambda: run_async(concurrent_steps_per_s(bench.db("concurrent"), 64, bench.n(200, 50))),
@@ -747,6 +781,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         / (1e6 / figures["raw_full_us"]),
         "agent_turn_overhead_over_raw_full": figures["agent_turn_overhead_us"]
         / figures["raw_full_us"],
+        "agent_turn_sql_over_raw_full": figures["agent_turn_sql_us"] / figures["raw_full_us"],
+        "agent_turn_overhead_over_agent_turn_sql": figures["agent_turn_overhead_us"]
+        / figures["agent_turn_sql_us"],
     }
     if args.peers:
         python = args.peers_python
