@@ -242,7 +242,8 @@ async def test_hooks_observe_replays_locally(durable: Durable, tmp_path: Path) -
 
 async def test_a_run_keeps_the_mode_it_started_in(durable: Durable) -> None:
     ran: list[str] = []
-    agent = build(1, ran)
+    gate = asyncio.Event()
+    agent = build(1, ran, gate=gate)
     both = Handlers(
         model_request="request", model_stream="stream", tool_call="tools", event_delivery="events"
     )
@@ -252,12 +253,32 @@ async def test_a_run_keeps_the_mode_it_started_in(durable: Durable) -> None:
         serve(registry, agent, both)
         return DurableBinding(zincir.LocalRuntime(durable.store, registry), run_id, both)
 
+    streaming = asyncio.create_task(collect(agent.run_stream("go", durable=bind_both("streamed"))))
+    while not ran:  # the streamed run is inside its tool call: unfinished
+        await asyncio.sleep(0.01)
+    with pytest.raises(zincir.InvalidInput, match="started with run_stream\\(\\)"):
+        await agent.run("go", durable=bind_both("streamed"))
+    gate.set()
+    await streaming
     plain = await agent.run("go", durable=bind_both("plain"))
     with pytest.raises(zincir.InvalidInput, match="started with run\\(\\)"):
         await collect(agent.run_stream("go", durable=bind_both("plain")))
-    await collect(agent.run_stream("go", durable=bind_both("streamed")))
-    with pytest.raises(zincir.InvalidInput, match="started with run_stream\\(\\)"):
-        await agent.run("go", durable=bind_both("streamed"))
     calls = len(ran)
     assert (await agent.run("go", durable=bind_both("plain"))).output == plain.output
     assert len(ran) == calls  # the refusals and the replay asked nothing again
+
+
+async def test_a_finished_streamed_run_asked_with_run_returns_its_output(
+    durable: Durable,
+) -> None:
+    ran: list[str] = []
+    agent = build(1, ran)
+    both = Handlers(model_request="request", model_stream="stream", tool_call="tools")
+    registry = zincir.HandlerRegistry()
+    serve(registry, agent, both)
+    binding = DurableBinding(zincir.LocalRuntime(durable.store, registry), "done", both)
+    events = await collect(agent.run_stream("go", durable=binding))
+    assert events and ran == ["A-17"]
+    again = await agent.run("go", durable=binding)
+    assert again.output == "Order status: delivered."
+    assert ran == ["A-17"]  # the stored result, nothing asked again

@@ -259,7 +259,7 @@ class Agent:
         if proposals and row is not None:
             earlier = await store.list_events(binding.run_id)
             _check_conflicts(Logged.from_events(earlier), proposals, binding.run_id)
-        if row is not None:
+        if row is not None and (emit is not None or row["status"] != "completed"):
             await _check_same_mode(store, binding, streaming=emit is not None)
         if row is not None and row["status"] == "completed":
             stored = result_from_stored(row["result"], binding.run_id)
