@@ -325,6 +325,7 @@ class DryStore:
         max_attempts: int | None,
         backoff: Callable[[int], timedelta],
         app_versions: Collection[str] | None = None,
+        names: Collection[str] | None = None,
     ) -> list[Lease]:
         raise self._stop("claims runs")
 

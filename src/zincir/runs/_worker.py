@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 from typing import Any, Self
 
@@ -53,8 +53,24 @@ log = logging.getLogger("zincir.worker")
 Handler = Callable[[AgentContext], Awaitable[None]]
 
 
+def _names(names: Iterable[str] | None) -> tuple[str, ...] | None:
+    """The run names a worker serves, checked (None: every run)."""
+    if names is None:
+        return None
+    if isinstance(names, str) or not isinstance(names, Iterable):
+        raise InvalidInput(f"names must be a list of run names, not {names!r}")
+    listed = tuple(dict.fromkeys(names))
+    for name in listed:
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(f"names must be non-empty strings, not {name!r}")
+    return listed
+
+
 class ResumeWorker:
-    """Polls for claimable runs and runs ``handler(ctx)`` on each, a bounded number at a time."""
+    """Polls for claimable runs and runs ``handler(ctx)`` on each, a bounded number at a time.
+
+    With ``names`` it claims only runs with one of those names (a worker serving some agents).
+    """
 
     def __init__(
         self,
@@ -63,8 +79,10 @@ class ResumeWorker:
         *,
         max_attempts: int | None = None,
         app_version: str | None = None,
+        names: Iterable[str] | None = None,
     ) -> None:
         self.store = store
+        self.names = _names(names)  # only runs with one of these names (None: any run)
         self.lease_ttl = check_lease_ttl(lease_ttl)
         self.owner = new_owner_id()
         self.app_version = app_version_or_default(app_version)  # the code's version
@@ -172,6 +190,7 @@ class ResumeWorker:
             max_attempts=self._max_attempts,
             backoff=self.delay,
             app_versions=self.served_versions(),
+            names=self.names,
         )
         for lease in leases:
             log.info("[run %s] claimed (lease token %d)", lease.run_id, lease.token)

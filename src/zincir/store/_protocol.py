@@ -148,7 +148,8 @@ class Store(Protocol):
 
     # -- claims of abandoned runs (ResumeWorker) ------------------------------------------
     # ``app_versions`` (a pinned worker) claims only runs whose app_version is one of them;
-    # an unversioned run matches none. None claims runs of any version.
+    # an unversioned run matches none. None claims runs of any version. ``names`` claims
+    # only runs with one of those names (None: any name).
 
     async def claim_runs(
         self,
@@ -159,6 +160,7 @@ class Store(Protocol):
         max_attempts: int | None,
         backoff: Callable[[int], timedelta],
         app_versions: Collection[str] | None = None,
+        names: Collection[str] | None = None,
     ) -> list[Lease]: ...
     async def run_is_finished(self, run_id: str) -> bool: ...
     async def settle_attempt(

@@ -48,6 +48,9 @@ AND (r.wait_kind IS NULL
 _PINNED = " AND r.app_version = ANY(%s::text[])"
 """Only runs of one of the versions a pinned worker serves."""
 
+_NAMED = " AND r.name = ANY(%s::text[])"
+"""Only runs with one of the names a worker serves."""
+
 _CLAIM = (
     "UPDATE agent_runs AS r SET lease_owner = %s, lease_token = r.lease_token + 1, "
     "lease_expires_at = zincir_now() + %s::interval, attempts = r.attempts + 1, "
@@ -83,13 +86,21 @@ def _claim(
     max_attempts: int | None,
     backoff: Backoff,
     app_versions: Collection[str] | None,
+    names: Collection[str] | None,
 ) -> list[Lease]:
     """Lock up to ``limit`` claimable runs (skipping rows others hold), fail the spent ones
     and claim the rest; the leases of the claimed runs, in claim order. With
-    ``app_versions``, only runs of one of those versions."""
-    pinned, params = (
-        ("", (limit,)) if app_versions is None else (_PINNED, (list(app_versions), limit))
-    )
+    ``app_versions``, only runs of one of those versions; with ``names``, only runs with
+    one of those names."""
+    pinned = ""
+    params: list[object] = []
+    if app_versions is not None:
+        pinned += _PINNED
+        params.append(list(app_versions))
+    if names is not None:
+        pinned += _NAMED
+        params.append(list(names))
+    params.append(limit)
     rows = [
         (str(run_id), str(status), int(attempts), last_error)
         for run_id, status, attempts, last_error in conn.execute(
@@ -178,15 +189,17 @@ class ClaimOps(PostgresBase):
         max_attempts: int | None,
         backoff: Backoff,
         app_versions: Collection[str] | None = None,
+        names: Collection[str] | None = None,
     ) -> list[Lease]:
         """Claim up to ``limit`` claimable runs in one transaction; return their leases.
 
         Each claim bumps the token, counts an attempt and sets the next attempt's time;
         a run whose ``max_attempts`` are spent is marked failed instead. With
-        ``app_versions`` only runs of one of those versions are claimed (or failed).
+        ``app_versions`` only runs of one of those versions are claimed (or failed), with
+        ``names`` only runs with one of those names.
         """
         return await self._write(
-            lambda conn: _claim(conn, owner, ttl, limit, max_attempts, backoff, app_versions)
+            lambda conn: _claim(conn, owner, ttl, limit, max_attempts, backoff, app_versions, names)
         )
 
     async def run_is_finished(self, run_id: str) -> bool:

@@ -47,6 +47,9 @@ AND (r.wait_kind IS NULL
 _PINNED = " AND r.app_version IN (SELECT value FROM json_each(:versions))"
 """Only runs of one of the versions (a JSON array) a pinned worker serves."""
 
+_NAMED = " AND r.name IN (SELECT value FROM json_each(:names))"
+"""Only runs with one of the names (a JSON array) a worker serves."""
+
 
 def _fail(
     conn: apsw.Connection, run_id: str, stamp: str, status: str, attempts: int, error: str
@@ -76,15 +79,20 @@ class ClaimOps(SQLiteBase):
         max_attempts: int | None,
         backoff: Backoff,
         app_versions: Collection[str] | None = None,
+        names: Collection[str] | None = None,
     ) -> list[Lease]:
         """Claim up to ``limit`` claimable runs in one transaction; return their leases.
 
         Each claim bumps the token, counts an attempt and sets the next attempt's time;
         a run whose ``max_attempts`` are spent is marked failed instead. With
-        ``app_versions`` only runs of one of those versions are claimed (or failed).
+        ``app_versions`` only runs of one of those versions are claimed (or failed), with
+        ``names`` only runs with one of those names.
         """
         pinned = "" if app_versions is None else _PINNED
+        pinned += "" if names is None else _NAMED
         versions = {} if app_versions is None else {"versions": encode_checked(list(app_versions))}
+        if names is not None:
+            versions["names"] = encode_checked(list(names))
 
         def write(conn: apsw.Connection) -> list[Lease]:
             now = self.clock()
