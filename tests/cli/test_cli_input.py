@@ -189,6 +189,22 @@ def test_a_foreign_file_is_refused_untouched(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
 
 
+@pytest.mark.parametrize(
+    "command", [["runs", "list"], ["runs", "show", "some-run"], ["ui"], ["migrate"]]
+)
+def test_a_directory_given_as_the_database_is_named_as_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    from zincir.inspector import _cli as inspector_cli
+
+    monkeypatch.setattr(inspector_cli, "serve", lambda *a: pytest.fail("must not serve"))
+    code, output = invoke(*command, "--db", f"{tmp_path}/")
+    assert_clean_error(code, output)
+    assert f"{tmp_path} is a directory" in output
+    assert str(tmp_path / "zincir.db") in output
+    assert list(tmp_path.iterdir()) == []
+
+
 # -- one --db option ----------------------------------------------------------------------
 
 

@@ -143,3 +143,14 @@ async def test_a_lock_held_past_the_busy_timeout_is_store_unavailable(db_path: P
     ctx = await AgentContext.create(store, name="blocked", run_id="blocked")
     await ctx.close()
     await store.close()
+
+
+@pytest.mark.parametrize("form", ["plain", "slash", "url"])
+def test_a_directory_as_the_database_path_says_so(tmp_path: Path, form: str) -> None:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    given = {"plain": str(folder), "slash": f"{folder}/", "url": f"sqlite:///{folder}"}[form]
+    with pytest.raises(zincir.InvalidInput, match="is a directory; pass a database file") as err:
+        zincir.open_store(given)
+    assert str(folder / "zincir.db") in str(err.value)
+    assert list(folder.iterdir()) == []

@@ -94,6 +94,15 @@ def sqlite_path_from_url(url_or_path: str) -> str:
     return url_or_path
 
 
+def refuse_directory(path: str) -> None:
+    """A folder given as the database path is named as one, with the file to pass instead."""
+    if os.path.isdir(path):
+        raise InvalidInput(
+            f"the database path {path} is a directory; pass a database file, such as "
+            f"{os.path.join(path, 'zincir.db')}"
+        )
+
+
 def check_zincir_file(conn: Conn, path: str) -> frozenset[int]:
     """The applied migrations of a zincir database (none for an empty file).
 
@@ -171,6 +180,8 @@ class SQLiteBase:
                 f"the database path {path!r} is not valid UTF-8; rename the file or folder"
             ) from None
         self.path = os.path.abspath(path)
+        if path != ":memory:":
+            refuse_directory(self.path)
         self.synchronous: Synchronous = synchronous
         self.single_process = single_process
         self.busy_timeout = check_duration(busy_timeout, "busy_timeout", maximum=timedelta(days=1))

@@ -49,7 +49,7 @@ from .._readonly_rows import (
 )
 from .._records import RUN_COLUMNS, RunRecord, merge_by_seq
 from .._thread_rows import PREVIEW_BYTES
-from ._base import check_zincir_file, migrations
+from ._base import check_zincir_file, migrations, refuse_directory
 from ._errors import DRIVER_ERRORS, close_quietly, translate
 from ._log import last_seq_sql, lease_expiry_sql, register_functions, updated_at_sql
 from ._readonly_threads import ThreadReads
@@ -130,6 +130,7 @@ class ReadOnlyDatabase:
         self.usage_cache = UsageCache()
 
     def _connect(self) -> apsw.Connection:
+        refuse_directory(self.path)
         if not os.path.isfile(self.path):
             raise NotAZincirDatabase(
                 f"there is no database at {self.path}; run `zincir demo` or your application "
