@@ -36,7 +36,7 @@ from ._preflight import ResolvedToolsets
 from ._result import AgentRunResult
 from ._retry import retry_document
 from ._stream import Emit
-from ._tools import Tool, ToolArgumentsRejected, ToolOrigin
+from ._tools import Tool, ToolArgumentsRejected, ToolOrigin, arguments_problem
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -244,7 +244,8 @@ async def _conversation(
                     await executor.record_return(_rejected(plan.call, plan.rejection))
             raise ToolRetriesExhausted(
                 f"the model called {', '.join(map(repr, exhausted))} wrongly more than "
-                f"{agent.tool_retries} times in a row (unknown tool or invalid arguments); "
+                f"{agent.tool_retries} times in a row (unknown tool, arguments that are not JSON, "
+                "or arguments that fail its schema); "
                 "check the tool's schema and the instructions, or raise Agent(tool_retries=...)",
                 run_id=executor.run_id,
             )
@@ -358,6 +359,12 @@ def _plan(
     if tool is None:
         known = ", ".join(sorted(tools)) or "(none)"
         rejection = f"unknown tool {name!r}; the available tools are: {known}. Call one of them."
+    elif call.malformed_arguments is not None:
+        problem = arguments_problem(call.malformed_arguments) or "not a JSON object"
+        rejection = (
+            f"the arguments of your call to {name!r} were {problem}; send a JSON object "
+            "matching the tool's schema and call again."
+        )
     else:
         try:
             arguments = tool.validate(call.arguments)

@@ -15,7 +15,15 @@ Any OpenAI-compatible endpoint works: credentials and the base URL live in the c
     ProviderRejected               any other 4xx
     ProviderError                  anything else the SDK raises
     InvalidModelResponse           a completion without choices
-    MalformedToolArguments         tool-call arguments that are not a JSON object   retryable
+
+Tool-call arguments that are not a JSON object are no error here: the call carries its text
+as ``ToolCallPart.malformed_arguments``, and the agent loop sends it back to the model as a
+retry prompt (and sends the text back as is in the assistant message, as the provider
+expects).
+
+The SDK client's own retries (``AsyncOpenAI(max_retries=2)`` by default) happen inside one
+attempt, beneath the agent's durable retries (``Agent(retry=...)``); set ``max_retries=0``
+on the client to leave every retry to zincir.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import InvalidInput, OperationFailed
-from .._json import StrictJsonError, dumps, loads_strict
+from .._json import dumps
 from ..contract.payloads import (
     Message,
     ModelRequest,
@@ -45,6 +53,7 @@ from ..contract.payloads import (
     ToolReturnPart,
     Usage,
 )
+from ._tools import call_part
 
 if TYPE_CHECKING:
     import openai
@@ -262,7 +271,7 @@ def _chat_call(call: ToolCallPart) -> ChatCompletionMessageToolCallParam:
     return {
         "id": call.tool_call_id,
         "type": "function",
-        "function": {"name": call.tool_name, "arguments": dumps(call.arguments)},
+        "function": {"name": call.tool_name, "arguments": call.arguments_text},
     }
 
 
@@ -305,41 +314,13 @@ def _response(completion: ChatCompletion) -> ModelResponse:
                 f"tool call {call.id!r} is a {call.type!r} call; only function tools are sent",
             )
         call_id = call.id or f"call_{position}"
-        parts.append(
-            ToolCallPart(
-                tool_call_id=call_id,
-                tool_name=function.name,
-                arguments=decode_arguments(call_id, function.name, function.arguments),
-            )
-        )
+        parts.append(call_part(call_id, function.name, function.arguments))
     return ModelResponse(
         parts=parts,
         usage=_usage(completion.usage),
         model_name=completion.model or "",
         finish_reason=choice.finish_reason,
         provider_response_id=completion.id or None,
-    )
-
-
-def decode_arguments(call_id: str, tool_name: str, text: str | None) -> dict[str, Any]:
-    """A tool call's arguments as a JSON object; ``MalformedToolArguments`` (retryable) if not.
-
-    Retryable because a model's output varies: asking again under the retry policy may
-    succeed, and the failure, if it persists, carries a stable name.
-    """
-    try:
-        arguments = loads_strict(text or "{}")
-    except StrictJsonError as error:
-        problem = f"are not JSON ({error})"
-    else:
-        if isinstance(arguments, dict):
-            return arguments
-        problem = f"are a JSON {type(arguments).__name__}, not an object"
-    shown = (text or "")[:200]
-    raise ProviderError(
-        "MalformedToolArguments",
-        True,
-        f"the model's arguments for tool call {call_id!r} ({tool_name!r}) {problem}: {shown!r}",
     )
 
 
@@ -385,7 +366,8 @@ class _StreamAssembler:
     """Turns chat-completion chunks into stream parts whatever the chunk boundaries.
 
     A text part ends when a tool call begins (later text opens a new part); tool-call
-    parts end when the stream does, each after its arguments are checked.
+    parts end when the stream does (arguments that are not a JSON object are passed on as
+    they are: assembling the response keeps them as the call's ``malformed_arguments``).
     """
 
     parts: int = 0
@@ -432,7 +414,6 @@ class _StreamAssembler:
                 raise ProviderError(
                     "InvalidModelResponse", False, f"streamed tool call {number} has no name"
                 )
-            decode_arguments(call.call_id, call.name, "".join(call.chunks))
             out.append(PartEnd(index=call.index))
         out.append(StreamUsage(usage=self.usage))
         return out

@@ -6,7 +6,6 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from .._errors import InvalidDocument
-from .._json import StrictJsonError, loads_strict
 from ..contract.payloads import (
     PartDelta,
     PartEnd,
@@ -18,6 +17,7 @@ from ..contract.payloads import (
     ToolReturnPart,
     Usage,
 )
+from ._tools import call_part
 
 __all__ = ["Emit", "StreamEvent", "assemble_stream", "tee"]
 
@@ -77,15 +77,5 @@ def _finish(part: _Open | None, index: int) -> TextPart | ToolCallPart:
     start = part.start
     if start.part_kind == "text":
         return TextPart(text=text)
-    try:
-        arguments = loads_strict(text or "{}")
-    except StrictJsonError as error:
-        raise InvalidDocument(
-            f"tool call {start.tool_call_id!r}: arguments are not JSON: {error}"
-        ) from None
-    if not isinstance(arguments, dict):
-        raise InvalidDocument(f"tool call {start.tool_call_id!r}: arguments are not a JSON object")
     assert start.tool_call_id is not None and start.tool_name is not None
-    return ToolCallPart(
-        tool_call_id=start.tool_call_id, tool_name=start.tool_name, arguments=arguments
-    )
+    return call_part(start.tool_call_id, start.tool_name, text)

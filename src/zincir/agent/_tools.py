@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from .._errors import InvalidInput
+from .._json import StrictJsonError, loads_strict
 from .._validate import name_problem
 from ..contract.payloads import McpRequest, RunContext, ToolCallPart, ToolDefinition, ToolOutput
 
@@ -28,7 +29,9 @@ __all__ = [
     "ToolArgumentsRejected",
     "ToolOrigin",
     "Toolset",
+    "arguments_problem",
     "as_tool",
+    "call_part",
     "tool",
 ]
 
@@ -280,3 +283,24 @@ def _explain(error: ValidationError) -> str:
         for detail in details[:10]
     ]
     return "invalid arguments: " + "; ".join(lines) + ". Fix the arguments and call again."
+
+
+def call_part(call_id: str, tool_name: str, text: str | None) -> ToolCallPart:
+    """A tool call from the model's argument text; text that is not a JSON object is kept
+    as ``malformed_arguments``, for the loop to send back to the model as a retry prompt."""
+    if arguments_problem(text or "{}") is None:
+        arguments = loads_strict(text or "{}")
+        return ToolCallPart(tool_call_id=call_id, tool_name=tool_name, arguments=arguments)
+    return ToolCallPart(tool_call_id=call_id, tool_name=tool_name, malformed_arguments=text or "")
+
+
+def arguments_problem(text: str) -> str | None:
+    """What is wrong with a call's argument text (``not valid JSON: …``), or None when it
+    is a JSON object."""
+    try:
+        arguments = loads_strict(text)
+    except StrictJsonError as error:
+        return f"not valid JSON: {error}"
+    if not isinstance(arguments, dict):
+        return f"a JSON {type(arguments).__name__}, not an object"
+    return None

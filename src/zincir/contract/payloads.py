@@ -329,12 +329,34 @@ class TextPart(_Strict):
 
 
 class ToolCallPart(_Strict):
-    """A tool call the model asked for."""
+    """A tool call the model asked for.
+
+    ``malformed_arguments`` holds the model's argument text when it was not a JSON object
+    (``arguments`` is then empty): the loop sends the call back to the model as a retry
+    prompt. It is left out of the document when unset, so older documents read and encode
+    as before.
+    """
 
     type: Literal["tool_call"] = "tool_call"
     tool_call_id: Name
     tool_name: Name
     arguments: JsonObject = Field(default_factory=dict)
+    malformed_arguments: str | None = Field(default=None, exclude_if=lambda value: value is None)
+
+    @model_validator(mode="after")
+    def _malformed_has_no_arguments(self) -> Self:
+        if self.malformed_arguments is not None and self.arguments:
+            raise PydanticCustomError(
+                "malformed_arguments", "a call with malformed_arguments has no arguments"
+            )
+        return self
+
+    @property
+    def arguments_text(self) -> str:
+        """The arguments as the model sent them: the malformed text, else compact JSON."""
+        if self.malformed_arguments is not None:
+            return self.malformed_arguments
+        return dumps(self.arguments)
 
 
 class ToolReturnPart(_Strict):
@@ -510,7 +532,7 @@ def stream_parts(
                     tool_name=part.tool_name,
                 )
             )
-            events.append(PartDelta(index=index, delta=dumps(part.arguments)))
+            events.append(PartDelta(index=index, delta=part.arguments_text))
         events.append(PartEnd(index=index))
     events.append(StreamUsage(usage=response.usage))
     return tuple(events)
