@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from ._cli_options import Duration, Seconds, database_option, read_only_database
-from ._errors import InvalidInput, RunNotFound, ZincirError
+from ._errors import ApprovalMismatch, InvalidInput, RunNotFound, ZincirError
 from ._json import StrictJsonError, loads_strict
 from ._validate import check_id
 from .runs._lifecycle import DEFAULT_BATCH_EVENTS
@@ -32,6 +32,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 STATUSES = ("pending", "running", "completed", "failed", "cancelled")
 MAX_LIST_LIMIT = 1_000_000
+DIGEST_PREFIX = 12  # hex digits of an args sha256 that `approvals list` prints
 
 
 class _Commands(click.Group):
@@ -490,20 +491,22 @@ def _when(moment: datetime) -> str:
 
 
 def _approvals_table(found: list[PendingApproval]) -> str:
-    """One line per waiting call: approval id, run, tool, short digest, since, expiry."""
+    """One line per waiting call: approval id, run, tool, short digest, since, expiry and
+    the arguments it would run with (shortened)."""
     if not found:
         return "no approvals waiting"
-    header = ("approval id", "run", "tool", "args sha256", "since", "expires")
+    header = ("approval id", "run", "tool", "args sha256", "since", "expires", "arguments")
     lines = [
         (
             item.approval_id,
             item.run_id,
             item.tool,
-            item.args_sha256[:12],
+            item.args_sha256[:DIGEST_PREFIX],
             _when(item.since),
             "EXPIRED"
             if item.expired
             else ("never" if item.expires_at is None else _when(item.expires_at)),
+            _printable(_cut(json.dumps(item.arguments, ensure_ascii=False), 48)),
         )
         for item in found
     ]
@@ -551,15 +554,72 @@ def approvals_list(database: str, run_id: str | None, as_json: bool) -> None:
     click.echo(_approvals_json(found) if as_json else _approvals_table(found))
 
 
+def _hex_prefix(text: str, what: str) -> str:
+    """A digest or the prefix of one that ``approvals list`` prints: at least
+    DIGEST_PREFIX hex digits."""
+    prefix = text.strip().lower()
+    if not prefix or any(c not in "0123456789abcdef" for c in prefix) or len(prefix) > 64:
+        raise InvalidInput(f"{what} must be a SHA-256 digest or its prefix in hex, not {text!r}")
+    if len(prefix) < DIGEST_PREFIX:
+        raise InvalidInput(
+            f"{what} {text!r} is too short: give at least {DIGEST_PREFIX} hex digits, as "
+            "`zincir approvals list` prints them"
+        )
+    return prefix
+
+
+async def _approval_by_digest(store: Store, prefix: str) -> str:
+    """The id of the one waiting approval whose arguments' digest starts with ``prefix``."""
+    from .agent import pending_approvals
+
+    found = [item for item in await pending_approvals(store) if item.args_sha256.startswith(prefix)]
+    if not found:
+        raise InvalidInput(
+            f"no waiting approval has an args sha256 starting with {prefix}; run "
+            "`zincir approvals list` to see the waiting ones"
+        )
+    if len(found) > 1:
+        ids = ", ".join(item.approval_id for item in found)
+        raise InvalidInput(
+            f"the args sha256 prefix {prefix} matches {len(found)} waiting approvals ({ids}); "
+            "pass the approval id instead"
+        )
+    return found[0].approval_id
+
+
+async def _full_digest(store: Store, approval_id: str, prefix: str) -> str | None:
+    """The approval's whole digest when ``prefix`` starts it (the decision checks it again
+    as it is written); ApprovalMismatch when it does not."""
+    row = await store.get_approval(approval_id)
+    if row is None:
+        return None  # the decision says there is no such approval
+    if not row.args_sha256.startswith(prefix):
+        raise ApprovalMismatch(
+            f"approval {approval_id!r} binds arguments with sha256 {row.args_sha256}, not "
+            f"{prefix}…; list the approvals again and decide on the arguments that would run",
+            run_id=row.run_id,
+        )
+    return row.args_sha256
+
+
 def _decide(
     database: str, approval_id: str, decision: Decision, args_sha256: str | None, done: str
 ) -> None:
-    """Record ``decision`` once and say which run it wakes."""
+    """Record ``decision`` once and say which run it wakes. ``approval_id`` may be the
+    approval's id or its arguments' digest prefix, as ``approvals list`` prints it."""
     from .agent import decide
 
-    decided = _with_store(
-        database, lambda store: decide(store, approval_id, decision, args_sha256=args_sha256)
-    )
+    by_digest = "/" not in approval_id and all(c in "0123456789abcdefABCDEF" for c in approval_id)
+    prefix = None if args_sha256 is None else _hex_prefix(args_sha256, "--args-sha256")
+    if by_digest:
+        _hex_prefix(approval_id, "APPROVAL_ID, given as an args sha256 prefix,")
+
+    async def work(store: Store) -> PendingApproval:
+        found = await _approval_by_digest(store, approval_id.lower()) if by_digest else approval_id
+        digest = None if prefix is None else await _full_digest(store, found, prefix)
+        return await decide(store, found, decision, args_sha256=digest)
+
+    decided = _with_store(database, work)
     click.echo(
         f"{done} {decided.approval_id}: {decided.tool} call {decided.call_id!r} of run "
         f"{decided.run_id}, which resumes with this decision"
@@ -567,8 +627,8 @@ def _decide(
 
 
 _ARGS_SHA256_HELP = (
-    "Decide only if the call's arguments still have this SHA-256 (the full args_sha256 of "
-    "`zincir approvals list --json`)."
+    "Decide only if the call's arguments still have this SHA-256 (the digest or a prefix of "
+    "at least 12 hex digits, as `zincir approvals list` prints it)."
 )
 
 
@@ -582,7 +642,8 @@ _ARGS_SHA256_HELP = (
 def approvals_approve(
     database: str, approval_id: str, args_sha256: str | None, override: str | None
 ) -> None:
-    """Approve a paused call: its run resumes and runs it."""
+    """Approve a paused call: its run resumes and runs it. APPROVAL_ID is the approval's id
+    or the args sha256 prefix `approvals list` prints (at least 12 hex digits, unique)."""
     from .agent import Approve
 
     arguments = (

@@ -99,11 +99,17 @@ def test_list_then_decide_each_kind_once(tmp_path: Path) -> None:
     listed = zincir_cli("approvals", "list", "--db", str(db), cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     header, *lines = listed.stdout.splitlines()
-    assert header.split() == ["approval", "id", "run", "tool", "args", "sha256", "since", "expires"]
+    assert header.split() == [
+        *("approval", "id", "run", "tool", "args", "sha256", "since", "expires", "arguments")
+    ]
     by_id = {line.split()[0]: line.split() for line in lines}
     assert set(by_id) == {"run-1/refund", "run-1/ship", "run-1/delete", "run-2/refund"}
     assert by_id["run-1/refund"][1:4] == ["run-1", "refund", args_sha256(REFUND)[:12]]
-    assert by_id["run-1/delete"][-1] == "EXPIRED" and by_id["run-1/ship"][-1] == "never"
+    expires, shown = header.index("expires"), header.index("arguments")
+    by_line = {line.split()[0]: line for line in lines}
+    assert by_line["run-1/delete"][expires:shown].strip() == "EXPIRED"
+    assert by_line["run-1/ship"][expires:shown].strip() == "never"
+    assert by_line["run-1/refund"][shown:] == json.dumps(REFUND)  # what would run
 
     as_json = zincir_cli(
         "approvals", "list", "--run", "run-1", "--json", "--db", str(db), cwd=tmp_path
@@ -212,3 +218,66 @@ def test_wrong_digest_wrong_kind_and_bad_input_are_refused(tmp_path: Path) -> No
         zincir_cli("approvals", "list", "--db", str(missing), cwd=tmp_path), "no database"
     )
     assert not missing.exists()
+
+
+def test_decide_by_the_digest_prefix_the_list_prints(tmp_path: Path) -> None:
+    db = tmp_path / "approvals.db"
+    paused(db)
+    listed = zincir_cli("approvals", "list", "--run", "run-1", "--db", str(db), cwd=tmp_path)
+    printed = {line.split()[0]: line.split()[3] for line in listed.stdout.splitlines()[1:]}
+    refund, shipping = printed["run-1/refund"], printed["run-1/ship"]
+    assert len(refund) == 12 and args_sha256(REFUND).startswith(refund)
+
+    def decide(*args: str) -> subprocess.CompletedProcess[str]:
+        return zincir_cli("approvals", *args, "--db", str(db), cwd=tmp_path)
+
+    one_line_error(decide("approve", refund[:11]), "too short", "at least 12 hex digits")
+    one_line_error(
+        decide("approve", "run-1/refund", "--args-sha256", refund[:8]), "too short", "12 hex"
+    )
+    one_line_error(decide("approve", "run-1/refund", "--args-sha256", "xyz"), "hex")
+    one_line_error(
+        decide("deny", shipping),
+        "matches 3 waiting approvals (run-1/delete, run-1/ship, run-2/refund)",
+        "pass the approval id",
+    )
+    one_line_error(decide("deny", "0" * 12), "no waiting approval", "approvals list")
+    one_line_error(
+        decide("approve", "run-1/refund", "--args-sha256", shipping), "[run run-1]", "binds"
+    )
+    assert rows(db, "SELECT COUNT(*) FROM approvals WHERE decision IS NOT NULL") == [(0,)]
+
+    approved = decide("approve", refund.upper())
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout.startswith("approved run-1/refund")
+    answered = decide("result", "run-1/ship", '"sent"', "--args-sha256", shipping)
+    assert answered.returncode == 0, answered.stderr
+    decisions = dict(rows(db, "SELECT approval_id, decision FROM approvals"))
+    assert json.loads(decisions["run-1/refund"])["decision"] == "approve"
+    assert json.loads(decisions["run-1/ship"])["result"] == "sent"
+
+
+def test_the_list_shortens_long_arguments(tmp_path: Path) -> None:
+    db = tmp_path / "approvals.db"
+    long = {"note": "x" * 500, "line": "one\ntwo"}
+
+    async def main() -> None:
+        store = zincir.open_store(db)
+        try:
+            run = await store.create_run("run-1", name="s", owner="agent", ttl=timedelta(minutes=1))
+            await store.open_approvals(
+                run,
+                [
+                    NewApproval(
+                        "run-1", "c", "note", json.dumps(long), args_sha256(long), 3000, "approval"
+                    )
+                ],
+            )
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+    listed = zincir_cli("approvals", "list", "--db", str(db), cwd=tmp_path)
+    header, line = listed.stdout.splitlines()
+    shown = line[header.index("arguments") :]
+    assert shown.startswith('{"note": "xxx') and shown.endswith("…") and len(shown) == 48
