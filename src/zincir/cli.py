@@ -165,7 +165,8 @@ def runs_list(
     before = now - stuck_for if stuck else None
     with _existing(database).snapshot() as reader:
         found = reader.list_runs(status, limit, app_version=app_version, stuck_before=before)
-    click.echo(format_stuck_runs(found, now) if stuck else format_runs(found))
+        arrived = reader.arrived(found) if stuck else set()
+    click.echo(format_stuck_runs(found, now, arrived=arrived) if stuck else format_runs(found))
 
 
 @runs.command("show")
@@ -186,6 +187,7 @@ def runs_show(database: str, run_id: str) -> None:
                 (event["seq"], event["type"], event["payload"])
                 for event in reader.iter_events(run_id)
             ),
+            arrived=bool(reader.arrived([run])),
         )
     click.echo(text)
 

@@ -139,3 +139,71 @@ def test_inspector_shows_why(tmp_path: Path) -> None:
     assert page.status_code == 200
     assert "Why not moving" in page.text
     assert "waiting for a message on &#39;go&#39;" in page.text
+
+
+def test_a_decided_approval_no_longer_waits_for_a_person(store_target: str) -> None:
+    from tests.inspector.conftest import ADDRESS, BASE_URL
+    from zincir.agent import APPROVAL_TOPIC, Approve, args_sha256, decide
+    from zincir.store import NewApproval
+
+    past = FakeClock(datetime(2020, 1, 1, tzinfo=UTC))
+    arguments = {"order_id": "A-17"}
+
+    async def park(run_id: str) -> None:
+        store = zincir.open_store(store_target, clock=past)
+        try:
+            ctx = await AgentContext.create(store, "agent", run_id=run_id)
+            approval = NewApproval(
+                run_id,
+                "c1",
+                "refund",
+                '{"order_id": "A-17"}',
+                args_sha256(arguments),
+                3000,
+                "approval",
+            )
+            await store.open_approvals(ctx.lease, [approval])
+            await store.set_run_wait(ctx.lease, "message", APPROVAL_TOPIC, None)
+            await ctx.close()
+        finally:
+            await store.close()
+
+    async def approve(run_id: str) -> None:
+        store = zincir.open_store(store_target)
+        try:
+            await decide(store, f"{run_id}/c1", Approve())
+        finally:
+            await store.close()
+
+    asyncio.run(park("asked"))
+    asyncio.run(park("decided"))
+    asyncio.run(approve("decided"))
+    runner = CliRunner()
+
+    def show(run_id: str) -> str:
+        shown = runner.invoke(main, ["runs", "show", run_id, "--db", store_target])
+        assert shown.exit_code == 0, shown.output
+        return next(line for line in shown.output.splitlines() if line.startswith("waiting"))
+
+    assert "waiting for a person to decide a paused call" in show("asked")
+    woken = show("decided")
+    assert "a person decided: waiting for a ResumeWorker to resume it" in woken, woken
+    assert "waiting for a person" not in woken
+
+    stuck = runner.invoke(main, ["runs", "list", "--stuck", "--db", store_target])
+    assert stuck.exit_code == 0, stuck.output
+    why = {line.split()[0]: line for line in stuck.output.splitlines()[1:]}
+    assert "waiting for a person to decide" in why["asked"]
+    assert "a person decided: waiting for a ResumeWorker" in why["decided"], why["decided"]
+    assert "waiting for a person" not in why["decided"]
+
+    from starlette.testclient import TestClient
+
+    from zincir.inspector import create_app
+
+    client = TestClient(create_app(store_target, address=ADDRESS), base_url=BASE_URL)
+    page = client.get("/runs/decided")
+    assert page.status_code == 200 and "a person decided: waiting for a ResumeWorker" in page.text
+    listed = client.get("/api/runs").json()["runs"]
+    kinds = {run["id"]: run["stall"]["kind"] for run in listed}
+    assert kinds == {"asked": "approval", "decided": "woken"}

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -172,11 +172,12 @@ def lease_of(run: Row, now: datetime) -> dict[str, Any]:
     }
 
 
-def run_summary(run: RunRecord, now: datetime) -> dict[str, Any]:
-    """The list/API view of an ``agent_runs`` row (stored config and result left out)."""
+def run_summary(run: RunRecord, now: datetime, arrived: Collection[str] = ()) -> dict[str, Any]:
+    """The list/API view of an ``agent_runs`` row (stored config and result left out); the
+    runs in ``arrived`` have the message they wait for."""
     summary = {key: value for key, value in run.items() if key not in ("config", "result")}
     lease = lease_of(run, now)
-    reason = stall_reason(run, now)
+    reason = stall_reason(run, now, arrived=run["id"] in arrived)
     summary.update(
         event_count=int(run.get("last_seq") or 0),
         stall=None if reason is None else dataclasses.asdict(reason),
@@ -326,7 +327,9 @@ class Pages:
         status = self._status_filter(request)
 
         def build(reader: Reader, now: datetime) -> Response:
-            runs = [run_summary(run, now) for run in reader.list_runs(status, LIST_LIMIT)]
+            found = reader.list_runs(status, LIST_LIMIT)
+            arrived = reader.arrived(found)  # one query for the page
+            runs = [run_summary(run, now, arrived) for run in found]
             return self.html(
                 "runs.html", runs=runs, status=status, statuses=STATUSES, limit=LIST_LIMIT, now=now
             )
@@ -337,7 +340,9 @@ class Pages:
         status = self._status_filter(request)
 
         def build(reader: Reader, now: datetime) -> Response:
-            runs = [run_summary(run, now) for run in reader.list_runs(status, LIST_LIMIT)]
+            found = reader.list_runs(status, LIST_LIMIT)
+            arrived = reader.arrived(found)  # one query for the page
+            runs = [run_summary(run, now, arrived) for run in found]
             return json_response({"runs": runs, "status": status, "limit": LIST_LIMIT})
 
         return self.guarded(request, build)
@@ -381,7 +386,10 @@ class Pages:
         next_after = events[-1]["seq"] if events and events[-1]["seq"] < last_seq else None
         parent = reader.get_run(run["parent_id"]) if run["parent_id"] else None
         detail = {
-            "run": {**run_summary(run, now), "result": decode_json(run["result"])},
+            "run": {
+                **run_summary(run, now, reader.arrived([run])),
+                "result": decode_json(run["result"]),
+            },
             "config": decode_json(run["config"]),
             "parent": run_summary(parent, now) if parent else None,
             "children": [run_summary(child, now) for child in reader.children(run_id, ROW_LIMIT)],

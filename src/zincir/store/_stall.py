@@ -1,5 +1,6 @@
-"""Why a live run is not moving, and when it will next act: read from its row alone (its
-wait, backoff, lease and version), the same way on every backend."""
+"""Why a live run is not moving, and when it will next act: read from its row (its wait,
+backoff, lease and version) and whether the message it waits for has arrived, the same way
+on every backend."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ KINDS: Final = (
     "timer",
     "message",
     "approval",
+    "woken",
     "budget",
     "spin",
     "child",
@@ -37,16 +39,23 @@ class StallReason:
     next_at: str | None = None
 
 
-def stall_reason(run: RunRecord, now: datetime) -> StallReason | None:
-    """Why run ``run`` is where it is at ``now``; None for a finished run."""
+def stall_reason(run: RunRecord, now: datetime, *, arrived: bool = False) -> StallReason | None:
+    """Why run ``run`` is where it is at ``now``; None for a finished run. ``arrived`` says
+    the message it waits for is there (a decided approval's among them): it waits for no
+    one, only to be resumed."""
     if run["status"] in TERMINAL_STATUSES:
         return None
+    version = run["app_version"]
+    worker = "a ResumeWorker" + (f" that serves app version {version}" if version else "")
     stamp = to_db(now)
     owner, expires = run["lease_owner"], run["lease_expires_at"]
     held = owner is not None and expires is not None and expires > stamp
     holder = f"; held by {owner} until {expires}" if held else ""
     kind, ref, until = run["wait_kind"], run["wait_ref"], run["wait_until"]
     deadline = f" (or until {until})" if until else ""
+    if kind == "message" and arrived:
+        what = "a person decided" if ref == APPROVAL_TOPIC else f"a message on {ref!r} arrived"
+        return StallReason("woken", f"{what}: waiting for {worker} to resume it{holder}", None)
     if kind == "timer":
         return StallReason("timer", f"waiting on a timer until {until}{holder}", until)
     if kind == "message" and ref == BUDGET_TOPIC:
@@ -75,8 +84,6 @@ def stall_reason(run: RunRecord, now: datetime) -> StallReason | None:
     if held:
         text = f"running: held by {owner} until {expires} (claimable then if that owner died)"
         return StallReason("running", text, expires)
-    version = run["app_version"]
-    worker = "a ResumeWorker" + (f" that serves app version {version}" if version else "")
     if run["status"] == "pending":
         return StallReason("pending", f"not started: waiting for {worker} to claim it", None)
     return StallReason("unclaimed", f"no live owner: waiting for {worker} to claim it", None)

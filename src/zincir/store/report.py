@@ -7,7 +7,7 @@ payload)``), so the same text comes from a live store or from the read-only view
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,15 +49,18 @@ def format_runs(runs: Iterable[RunRecord]) -> str:
     return "\n".join(lines)
 
 
-def format_stuck_runs(runs: Iterable[RunRecord], now: datetime | None = None) -> str:
-    """One line per live run without progress: id, status, last progress, and why."""
+def format_stuck_runs(
+    runs: Iterable[RunRecord], now: datetime | None = None, *, arrived: Collection[str] = ()
+) -> str:
+    """One line per live run without progress: id, status, last progress, and why (the
+    runs in ``arrived`` have their awaited message)."""
     moment = now or datetime.now(UTC)
     found = list(runs)
     if not found:
         return "no stuck runs"
     lines = [f"{'run id':<36}  {'status':<9}  {'no progress since':<27}  why"]
     for run in found:
-        reason = stall_reason(run, moment)
+        reason = stall_reason(run, moment, arrived=run["id"] in arrived)
         lines.append(
             f"{run['id']:<36}  {run['status']:<9}  {run['updated_at']:<27}  "
             f"{reason.text if reason else '-'}"
@@ -65,8 +68,15 @@ def format_stuck_runs(runs: Iterable[RunRecord], now: datetime | None = None) ->
     return "\n".join(lines)
 
 
-def format_run_log(run: RunRecord, events: Iterable[EventLine], now: datetime | None = None) -> str:
-    """A run's summary (with why a live run is not moving) and its event log."""
+def format_run_log(
+    run: RunRecord,
+    events: Iterable[EventLine],
+    now: datetime | None = None,
+    *,
+    arrived: bool = False,
+) -> str:
+    """A run's summary (with why a live run is not moving; ``arrived``: the message it
+    waits for is there) and its event log."""
     lease = (
         f"held by {run['lease_owner']} until {run['lease_expires_at']}"
         if run["lease_owner"]
@@ -84,7 +94,7 @@ def format_run_log(run: RunRecord, events: Iterable[EventLine], now: datetime | 
         f"updated   {run['updated_at']}",
         f"events    {run['last_seq']}",
     ]
-    reason = stall_reason(run, now or datetime.now(UTC))
+    reason = stall_reason(run, now or datetime.now(UTC), arrived=arrived)
     if reason is not None:
         lines.append(f"waiting   {reason.text}")
     lines += [

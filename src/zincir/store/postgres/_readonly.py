@@ -313,6 +313,19 @@ class PostgresSnapshot(ThreadReads):
         """Every event after ``after_seq``, read page by page within this snapshot."""
         return event_pages(self.events, run_id, after_seq, page_size)
 
+    def arrived(self, runs: Sequence[RunRecord]) -> set[str]:
+        """The ids of those ``runs`` that wait for a message which has arrived (a decided
+        approval's among them), in one query."""
+        waiting = {(run["id"], run["wait_ref"]) for run in runs if run["wait_kind"] == "message"}
+        if not waiting:
+            return set()
+        found = self._tuples(
+            "SELECT DISTINCT to_run_id, topic FROM messages "
+            "WHERE received_at IS NULL AND to_run_id = ANY(%s)",
+            (sorted({run_id for run_id, _ in waiting}),),
+        )
+        return {run_id for run_id, topic in {(str(a), str(b)) for a, b in found} & waiting}
+
     def answered(self, run_id: str, call_ids: Sequence[str]) -> set[str]:
         """Which of these tool call ids already have a ``tool_result``."""
         if not call_ids:

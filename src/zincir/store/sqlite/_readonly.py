@@ -367,6 +367,21 @@ class SnapshotReader(ThreadReads):
         """Every event after ``after_seq``, read page by page within this snapshot."""
         return event_pages(self.events, run_id, after_seq, page_size)
 
+    def arrived(self, runs: Sequence[RunRecord]) -> set[str]:
+        """The ids of those ``runs`` that wait for a message which has arrived (a decided
+        approval's among them), in one query."""
+        waiting = {(run["id"], run["wait_ref"]) for run in runs if run["wait_kind"] == "message"}
+        if not waiting or "messages" not in self._tables:
+            return set()
+        ids = sorted({run_id for run_id, _ in waiting})
+        marks = ", ".join("?" for _ in ids)
+        sql = (
+            "SELECT DISTINCT to_run_id, topic FROM messages "
+            f"WHERE received_at IS NULL AND to_run_id IN ({marks})"
+        )
+        found = self._query(lambda conn: {(str(a), str(b)) for a, b in conn.execute(sql, ids)})
+        return {run_id for run_id, topic in found & waiting}
+
     def answered(self, run_id: str, call_ids: Sequence[str]) -> set[str]:
         """Which of these tool call ids already have a ``tool_result``."""
         if not call_ids:
