@@ -172,15 +172,27 @@ def runs_list(
 @runs.command("show")
 @database_option
 @click.argument("run_id")
-def runs_show(database: str, run_id: str) -> None:
-    """A run's summary and event log."""
-    from .store.report import format_run_log
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the run and its events, payloads whole, as JSON."
+)
+def runs_show(database: str, run_id: str, as_json: bool) -> None:
+    """A run's summary, output and event log."""
+    from .store.report import format_run_log, run_document
 
     check_id(run_id, "RUN_ID")
     with _existing(database).snapshot() as reader:
         run = reader.get_run(run_id)
         if run is None:
             raise RunNotFound(f"no run {run_id!r} in {reader.path}", run_id=run_id)
+        if as_json:
+            document = run_document(
+                run,
+                reader.iter_events(run_id),
+                datetime.now(UTC),
+                arrived=bool(reader.arrived([run])),
+            )
+            click.echo(json.dumps(document, ensure_ascii=False, indent=2))
+            return
         text = format_run_log(
             run,
             (

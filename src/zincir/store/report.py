@@ -7,16 +7,26 @@ payload)``), so the same text comes from a live store or from the read-only view
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
 from .._errors import RunNotFound
 from ._protocol import Store
+from ._readonly_rows import decode_json
 from ._records import RunRecord
 from ._stall import stall_reason
 
-__all__ = ["EventLine", "format_run", "format_run_log", "format_runs", "format_stuck_runs"]
+__all__ = [
+    "EventLine",
+    "format_run",
+    "format_run_log",
+    "format_runs",
+    "format_stuck_runs",
+    "run_document",
+    "run_output",
+]
 
 EventLine = tuple[int, str, Any]
 """One event as the report shows it: its seq, its type and its decoded payload."""
@@ -25,6 +35,43 @@ EventLine = tuple[int, str, Any]
 def _short(value: Any, width: int = 90) -> str:
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _terminal(text: str) -> str:
+    """Text for a terminal, line by line: control characters escaped, never sent raw."""
+    return "\n".join(
+        line if line.isprintable() else json.dumps(line, ensure_ascii=False)[1:-1]
+        for line in text.split("\n")
+    )
+
+
+def run_output(run: RunRecord) -> str | None:
+    """What a finished run returned, for a person: an agent's output text, else its result
+    as JSON; None while it has none."""
+    result = decode_json(run["result"])
+    if result is None:
+        return None
+    if isinstance(result, dict) and isinstance(result.get("output"), str):
+        return str(result["output"])
+    return json.dumps(result, ensure_ascii=False)
+
+
+def run_document(
+    run: RunRecord, events: Iterable[Mapping[str, Any]], now: datetime, *, arrived: bool = False
+) -> dict[str, Any]:
+    """A run as one JSON document with whole payloads: its row (config, result and budget
+    decoded), its output, why it is not moving and every event."""
+    reason = stall_reason(run, now, arrived=arrived)
+    decoded = {name: decode_json(run[name]) for name in ("config", "result", "budget")}
+    return {
+        "run": {**run, **decoded},
+        "output": run_output(run),
+        "waiting": None if reason is None else asdict(reason),
+        "events": [
+            {name: event[name] for name in ("seq", "type", "created_at", "tool_call_id", "payload")}
+            for event in events
+        ],
+    }
 
 
 def _version(run: RunRecord) -> str:
@@ -94,6 +141,11 @@ def format_run_log(
         f"updated   {run['updated_at']}",
         f"events    {run['last_seq']}",
     ]
+    if run["status"] == "failed" and run["last_error"]:
+        lines.append(f"error     {_terminal(run['last_error'])}")
+    output = run_output(run)
+    if output is not None:
+        lines.append("output    " + _terminal(output).replace("\n", "\n" + " " * 10))
     reason = stall_reason(run, now or datetime.now(UTC), arrived=arrived)
     if reason is not None:
         lines.append(f"waiting   {reason.text}")
