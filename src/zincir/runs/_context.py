@@ -153,7 +153,8 @@ class AgentContext:
         lease_ttl: timedelta | float = DEFAULT_LEASE_TTL,
         budget: Budget | None = None,
     ) -> AgentContext:
-        """Take over a run whose lease is absent or expired (raises LeaseHeld otherwise);
+        """Take over a run whose lease is absent or expired, or held by a process of this
+        machine that provably died (raises LeaseHeld otherwise);
         ``budget``, when it differs from the one in force, is set (raising it resumes a run
         its budget paused)."""
         ctx = await cls._acquire(store, run_id, lease_ttl, force=False)

@@ -1,6 +1,7 @@
 """ResumeWorker: claims abandoned or waiting runs and hands them to the application.
 
-A run is claimable when it is not terminal, its lease is absent or expired, its backoff
+A run is claimable when it is not terminal, its lease is absent or expired (or held by a
+process of this machine that provably died: claimed at once), its backoff
 (``next_attempt_at``) has passed and its workflow wait, if any, is satisfied (deadline
 passed, message arrived, child terminal). A claim is one conditional UPDATE inside one
 ``BEGIN IMMEDIATE`` transaction that bumps the fencing token, so racing workers never claim

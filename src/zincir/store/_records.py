@@ -8,9 +8,6 @@ records carry aware datetimes and decoded JSON values.
 from __future__ import annotations
 
 import heapq
-import os
-import socket
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -18,6 +15,7 @@ from typing import Any, Final, Literal, NamedTuple, TypedDict, TypeVar, cast
 
 from .._json import loads_strict
 from .._time import to_db
+from ._owner import new_owner_id
 
 S = TypeVar("S")
 
@@ -141,11 +139,6 @@ class ToolResultEntry:
 
 LogEntry = ResponseEntry | ToolResultEntry
 """What an agent loop logs: a model response with its intents, or a tool's result."""
-
-
-def new_owner_id() -> str:
-    """A name unique to one lease or claim holder: host, process id and a random part."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
 @dataclass(slots=True)

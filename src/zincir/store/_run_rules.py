@@ -16,6 +16,7 @@ from .._errors import (
     RunTerminal,
 )
 from .._json import dumps, encode_checked
+from ._owner import OwnerStatus, owner_status, parse_owner
 from ._records import TERMINAL_STATUSES, NewEvent
 from ._restart_records import BUDGET_TOPIC, SPIN_TOPIC
 
@@ -29,6 +30,7 @@ __all__ = [
     "check_wait_kind",
     "claim_events",
     "fence_error",
+    "lease_held_message",
     "operator_event_topic",
     "operator_refused",
     "run_exists_error",
@@ -89,19 +91,40 @@ def check_takeover(
 ) -> str:
     """The status of a run a new owner may take over, given its stored (status,
     lease_owner) or None: RunNotFound, RunTerminal, or LeaseHeld while another lease is
-    ``live`` (until ``until``) and the takeover is not ``force``d."""
+    ``live`` (until ``until``) and the takeover is not ``force``d. A live lease whose
+    owner is a process of this machine that provably died is lapsed: taken over at once."""
     if row is None:
         raise run_not_found(run_id)
     status, holder = row
     if status in TERMINAL_STATUSES:
         raise terminal_error(run_id, status, " and cannot be recovered")
     if not force and holder is not None and live:
-        raise LeaseHeld(
-            f"owner {holder} holds a live lease until {until}; wait for it to expire, "
-            "or force_recover once that process is confirmed dead",
-            run_id=run_id,
-        )
+        judged = owner_status(holder)
+        if judged != "gone":
+            raise LeaseHeld(lease_held_message(holder, judged, until), run_id=run_id)
     return str(status)
+
+
+def lease_held_message(holder: str, judged: OwnerStatus, until: str | None) -> str:
+    """Why a live lease of ``holder`` blocks a takeover, and what to do, in the terms of
+    where its process runs."""
+    identity = parse_owner(holder)
+    if identity is not None and judged == "alive":
+        return (
+            f"a live process on this machine (pid {identity.pid}, owner {holder}) holds the "
+            f"lease until {until}; stop that process (a restart then takes the run over at "
+            "once), or wait for it to finish or for its lease to expire"
+        )
+    if identity is not None and judged == "elsewhere":
+        return (
+            f"a process on another machine ({identity.host}, pid {identity.pid}, owner "
+            f"{holder}) holds a live lease until {until}; wait for it to expire, or "
+            "force_recover once that process is confirmed dead"
+        )
+    return (
+        f"owner {holder} holds a live lease until {until}; wait for it to expire, "
+        "or force_recover once that process is confirmed dead"
+    )
 
 
 def check_wait_kind(kind: str | None) -> None:

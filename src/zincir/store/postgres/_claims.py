@@ -1,13 +1,15 @@
 """PostgreSQL: claims of abandoned or waiting runs (the ResumeWorker) and how an attempt
 ended.
 
-A run is claimable when it is not terminal, its lease is absent or expired, its backoff
-(``next_attempt_at``) has passed and its workflow wait, if any, is satisfied, all judged
-by ``zincir_now()``. Claimable rows are locked ``FOR NO KEY UPDATE SKIP LOCKED``: workers
-on several machines claiming at once take disjoint runs, and a row another transaction
-holds (a claim in flight, a live owner's write) is passed over rather than waited for; the
-key-share locks of foreign-key checks (events, child runs) do not hide a row. Each claim
-bumps the fencing token in the same transaction.
+A run is claimable when it is not terminal, its lease is absent or expired (or held by a
+process of this machine that provably died), its backoff (``next_attempt_at``) has passed
+and its workflow wait, if any, is satisfied, all judged by ``zincir_now()``. Claimable rows
+are locked ``FOR NO KEY UPDATE SKIP LOCKED``: workers on several machines claiming at once
+take disjoint runs, and a row another transaction holds (a claim in flight, a live owner's
+write) is passed over rather than waited for; the key-share locks of foreign-key checks
+(events, child runs) do not hide a row. Each claim bumps the fencing token in the same
+transaction. A row locked for a dead owner's lease is judged again once locked: if a live
+process took it over meanwhile, it is passed over.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from datetime import timedelta
 
+from .._owner import gone_owners, this_machine_like
 from .._records import TERMINAL_STATUSES, Lease, NewEvent
 from .._run_rules import (
     attempt_error,
@@ -26,13 +29,29 @@ from .._run_rules import (
 from ._base import Conn, PostgresBase, one
 from ._log import append_checked, text_time
 
-__all__ = ["CLAIMABLE_SQL", "ClaimOps"]
+__all__ = ["CLAIMABLE_SQL", "ClaimOps", "claimable_sql"]
 
 Backoff = Callable[[int], timedelta]
 
-CLAIMABLE_SQL = """
+_LAPSED = (
+    "r.lease_owner IS NULL OR r.lease_expires_at IS NULL OR r.lease_expires_at <= zincir_now()"
+)
+_GONE = " OR r.lease_owner = ANY(%s::text[])"
+"""A lease held by an owner whose process provably died (one of a list of owner ids)."""
+_THIS_MACHINE = (
+    "SELECT DISTINCT lease_owner FROM agent_runs "
+    "WHERE status IN ('pending', 'running') AND lease_owner LIKE %s"
+)
+"""The owners of this machine holding leases of unfinished runs (judged one by one)."""
+
+
+def claimable_sql(gone: bool) -> str:
+    """Whether run ``r`` may be claimed now; with ``gone``, a live lease of one of the
+    owners of its one placeholder (a text array) counts as lapsed."""
+    lapsed = _LAPSED + (_GONE if gone else "")
+    return f"""
 r.status IN ('pending', 'running')
-AND (r.lease_owner IS NULL OR r.lease_expires_at IS NULL OR r.lease_expires_at <= zincir_now())
+AND ({lapsed})
 AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= zincir_now())
 AND (r.wait_kind IS NULL
      OR (r.wait_until IS NOT NULL AND r.wait_until <= zincir_now())
@@ -43,6 +62,9 @@ AND (r.wait_kind IS NULL
          SELECT 1 FROM agent_runs AS c
          WHERE c.id = r.wait_ref AND c.status IN ('completed', 'failed', 'cancelled'))))
 """
+
+
+CLAIMABLE_SQL = claimable_sql(False)
 """Whether run ``r`` may be claimed now (no placeholders)."""
 
 _PINNED = " AND r.app_version = ANY(%s::text[])"
@@ -93,7 +115,8 @@ def _claim(
     ``app_versions``, only runs of one of those versions; with ``names``, only runs with
     one of those names."""
     pinned = ""
-    params: list[object] = []
+    gone = gone_owners(row[0] for row in conn.execute(_THIS_MACHINE, (this_machine_like(),)))
+    params: list[object] = [gone] if gone else []
     if app_versions is not None:
         pinned += _PINNED
         params.append(list(app_versions))
@@ -105,7 +128,7 @@ def _claim(
         (str(run_id), str(status), int(attempts), last_error)
         for run_id, status, attempts, last_error in conn.execute(
             f"SELECT r.id, r.status, r.attempts, r.last_error FROM agent_runs AS r "
-            f"WHERE {CLAIMABLE_SQL}{pinned} ORDER BY r.updated_at, r.id LIMIT %s "
+            f"WHERE {claimable_sql(bool(gone))}{pinned} ORDER BY r.updated_at, r.id LIMIT %s "
             "FOR NO KEY UPDATE OF r SKIP LOCKED",
             params,
         )

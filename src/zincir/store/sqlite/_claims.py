@@ -1,9 +1,10 @@
 """Claims of abandoned or waiting runs (the ResumeWorker) and how an attempt ended.
 
-A run is claimable when it is not terminal, its lease is absent or expired, its backoff
-(``next_attempt_at``) has passed and its workflow wait, if any, is satisfied. A claim is
-one conditional UPDATE that bumps the fencing token, inside one ``BEGIN IMMEDIATE``
-transaction, so racing workers never claim one run twice and never take a live lease.
+A run is claimable when it is not terminal, its lease is absent or expired (or held by a
+process of this machine that provably died), its backoff (``next_attempt_at``) has passed
+and its workflow wait, if any, is satisfied. A claim is one conditional UPDATE that bumps
+the fencing token, inside one ``BEGIN IMMEDIATE`` transaction, so racing workers never
+claim one run twice and never take a live lease.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import apsw
 
 from ..._json import encode_checked
 from ..._time import to_db
+from .._owner import gone_owners, this_machine_like
 from .._records import TERMINAL_STATUSES, Lease, NewEvent
 from .._run_rules import (
     attempt_error,
@@ -26,13 +28,27 @@ from .._run_rules import (
 from ._base import SQLiteBase, one
 from ._log import append_checked, last_seq_sql, lease_expiry_sql, ttl_us
 
-__all__ = ["CLAIMABLE_SQL", "ClaimOps"]
+__all__ = ["CLAIMABLE_SQL", "ClaimOps", "claimable_sql"]
 
 Backoff = Callable[[int], timedelta]
 
-CLAIMABLE_SQL = f"""
+_LAPSED = f"r.lease_owner IS NULL OR r.lease_expires_at IS NULL OR {lease_expiry_sql('r')} <= :now"
+_GONE = " OR r.lease_owner IN (SELECT value FROM json_each(:gone))"
+"""A lease held by an owner whose process provably died (a JSON array of owner ids)."""
+_THIS_MACHINE = (
+    "SELECT DISTINCT lease_owner FROM agent_runs "
+    "WHERE status IN ('pending', 'running') AND lease_owner LIKE ?"
+)
+"""The owners of this machine holding leases of unfinished runs (judged one by one)."""
+
+
+def claimable_sql(gone: bool) -> str:
+    """Whether run ``r`` may be claimed at ``:now``; with ``gone``, a live lease of one of
+    the ``:gone`` owners counts as lapsed."""
+    lapsed = _LAPSED + (_GONE if gone else "")
+    return f"""
 r.status IN ('pending', 'running')
-AND (r.lease_owner IS NULL OR r.lease_expires_at IS NULL OR {lease_expiry_sql("r")} <= :now)
+AND ({lapsed})
 AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= :now)
 AND (r.wait_kind IS NULL
      OR (r.wait_until IS NOT NULL AND r.wait_until <= :now)
@@ -43,6 +59,9 @@ AND (r.wait_kind IS NULL
          SELECT 1 FROM agent_runs AS c
          WHERE c.id = r.wait_ref AND c.status IN ('completed', 'failed', 'cancelled'))))
 """
+
+
+CLAIMABLE_SQL = claimable_sql(False)
 
 _PINNED = " AND r.app_version IN (SELECT value FROM json_each(:versions))"
 """Only runs of one of the versions (a JSON array) a pinned worker serves."""
@@ -97,12 +116,17 @@ class ClaimOps(SQLiteBase):
         def write(conn: apsw.Connection) -> list[Lease]:
             now = self.clock()
             stamp = to_db(now)
+            gone = gone_owners(
+                row[0] for row in conn.execute(_THIS_MACHINE, (this_machine_like(),))
+            )
+            dead = {"gone": encode_checked(gone)} if gone else {}
             rows = [
                 (str(run_id), str(status), int(attempts), last_error)
                 for run_id, status, attempts, last_error in conn.execute(
                     f"SELECT r.id, r.status, r.attempts, r.last_error FROM agent_runs AS r "
-                    f"WHERE {CLAIMABLE_SQL}{pinned} ORDER BY r.updated_at, r.id LIMIT :limit",
-                    {"now": stamp, "limit": limit, **versions},
+                    f"WHERE {claimable_sql(bool(gone))}{pinned} "
+                    "ORDER BY r.updated_at, r.id LIMIT :limit",
+                    {"now": stamp, "limit": limit, **versions, **dead},
                 )
             ]
             if not rows:
