@@ -211,12 +211,15 @@ def _notes(outcomes: list[Outcome]) -> list[str]:
                 f"{percentile(restarts, 0.5):.2f} s, max {restarts[-1]:.2f} s, min "
                 f"{restarts[0]:.2f} s (lease TTL {TTL:.0f} s)."
             )
-    failed = [o for o in outcomes if not o.completed or o.repeated]
-    notes += [
-        f"{o.backend} {o.run_id} ({KINDS[o.kind]}): completed={o.completed}, answered "
-        f"{o.answered}, stored {o.stored}; {(o.error or '')[:300]}"
-        for o in failed[:10]
-    ]
+    shown: set[tuple[str, str]] = set()
+    for o in outcomes:  # the first run missed of each fault on each backend
+        if (o.completed and not o.repeated) or (o.backend, o.kind) in shown:
+            continue
+        shown.add((o.backend, o.kind))
+        notes.append(
+            f"Missed: {o.backend} {o.run_id} ({KINDS[o.kind]}): completed={o.completed}, "
+            f"answered {o.answered}, stored {o.stored}; {(o.error or '')[:300]}"
+        )
     return notes
 
 

@@ -157,6 +157,6 @@ def test_a_killed_run_is_resumed_by_zincir_worker(server: ChatServer, tmp_path: 
         if worker.returncode is None:
             worker.kill()
             worker.communicate()
-    assert worker.returncode in (0, -signal.SIGTERM), out + err
+    assert worker.returncode == 0, out + err  # SIGTERM stops it cleanly
     assert took < LEASE_TTL / 2, f"the worker took {took:.1f} s: it waited for the lease"
     _finished_once(server, db, run_id, tmp_path)
