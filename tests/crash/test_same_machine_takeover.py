@@ -322,3 +322,47 @@ async def test_an_operation_claimed_by_the_killed_owner_passes_to_the_new_owner_
     assert select(db, "SELECT status, attempts, claim_lease_token FROM operations") == [
         ("completed", 2, 2)
     ]
+
+
+# -- racing takeovers of one dead owner's run --------------------------------------------------
+
+
+async def test_racing_takeovers_of_a_dead_owners_run_let_exactly_one_win(
+    store_target: str,
+) -> None:
+    """Four recovers and four worker claims, each on its own store (connection), race for
+    one killed owner's run: one takes it, the others see the winner's live lease."""
+    db = store_target
+    _, token = killed_owner(db, "agent", "raced")
+    stores = [zincir.open_store(db) for _ in range(8)]
+    won: list[int] = []
+    held: list[AgentContext] = []
+
+    async def recover(store: Store) -> str:
+        try:
+            ctx = await AgentContext.recover(store, "raced", lease_ttl=60)
+        except zincir.LeaseHeld as error:
+            assert "live process on this machine" in str(error)
+            return "held"
+        won.append(ctx.lease_token)
+        held.append(ctx)
+        return "recovered"
+
+    async def claim(store: Store) -> str:
+        leases = await ResumeWorker(store, lease_ttl=60).claim(10)
+        won.extend(lease.token for lease in leases)
+        return "claimed" if leases else "none"
+
+    try:
+        outcomes = await asyncio.gather(
+            *(recover(store) for store in stores[:4]), *(claim(store) for store in stores[4:])
+        )
+    finally:
+        for ctx in held:
+            await ctx.close()
+        for store in stores:
+            await store.close()
+    assert won == [token + 1], outcomes
+    assert sorted(outcomes).count("held") + sorted(outcomes).count("none") == 7
+    [(current,)] = select(db, "SELECT lease_token FROM agent_runs WHERE id = 'raced'")
+    assert current == token + 1
