@@ -1,11 +1,21 @@
-"""Strict JSON: one RFC 8259 document, no NaN/Infinity, no duplicate keys."""
+"""Strict JSON: one RFC 8259 document, no NaN/Infinity, no duplicate keys.
+
+A value a caller hands back (a tool's or a step's result, a run's result, a tool result
+recorded by hand, a restart payload) is stored in its JSON form: JSON data as it is, any
+other value pydantic can serialise (``datetime``, ``set``, models, dataclasses, enums,
+``UUID``, ``Decimal``) converted by ``pydantic_core.to_jsonable_python``, anything else
+refused with NotJsonSerializable naming its type (:func:`json_form`, ``dumps(convert=True)``).
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from typing import Any
+
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ._errors import NotJsonSerializable, PayloadTooLarge
 from ._memo import TextMemo
@@ -19,6 +29,7 @@ __all__ = [
     "dumps",
     "encode_checked",
     "encode_part",
+    "json_form",
     "known_strict",
     "loads_own",
     "loads_strict",
@@ -167,6 +178,7 @@ def dumps(
     run_id: str | None = None,
     str_keys: bool = False,
     remember: bool = False,
+    convert: bool = False,
 ) -> str:
     """Compact JSON that :func:`loads_strict` reads back as the same value.
 
@@ -175,11 +187,22 @@ def dumps(
     both before any write. ``str_keys`` says every object key is already known to be a
     str (a validated document), which skips that walk. ``remember`` keeps the text for
     :func:`known_strict` (a document an invocation or a record is about to check).
+    ``convert`` stores a user's value in its JSON form (:func:`json_form`): the text is
+    that of the converted value.
     """
     problem: str | None = None
     try:
         text: str = _ENCODER.encode(value)
-    except (TypeError, ValueError, RecursionError) as error:
+    except TypeError as error:
+        if not convert:
+            problem = str(error) or type(error).__name__
+        else:
+            value = _converted(value, what, run_id)
+            try:
+                text = _ENCODER.encode(value)
+            except (TypeError, ValueError, RecursionError) as again:
+                problem = str(again) or type(again).__name__
+    except (ValueError, RecursionError) as error:
         problem = str(error) or type(error).__name__
     if problem is None and isinstance(value, _CONTAINERS) and value:
         if not str_keys:
@@ -197,6 +220,42 @@ def dumps(
     if remember:
         remember_strict(text)
     return text
+
+
+def _converted(value: Any, what: str, run_id: str | None) -> Any:
+    """``value`` converted to JSON data by pydantic; NotJsonSerializable naming the type of
+    what it cannot convert."""
+    try:
+        converted = to_jsonable_python(value)
+    except (PydanticSerializationError, ValueError, RecursionError) as error:
+        named = re.search(r"<class '([^']+)'>", str(error))
+        kind = named.group(1) if named else f"{type(value).__qualname__} ({error})"
+        raise NotJsonSerializable(
+            f"{what} holds a {kind}, which is neither JSON data nor a value pydantic can "
+            "serialise (datetime, set, a pydantic model, a dataclass, an enum...); return "
+            "one of those, or convert it to one",
+            run_id=run_id,
+        ) from None
+    problem = _key_problem(value) if isinstance(value, _CONTAINERS) and value else None
+    if problem is not None:
+        raise _not_serializable(what, problem, run_id)
+    return converted
+
+
+def json_form(value: Any, *, what: str = "value", run_id: str | None = None) -> Any:
+    """``value`` as JSON data, the form zincir stores and every replay returns: JSON data
+    unchanged, any other value pydantic serialises converted (``datetime`` to ISO 8601 text,
+    ``set`` to a list, a model or dataclass to an object); NotJsonSerializable otherwise."""
+    try:
+        _ENCODER.encode(value)
+    except TypeError:
+        return _converted(value, what, run_id)
+    except (ValueError, RecursionError) as error:
+        raise _not_serializable(what, str(error) or type(error).__name__, run_id) from None
+    problem = _key_problem(value) if isinstance(value, _CONTAINERS) and value else None
+    if problem is not None:
+        raise _not_serializable(what, problem, run_id)
+    return value
 
 
 def depth_bound(text: str, value: Any) -> int:

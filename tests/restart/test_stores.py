@@ -252,7 +252,7 @@ BAD_SAVES: list[tuple[str, dict[str, Any], type[Exception]]] = [
     ("int-keyed payload", {"payload": {1: "a"}}, NotJsonSerializable),
     ("NaN payload", {"payload": {"x": float("nan")}}, NotJsonSerializable),
     ("lone surrogate", {"payload": "\ud800"}, NotJsonSerializable),
-    ("set payload", {"payload": {1, 2}}, NotJsonSerializable),
+    ("payload holding an object", {"payload": [object()]}, NotJsonSerializable),
     ("oversized payload", {"payload": _oversized()}, PayloadTooLarge),
     ("empty run id", {"run_id": ""}, InvalidInput),
     ("empty checkpoint id", {"checkpoint_id": ""}, InvalidInput),

@@ -192,7 +192,7 @@ async def test_tool_results(store: SQLiteStore, store_url: str) -> None:
     with pytest.raises(UnknownToolCall):
         await ctx.record_tool_result("zzz", 1)
     with pytest.raises(NotJsonSerializable):
-        await ctx.record_tool_result("a", {1, 2})
+        await ctx.record_tool_result("a", {"o": object()})  # a set would be stored as a list
     assert seqs(store_url, ctx.run_id) == [1, 2, 3, 4]
     await ctx.record_tool_result("b", {"ok": True})
     assert [c.id for c in await ctx.pending_tools()] == ["a"]

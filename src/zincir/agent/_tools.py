@@ -15,10 +15,9 @@ from types import MappingProxyType
 from typing import Any, Protocol, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
-from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from .._errors import InvalidInput
-from .._json import StrictJsonError, loads_strict
+from .._json import StrictJsonError, json_form, loads_strict
 from .._validate import name_problem
 from ..contract.payloads import McpRequest, RunContext, ToolCallPart, ToolDefinition, ToolOutput
 
@@ -131,12 +130,8 @@ class Tool:
         result = self.fn(**{name: getattr(instance, name) for name in self._parameters})
         if inspect.isawaitable(result):
             result = await result
-        try:
-            return to_jsonable_python(result)
-        except PydanticSerializationError as error:
-            raise InvalidInput(
-                f"tool {self.name!r} returned a value that is not JSON data: {error}"
-            ) from None
+        # Its JSON form, as every stored value (zincir._json.json_form).
+        return json_form(result, what=f"the result of tool {self.name!r}")
 
     def _model(self, arguments: Mapping[str, Any]) -> BaseModel:
         if not isinstance(arguments, Mapping):

@@ -45,7 +45,7 @@ def encode_payload(
     run, checkpoint_id = check_key(run_id, checkpoint_id)
     checked = check_sequence(revision, "revision", run_id=run)
     what = f"the payload of checkpoint {checkpoint_id!r}"
-    text = dumps(payload, what=what, run_id=run)
+    text = dumps(payload, what=what, run_id=run, convert=True)
     size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if size > max_bytes:
         raise PayloadTooLarge(

@@ -414,7 +414,11 @@ class AgentContext:
 
     async def complete(self, result: Any = None) -> None:
         """Mark the run completed (with an optional JSON result) and clear its lease."""
-        result_json = None if result is None else dumps(result, what="result", run_id=self.run_id)
+        result_json = (
+            None
+            if result is None
+            else dumps(result, what="the run's result", run_id=self.run_id, convert=True)
+        )
         await self._finish("completed", result_json=result_json)
 
     async def _complete_json(self, result_json: str) -> None:

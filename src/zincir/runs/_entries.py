@@ -80,7 +80,8 @@ def tool_result_entry(
     check_id(call_id, "call_id", run_id=run_id)
     body = dumps(
         {"id": call_id, "result": result, "is_error": bool(is_error)},
-        what="tool result",
+        what=f"the result of tool call {call_id!r}",
         run_id=run_id,
+        convert=True,
     )
     return ToolResultEntry(call_id, body)

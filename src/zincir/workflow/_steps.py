@@ -98,7 +98,9 @@ async def _claim_and_run(
             value = fn()
             if inspect.isawaitable(value):
                 value = await value
-            result_json = dumps(value, what=f"the result of step {name!r}", run_id=run_id)
+            result_json = dumps(
+                value, what=f"the result of step {name!r}", run_id=run_id, convert=True
+            )
         except BaseException:
             await core.drop_claim(name)  # the step can be retried
             raise
