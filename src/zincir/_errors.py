@@ -46,6 +46,7 @@
     ├── ApprovalDecided              the approval already has its (single-use) decision
     ├── ApprovalExpired              the approval expired before its decision: the call is denied
     ├── OperationFailed              raised by a handler to persist a failure record
+    │   └── RetryTool                raised by a tool: run the call again after a durable delay
     ├── OperationInProgress
     └── WorkerError
 
@@ -60,7 +61,7 @@ Every error takes a keyword-only ``run_id`` and shows it in its message.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 __all__ = [
@@ -97,6 +98,7 @@ __all__ = [
     "OperationInProgress",
     "PayloadTooLarge",
     "RecordFormatError",
+    "RetryTool",
     "RevisionConflict",
     "RunCancelled",
     "RunExists",
@@ -417,6 +419,27 @@ class OperationFailed(ZincirError):
         self.message = message
         text = f"operation failed: {error}" + (f": {message}" if message else "")
         super().__init__(text, run_id=run_id)
+
+
+class RetryTool(OperationFailed):
+    """Raised by a tool function: run the call again after a durable full-jitter delay (at
+    least ``delay`` seconds), up to the agent's ``tool_retry`` policy; after the last
+    attempt the error is reported to the model (or fails the run with
+    ``tool_errors="fail"``)."""
+
+    def __init__(self, reason: str = "", *, delay: timedelta | float | None = None) -> None:
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if seconds is not None and (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not 0 <= seconds < float("inf")
+        ):
+            raise InvalidInput(f"delay must be a duration of zero or more, not {delay!r}")
+        self.reason = reason
+        self.retry_after = None if seconds is None else float(seconds)
+        # The persisted failure keeps only its message: the floor travels in it.
+        floor = "" if seconds is None else f" (Retry-After: {seconds:g} s)"
+        super().__init__("RetryTool", True, f"{reason or 'the tool asked to be retried'}{floor}")
 
 
 class OperationInProgress(ZincirError):

@@ -59,8 +59,10 @@ def build(
     script: Callable[[int, ModelRequest], ModelResponse] | None = None,
     hang_at: int | None = None,
     name: str = "reference",
+    **options: Any,
 ) -> Agent:
-    """An agent whose model follows ``script`` (default: first, then second, then text)."""
+    """An agent whose model follows ``script`` (default: first, then second, then text);
+    ``options`` are more ``Agent`` settings."""
 
     @tool
     async def first(n: int) -> dict[str, Any]:
@@ -88,6 +90,7 @@ def build(
         name=name,
         instructions="Use the tools, then answer.",
         tools=[first, second],
+        **options,
     )
 
 

@@ -95,12 +95,13 @@ async def test_a_command_worker_serves_the_tools_and_a_replay_calls_nothing(
 
 
 async def test_a_failing_command_fails_the_run_with_its_record(tmp_path: Path) -> None:
-    """A command that exits non-zero is a persisted failure: an explicit error, no fallback."""
+    """A command that exits non-zero is a persisted failure: an explicit error, no fallback
+    (with tool_errors="fail" and no tool retries; by default the model reads the error)."""
     db, log = tmp_path / "x.db", tmp_path / "log"
     store = zincir.open_store(db)
     try:
         failing = [sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"]
-        agent = build(log)
+        agent = build(log, tool_errors="fail", tool_retry=zincir.RetryPolicy.no_retry())
         local = runtime(store, agent, log, failing, retry=zincir.RetryPolicy.no_retry())
         binding = DurableBinding(local, "cmd-fail", HANDLERS)
         with pytest.raises(zincir.OperationFailed) as raised:

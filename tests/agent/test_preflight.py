@@ -68,7 +68,12 @@ CASES = {
     ),
     "retry timer not configured": (
         agent_with(retry=zincir.RetryPolicy(max_attempts=3)),
-        Handlers(model_request="m"),
+        Handlers(model_request="m", retry_delay=None),
+        "retry_delay",
+    ),
+    "retry timer not configured for the default retries": (
+        agent_with(),
+        Handlers(model_request="m", retry_delay=None),
         "retry_delay",
     ),
 }

@@ -11,6 +11,7 @@ failure waits a deterministic full-jitter ``retry.delay``; ``run_stream`` yields
 parts and tool results; ``deliver_event`` sends an application event once.
 """
 
+from .._errors import RetryTool
 from ._agent import Agent, AgentStream, EventSink
 from ._approval import (
     APPROVAL_TOPIC,
@@ -33,7 +34,7 @@ from ._pending import PendingApproval, decide, pending_approvals
 from ._result import AgentRunResult
 from ._serve import Approver, serve
 from ._stream import StreamEvent
-from ._tools import Tool, ToolOrigin, Toolset, tool
+from ._tools import Tool, ToolErrors, ToolOrigin, Toolset, tool
 
 __all__ = [
     "APPROVAL_TOPIC",
@@ -57,8 +58,10 @@ __all__ = [
     "PausedRun",
     "PendingApproval",
     "ProviderError",
+    "RetryTool",
     "StreamEvent",
     "Tool",
+    "ToolErrors",
     "ToolOrigin",
     "ToolRetriesExhausted",
     "Toolset",

@@ -28,8 +28,9 @@ from ._models import Model
 from ._ownership import take_run
 from ._preflight import ResolvedToolsets, check_route
 from ._result import AgentRunResult, result_from_stored, stored_result
+from ._retry import DEFAULT_MODEL_RETRY, DEFAULT_TOOL_RETRY
 from ._stream import Emit, StreamEvent
-from ._tools import Tool, ToolFunction, Toolset
+from ._tools import Tool, ToolErrors, ToolFunction, Toolset, check_tool_errors
 
 if TYPE_CHECKING:
     from ..restart._protocol import RestartStore
@@ -44,8 +45,15 @@ _DETERMINISTIC_FAILURES = (DurableOperationFailed, ToolRetriesExhausted, Invalid
 class Agent:
     """A small provider-agnostic loop: model → tool calls → model … → final text.
 
-    ``retry`` is the policy for retryable model failures; ``tool_retries`` bounds how often
-    in a row the model may call a tool wrongly before the run fails; ``hooks`` observe.
+    ``retry`` is the policy for retryable model failures (connection errors, timeouts, 429,
+    5xx); the default, ``DEFAULT_MODEL_RETRY``, waits out at least 10 minutes of outage with
+    durable full-jitter delays (``RetryPolicy.no_retry()`` fails at once). ``tool_retries``
+    bounds how often in a row the model may call a tool wrongly (unknown tool, arguments
+    that are not JSON or fail the schema) before the run fails. ``tool_errors`` says what a
+    tool's ordinary exception does: ``"report"`` it to the model as the call's error result
+    (the default) or ``"fail"`` the run (a tool's own ``tool_errors`` wins); ``tool_retry``
+    is the policy for a tool that raises ``RetryTool`` (default ``DEFAULT_TOOL_RETRY``).
+    ``hooks`` observe.
     ``capabilities`` (name → toolset) are offered only once the model loads them with the
     built-in ``load_capability`` tool; preflight checks their handlers from the start.
     ``approval_timeout`` bounds how long a durable run's paused call waits for a person's
@@ -66,6 +74,8 @@ class Agent:
         event_sink: EventSink | None = None,
         capabilities: Mapping[str, Toolset | Iterable[Tool | ToolFunction]] | None = None,
         approval_timeout: timedelta | float | None = None,
+        tool_errors: ToolErrors = "report",
+        tool_retry: RetryPolicy | None = None,
     ) -> None:
         if not isinstance(getattr(model, "name", None), str) or not callable(
             getattr(model, "request", None)
@@ -87,14 +97,17 @@ class Agent:
             if not isinstance(toolset, Toolset):
                 raise InvalidInput(f"toolsets must hold Toolset objects, not {toolset!r}")
         self.tools_by_name([(ts, ts.tools) for ts in self.all_toolsets if not ts.is_dynamic])
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise InvalidInput("retry must be a zincir.RetryPolicy or None")
-        self.retry = retry if retry is not None else RetryPolicy.no_retry()
-        if self.retry.max_attempts > MAX_RETRIES:
-            raise InvalidInput(
-                f"retry.max_attempts is at most {MAX_RETRIES} (each retry timer takes one "
-                "of the failed request's sequences)"
-            )
+        for policy, what in ((retry, "retry"), (tool_retry, "tool_retry")):
+            if policy is not None and not isinstance(policy, RetryPolicy):
+                raise InvalidInput(f"{what} must be a zincir.RetryPolicy or None")
+            if policy is not None and policy.max_attempts > MAX_RETRIES:
+                raise InvalidInput(
+                    f"{what}.max_attempts is at most {MAX_RETRIES} (each retry timer takes "
+                    "one of the failed call's sequences)"
+                )
+        self.retry = retry if retry is not None else DEFAULT_MODEL_RETRY
+        self.tool_retry = tool_retry if tool_retry is not None else DEFAULT_TOOL_RETRY
+        self.tool_errors = check_tool_errors(tool_errors)
         self.hooks: tuple[AgentHooks, ...] = tuple(hooks)
         self.tool_retries = check_count(tool_retries, "tool_retries")
         self.event_sink = event_sink

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final
 
 from .._errors import InvalidInput
 from .._validate import check_id, check_lease_ttl
@@ -15,7 +15,11 @@ from ..runs._spin import SpinRules
 from ..runs._versions import app_version_or_default
 from ..store import Store, as_store
 
-__all__ = ["DurableBinding", "Handlers"]
+__all__ = ["DEFAULT_RETRY_DELAY_HANDLER", "DurableBinding", "Handlers"]
+
+DEFAULT_RETRY_DELAY_HANDLER: Final = "zincir.retry-delay"
+"""The ``retry_delay`` handler id unless ``Handlers(retry_delay=...)`` names another (or
+None: no timer, so the agent's retry policy must allow a single attempt)."""
 
 _KINDS = {
     "model_request": OperationKind.MODEL_REQUEST,
@@ -30,13 +34,17 @@ _KINDS = {
 
 @dataclass(frozen=True, slots=True)
 class Handlers:
-    """The handler id of each operation kind a durable run may execute (each optional)."""
+    """The handler id of each operation kind a durable run may execute (each optional).
+
+    ``retry_delay`` defaults to ``"zincir.retry-delay"``, which ``serve`` registers, so the
+    default retries of the agent (``Agent(retry=...)``) work without configuring it.
+    """
 
     model_request: str | None = None
     model_stream: str | None = None
     tool_call: str | None = None
     mcp_request: str | None = None
-    retry_delay: str | None = None
+    retry_delay: str | None = DEFAULT_RETRY_DELAY_HANDLER
     approval_resume: str | None = None
     event_delivery: str | None = None
 

@@ -21,7 +21,7 @@ from ._loop import Deferred, PlannedCall
 from ._models import Model, coerce_response
 from ._preflight import ResolvedToolsets
 from ._stream import Emit, assemble_stream, tee
-from ._tools import Tool
+from ._tools import Tool, ToolErrors, call_tool
 
 __all__ = ["DirectExecutor"]
 
@@ -62,6 +62,19 @@ class DirectExecutor:
         """Sleep here: the direct path has no timer worker."""
         await asyncio.sleep(delay.delay_seconds)
 
+    async def wait_tool_retry(
+        self,
+        number: int,
+        position: int,
+        call: ToolCallPart,
+        delay: RetryDelay,
+        *,
+        approval: ApprovalDecision | None = None,
+        attempt: int = 0,
+    ) -> None:
+        """Sleep here before a tool call runs again."""
+        await asyncio.sleep(delay.delay_seconds)
+
     async def run_tool(
         self,
         number: int,
@@ -73,16 +86,23 @@ class DirectExecutor:
         *,
         approval: ApprovalDecision | None = None,
         attempt: int = 0,
+        errors: ToolErrors = "report",
     ) -> ToolOutput | Deferred:
-        """Call the tool function with its validated arguments."""
+        """Call the tool function with its validated arguments; its ordinary exception is
+        reported (or raised as ``ToolFailed``, per ``errors``)."""
         try:
             with approved(approval):
-                content = await tool.call(arguments)
+                content, is_error = await call_tool(tool, arguments, errors)
         except ApprovalRequired:
             return Deferred("approval")
         except CallDeferred:
             return Deferred("external")
-        return ToolOutput(tool_call_id=call.tool_call_id, tool_name=call.tool_name, content=content)
+        return ToolOutput(
+            tool_call_id=call.tool_call_id,
+            tool_name=call.tool_name,
+            content=content,
+            is_error=is_error,
+        )
 
     async def record_response(self, number: int, response: ModelResponse) -> None:
         """Nothing is recorded on the direct path."""

@@ -18,6 +18,7 @@ those sequences.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,6 +43,7 @@ from ..contract import (
     Success,
     Suspended,
     SuspendReason,
+    decode_record,
 )
 from ..contract.payloads import (
     ApprovalDecision,
@@ -62,10 +64,11 @@ from ..contract.payloads import (
 from ..durable import LocalRuntime
 from ..runs import AgentContext, ToolCall, response_entry, tool_result_entry
 from ..runs._budget import Moment
-from ..store import Event, LogEntry, NewApproval, NewEvent, ResponseEntry
+from ..store import Event, LogEntry, NewApproval, NewEvent, OperationKey, ResponseEntry
 from ._approval import APPROVAL_TOPIC, Execution, PausedRun, args_sha256
 from ._binding import DurableBinding
 from ._conversation import response_text, tool_calls
+from ._describe import describe_operation, drift_reason
 from ._errors import DurableOperationFailed
 from ._identity import (
     APPROVAL_RESUME,
@@ -81,7 +84,7 @@ from ._identity import (
 from ._loop import Deferred, PlannedCall, Refused
 from ._preflight import ResolvedToolsets, check_route
 from ._stream import Emit
-from ._tools import Tool, ToolOrigin
+from ._tools import Tool, ToolErrors, ToolOrigin
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -252,6 +255,37 @@ class DurableExecutor:
         sequence = retry_sequence(number, delay.retry, run_id=self.binding.run_id)
         await self._execute(RETRY_DELAY, sequence, OperationKind.RETRY_DELAY, delay)
 
+    async def wait_tool_retry(
+        self,
+        number: int,
+        position: int,
+        call: ToolCallPart,
+        delay: RetryDelay,
+        *,
+        approval: ApprovalDecision | None = None,
+        attempt: int = 0,
+    ) -> None:
+        """The timer before a tool call's attempt ``attempt`` as ``retry.delay`` at that
+        attempt's sequence of the call; the worker waits, never this process."""
+        sequence = self._tool_attempt(number, position, call, approval, attempt)
+        await self._execute(RETRY_DELAY, sequence, OperationKind.RETRY_DELAY, delay)
+
+    def _tool_attempt(
+        self,
+        number: int,
+        position: int,
+        call: ToolCallPart,
+        approval: ApprovalDecision | None,
+        attempt: int,
+    ) -> int:
+        """The sequence of a tool call's attempt (an approved one after its rounds)."""
+        run_id = self.binding.run_id
+        if approval is not None:
+            attempt += self.logged.rounds.get(call.tool_call_id, 0)
+        return attempt_sequence(
+            tool_sequence(number, position, run_id=run_id), attempt, run_id=run_id
+        )
+
     async def run_tool(
         self,
         number: int,
@@ -263,16 +297,16 @@ class DurableExecutor:
         *,
         approval: ApprovalDecision | None = None,
         attempt: int = 0,
+        errors: ToolErrors = "report",
     ) -> ToolOutput | Deferred:
         """The call as ``tool.call`` (or ``mcp.request``) #number*1000+position; a later
-        attempt (an approved call whose tool first asked for approval) adds its stride, and
-        so does each decision round before the one that approved it."""
+        attempt (an approved call whose tool first asked for approval, a retry) adds its
+        stride, and so does each decision round before the one that approved it. ``errors``
+        is decided by the worker, which serves the same agent."""
         run_id = self.binding.run_id
         if approval is not None:
             attempt += self.logged.rounds.get(call.tool_call_id, 0)
-        sequence = attempt_sequence(
-            tool_sequence(number, position, run_id=run_id), attempt, run_id=run_id
-        )
+        sequence = self._tool_attempt(number, position, call, None, attempt)
 
         where = f"tool call {call.tool_call_id!r} ({call.tool_name})"
         route = tool.mcp_route if tool.origin is ToolOrigin.MCP else None
@@ -599,7 +633,36 @@ class DurableExecutor:
         log: Callable[[Record], Sequence[LogEntry]] | None = None,
         ahead: Callable[[Record], Sequence[Invocation]] | None = None,
     ) -> tuple[Record, bool]:
-        """Execute ``invocation`` on the binding's runtime (see :meth:`_outcome`)."""
+        """Execute ``invocation`` on the binding's runtime (see :meth:`_outcome`); an
+        identity recorded with other input is InputDrift in the conversation's terms."""
+        try:
+            return await self._on_runtime(invocation, log, ahead)
+        except InputDrift as error:
+            raise await self._drift(invocation) from error
+
+    async def _drift(self, invocation: Invocation) -> InputDrift:
+        """InputDrift naming the operation as the conversation knows it and what differs."""
+        recorded: str | None = None
+        key = OperationKey(invocation.run_id, invocation.step_id, invocation.sequence)
+        with contextlib.suppress(Exception):  # explaining must not hide the drift
+            row = await self.binding.run_store().get_operation(key)
+            if row is not None and row.record is not None:
+                recorded = decode_record(row.record).invocation.input_json
+        what = describe_operation(invocation)
+        reason = drift_reason(OperationKind(invocation.kind), recorded, invocation.input_json)
+        return InputDrift(
+            f"{what} was recorded with other input than this run now sends: {reason}. A run "
+            "replays what it recorded, so its prompt, instructions and tools must stay as "
+            "they were: continue it with them, or start a new run id",
+            run_id=invocation.run_id,
+        )
+
+    async def _on_runtime(
+        self,
+        invocation: Invocation,
+        log: Callable[[Record], Sequence[LogEntry]] | None = None,
+        ahead: Callable[[Record], Sequence[Invocation]] | None = None,
+    ) -> tuple[Record, bool]:
         runtime = self.binding.runtime
         ctx = self.ctx
         if ctx is not None and isinstance(runtime, LocalRuntime) and runtime.store is ctx.store:

@@ -10,24 +10,30 @@ from __future__ import annotations
 
 from .._errors import OperationFailed, ZincirError
 from ..contract import Failure, Record
+from ._describe import describe_operation, failure_advice
 
 __all__ = ["DurableOperationFailed", "ToolRetriesExhausted"]
 
 
 class DurableOperationFailed(OperationFailed):
-    """A durable operation's persisted record is a failure; ``record`` is that record."""
+    """A durable operation's persisted record is a failure; ``record`` is that record.
+
+    The message names the operation as the conversation knows it ("tool call 'lookup'
+    (call id 'c1') of model request 2") and what a user can do.
+    """
 
     def __init__(self, record: Record) -> None:
         outcome = record.outcome
         assert isinstance(outcome, Failure)
         self.record = record
+        invocation = record.invocation
         super().__init__(
             outcome.error,
             outcome.retryable,
-            f"{outcome.message + '; ' if outcome.message else ''}the record of "
-            f"{record.invocation.step_id} #{record.invocation.sequence} is persisted, so a "
-            "replay fails the same way (fix the cause and start a new run)",
-            run_id=record.invocation.run_id,
+            f"{outcome.message + '; ' if outcome.message else ''}{describe_operation(invocation)} "
+            "failed and its failure is recorded, so running this run id again fails the same "
+            f"way: {failure_advice(invocation, outcome.error, outcome.retryable)} (a new run id)",
+            run_id=invocation.run_id,
         )
 
 

@@ -5,7 +5,10 @@ position`` (its index among that response's calls), fixed before any tool starts
 timer ``failed_request_number * 1000 + retry_number``; an approval its call's sequence. A
 call asked again because its decision no longer binds the arguments that would run is
 decided in its next round: round ``r`` is ``attempt_sequence(call sequence, r)``, and the
-tool call it approves moves ``r`` attempts on as well.
+tool call it approves moves ``r`` attempts on as well. A tool call retried after a
+retryable failure (``RetryTool``) takes ``TOOL_RETRY_STRIDE`` attempts per retry (clear of
+the decision rounds), and the ``retry.delay`` timer before it takes that attempt's sequence
+of the call.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ __all__ = [
     "MODEL_STREAM",
     "RETRY_DELAY",
     "TOOL_CALL",
+    "TOOL_RETRY_STRIDE",
     "attempt_sequence",
     "retry_sequence",
+    "tool_retry_attempt",
     "tool_sequence",
 ]
 
@@ -38,6 +43,7 @@ APPROVAL_RESUME: Final = "approval.resume"
 EVENT_DELIVERY: Final = "event.delivery"
 MAX_CALLS_PER_RESPONSE: Final = 1000
 MAX_RETRIES: Final = 1000
+TOOL_RETRY_STRIDE: Final = 1000
 ATTEMPT_STRIDE: Final = 10**12
 """A later attempt of an identity whose first attempt has a terminal record (a retried
 model request, an approved call whose tool first asked for approval, a decision round after
@@ -75,3 +81,9 @@ def attempt_sequence(sequence: int, attempt: int, *, run_id: str | None = None) 
             run_id=run_id,
         )
     return sequence + attempt * ATTEMPT_STRIDE
+
+
+def tool_retry_attempt(attempt: int, retry: int) -> int:
+    """The attempt of retry ``retry`` (0 = the first run) of a tool call whose first run is
+    attempt ``attempt``."""
+    return attempt + retry * TOOL_RETRY_STRIDE

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .._crash import crash_point
@@ -30,13 +31,21 @@ from ..store import grouped_writes
 from ._approval import Execution, PausedCall, PausedRun, args_sha256
 from ._capabilities import loaded_capabilities
 from ._conversation import Conversation, add_usage, response_text, tool_calls
-from ._errors import ToolRetriesExhausted
-from ._identity import tool_sequence
+from ._errors import DurableOperationFailed, ToolRetriesExhausted
+from ._identity import tool_retry_attempt, tool_sequence
 from ._preflight import ResolvedToolsets
 from ._result import AgentRunResult
 from ._retry import retry_document
 from ._stream import Emit
-from ._tools import Tool, ToolArgumentsRejected, ToolOrigin, arguments_problem
+from ._tools import (
+    TOOL_FAILED,
+    Tool,
+    ToolArgumentsRejected,
+    ToolErrors,
+    ToolOrigin,
+    arguments_problem,
+    call_tool,
+)
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -64,6 +73,16 @@ class Executor(Protocol):
     ) -> ModelResponse: ...
     async def release_ahead(self) -> None: ...
     async def wait_retry(self, number: int, delay: RetryDelay) -> None: ...
+    async def wait_tool_retry(
+        self,
+        number: int,
+        position: int,
+        call: ToolCallPart,
+        delay: RetryDelay,
+        *,
+        approval: ApprovalDecision | None = None,
+        attempt: int = 0,
+    ) -> None: ...
     async def run_tool(
         self,
         number: int,
@@ -75,6 +94,7 @@ class Executor(Protocol):
         *,
         approval: ApprovalDecision | None = None,
         attempt: int = 0,
+        errors: ToolErrors = "report",
     ) -> ToolOutput | Deferred: ...
     async def decide(
         self,
@@ -321,15 +341,17 @@ async def _ask(
     request: ModelRequest,
     ahead: Callable[[ModelResponse], Sequence[PlannedCall]] | None = None,
 ) -> ModelResponse:
-    """Model request ``number``; a retryable failure waits its delay and tries again, up to
-    the agent's ``retry.max_attempts``, then is raised."""
+    """Model request ``number``; a retryable failure waits its delay and tries again, until
+    the agent's ``retry`` policy is exhausted (attempts, or delays waited), then is raised."""
     cumulative = 0.0
     attempt = 0
     while True:
         try:
             return await executor.model_request(number, request, attempt=attempt, ahead=ahead)
         except OperationFailed as error:
-            if not error.retryable or attempt + 1 >= agent.retry.max_attempts:
+            if not error.retryable or agent.retry.exhausted(
+                attempt + 1, timedelta(seconds=cumulative)
+            ):
                 raise
             attempt += 1
             delay = retry_document(
@@ -398,12 +420,14 @@ async def _execute(
     elif plan.rejection is not None or plan.tool is None:
         part = _rejected(call, plan.rejection or "")
     elif plan.tool.origin is ToolOrigin.WORKFLOW:
-        content = await plan.tool.call(plan.arguments)
-        part = ToolReturnPart(
-            tool_call_id=call.tool_call_id, tool_name=call.tool_name, content=content
-        )
+        errors = plan.tool.tool_errors or agent.tool_errors
+        try:
+            content, is_error = await call_tool(plan.tool, plan.arguments, errors)
+        except OperationFailed as error:  # retryable: no durable timer runs in process here
+            content, is_error = _exhausted(plan.tool, error, errors, executor.run_id), True
+        part = _returned_part(call, content, is_error=is_error)
     else:
-        outcome = await _decided(executor, number, plan, decisions, deferred)
+        outcome = await _decided(agent, executor, number, plan, decisions, deferred)
         if isinstance(outcome, PausedCall | _Refusal):
             return outcome
         part, follow_up = outcome
@@ -416,6 +440,7 @@ async def _execute(
 
 
 async def _decided(
+    agent: Agent,
     executor: Executor,
     number: int,
     plan: _Planned,
@@ -437,7 +462,7 @@ async def _decided(
     if execution is None and call.tool_call_id in deferred:
         execution, attempt = deferred[call.tool_call_id], 1
     if execution is None:
-        output = await executor.run_tool(number, plan.position, tool, call, arguments, plan.retry)
+        output = await _run_tool(agent, executor, number, plan, arguments)
         if not isinstance(output, Deferred):
             return _returned(call, output)
         execution, attempt = output.execution, 1
@@ -472,8 +497,8 @@ async def _decided(
         return _returned_part(call, content, is_error=True), ()
     if decision.decision == "external_result":
         return _returned_part(call, decision.result), ()
-    output = await executor.run_tool(
-        number, plan.position, tool, call, chosen, plan.retry, approval=decision, attempt=attempt
+    output = await _run_tool(
+        agent, executor, number, plan, chosen, approval=decision, attempt=attempt
     )
     if isinstance(output, Deferred):
         raise InvalidInput(
@@ -483,6 +508,88 @@ async def _decided(
             run_id=run_id,
         )
     return _returned(call, output)
+
+
+async def _run_tool(
+    agent: Agent,
+    executor: Executor,
+    number: int,
+    plan: _Planned,
+    arguments: dict[str, Any],
+    *,
+    approval: ApprovalDecision | None = None,
+    attempt: int = 0,
+) -> ToolOutput | Deferred:
+    """Run a planned call; a retryable failure (``RetryTool``) waits its durable delay and
+    runs the call again until the agent's ``tool_retry`` policy is exhausted, then is
+    reported to the model (or fails the run, with ``tool_errors="fail"``)."""
+    tool, call = plan.tool, plan.call
+    assert tool is not None
+    errors = tool.tool_errors or agent.tool_errors
+    policy = agent.tool_retry
+    run_id = executor.run_id
+    waited = 0.0
+    retry = 0
+    while True:
+        try:
+            return await executor.run_tool(
+                number,
+                plan.position,
+                tool,
+                call,
+                arguments,
+                plan.retry,
+                approval=approval,
+                attempt=tool_retry_attempt(attempt, retry),
+                errors=errors,
+            )
+        except OperationFailed as error:
+            if not error.retryable:
+                raise
+            if policy.exhausted(retry + 1, timedelta(seconds=waited)):
+                content = _exhausted(tool, error, errors, run_id)
+                return ToolOutput(
+                    tool_call_id=call.tool_call_id,
+                    tool_name=call.tool_name,
+                    content=content,
+                    is_error=True,
+                )
+            retry += 1
+            delay = retry_document(
+                policy,
+                run_id=run_id or agent.name,
+                retry=retry,
+                failed_request=number,
+                error=error,
+                cumulative_before=waited,
+                call=(call.tool_call_id, call.tool_name),
+            )
+            waited = delay.cumulative_delay_seconds
+            await executor.wait_tool_retry(
+                number,
+                plan.position,
+                call,
+                delay,
+                approval=approval,
+                attempt=tool_retry_attempt(attempt, retry),
+            )
+
+
+def _exhausted(tool: Tool, error: OperationFailed, errors: ToolErrors, run_id: str | None) -> str:
+    """What the model reads of a tool whose retries are spent; ``ToolFailed`` with "fail"."""
+    text = f"{error.error}: {error.message}" if error.message else error.error
+    if errors == "report":
+        return text
+    if isinstance(error, DurableOperationFailed):
+        raise error  # its record ends the run: a replay fails the same way
+    raise OperationFailed(
+        TOOL_FAILED,
+        False,
+        f"tool {tool.name!r} still failed after its retries ({text}); with "
+        "tool_errors='report' the model would read the error and the run would go on, or "
+        "allow more attempts with Agent(tool_retry=RetryPolicy(...))",
+        run_id=run_id,
+    ) from error
 
 
 def _mismatch(refusals: Sequence[_Refusal], run_id: str | None) -> ApprovalMismatch:

@@ -48,7 +48,8 @@ def check_route(
     )
     if agent.retry.max_attempts > 1:
         needs[OperationKind.RETRY_DELAY] = (
-            f"the retry policy allows {agent.retry.max_attempts} attempts"
+            f"the retry policy allows {agent.retry.max_attempts} attempts; "
+            "Agent(retry=RetryPolicy.no_retry()) fails at once instead"
         )
     offered = dict(resolved)
     routed: dict[tuple[OperationKind, str], str] = {}
@@ -71,6 +72,13 @@ def check_route(
             else:
                 why = f"toolset {toolset.id or '(unnamed)'} routes its {origin.value} tools there"
                 routed.setdefault((_FAMILY[origin], own), why)
+        if agent.tool_retry.max_attempts > 1 and origins & _FAMILY.keys():
+            needs.setdefault(
+                OperationKind.RETRY_DELAY,
+                f"the tool_retry policy allows {agent.tool_retry.max_attempts} attempts of a "
+                "tool that raises RetryTool; Agent(tool_retry=RetryPolicy.no_retry()) "
+                "reports its error at once instead",
+            )
         if any(tool.requires_approval for tool in tools):
             needs[OperationKind.APPROVAL_RESUME] = "a tool requires approval"
     check_handlers(binding, needs, routed)

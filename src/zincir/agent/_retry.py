@@ -7,6 +7,13 @@ error's ``retry_after`` attribute, or ``Retry-After: <seconds> s`` in a persiste
 message) is a floor, bounded by ``MAX_RETRY_AFTER``. The document also carries the
 provider's HTTP status and request id when the failure's message names them (the form
 ``ProviderError`` writes).
+
+A tool call that fails retryably (``RetryTool``) waits the same way; its jitter also takes
+the call's id, and its document names the call (``tool_call_id``, ``tool_name``).
+
+Defaults: ``DEFAULT_MODEL_RETRY`` (first delay up to 1 s, doubling, each at most 30 s,
+until at least 10 minutes were waited; at most ``MAX_RETRIES`` attempts) and
+``DEFAULT_TOOL_RETRY`` (up to 1 s, doubling, at most 30 s, 8 attempts).
 """
 
 from __future__ import annotations
@@ -23,8 +30,11 @@ from pydantic import JsonValue
 from .._errors import OperationFailed
 from ..contract.payloads import RetryDelay
 from ..durable import RetryPolicy
+from ._identity import MAX_RETRIES
 
 __all__ = [
+    "DEFAULT_MODEL_RETRY",
+    "DEFAULT_TOOL_RETRY",
     "MAX_RETRY_AFTER",
     "jitter_fraction",
     "provider_metadata",
@@ -33,13 +43,35 @@ __all__ = [
 ]
 
 MAX_RETRY_AFTER: Final = timedelta(hours=1)
+DEFAULT_MODEL_RETRY: Final = RetryPolicy(
+    max_attempts=MAX_RETRIES,
+    initial_interval=timedelta(seconds=1),
+    backoff=2.0,
+    max_interval=timedelta(seconds=30),
+    max_elapsed=timedelta(minutes=10),
+)
+"""``Agent(retry=None)``: retryable model failures are retried until at least 10 minutes of
+delays were waited (about 40 retries on average; the attempts bound is only a backstop)."""
+DEFAULT_TOOL_RETRY: Final = RetryPolicy(
+    max_attempts=8,
+    initial_interval=timedelta(seconds=1),
+    backoff=2.0,
+    max_interval=timedelta(seconds=30),
+)
+"""``Agent(tool_retry=None)``: a tool that raises ``RetryTool`` runs at most 8 times."""
 _RETRY_AFTER: Final = re.compile(r"Retry-After: ([0-9]+(?:\.[0-9]+)?) s")
 _HTTP_STATUS: Final = re.compile(r"^HTTP ([1-5][0-9]{2})(?:, request id ([!-9;-~]{1,128}))?:")
 
 
-def jitter_fraction(run_id: str, retry: int, failed_request: int) -> float:
-    """A number in [0, 1) fixed by (run id, retry number, failed request number)."""
-    seed = json.dumps([run_id, retry, failed_request], separators=(",", ":"))
+def jitter_fraction(
+    run_id: str, retry: int, failed_request: int, call_id: str | None = None
+) -> float:
+    """A number in [0, 1) fixed by (run id, retry number, failed request number), and the
+    tool call's id for a tool call's retry."""
+    key: list[object] = [run_id, retry, failed_request]
+    if call_id is not None:
+        key.append(call_id)
+    seed = json.dumps(key, separators=(",", ":"))
     digest = hashlib.sha256(seed.encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
 
@@ -83,13 +115,19 @@ def retry_document(
     failed_request: int,
     error: OperationFailed,
     cumulative_before: float,
+    call: tuple[str, str] | None = None,
 ) -> RetryDelay:
-    """The ``retry_delay`` input before retry ``retry`` (1-based) of ``failed_request``."""
+    """The ``retry_delay`` input before retry ``retry`` (1-based) of ``failed_request``, or
+    of the tool call ``call`` (its id and tool name) of that request's response."""
     cap = policy.delay(retry).total_seconds()
-    delay = round(jitter_fraction(run_id, retry, failed_request) * cap, 6)
+    call_id = None if call is None else call[0]
+    delay = round(jitter_fraction(run_id, retry, failed_request, call_id) * cap, 6)
     retry_after = provider_retry_after(error)
     if retry_after is not None:
         delay = max(delay, retry_after)
+    metadata = provider_metadata(error, retry_after)
+    if call is not None:
+        metadata.update(tool_call_id=call[0], tool_name=call[1])
     return RetryDelay(
         retry=retry,
         failed_request=failed_request,
@@ -97,5 +135,5 @@ def retry_document(
         cumulative_delay_seconds=max(round(cumulative_before + delay, 6), delay),
         error=error.error,
         retry_after_seconds=retry_after,
-        provider_metadata=provider_metadata(error, retry_after),
+        provider_metadata=metadata,
     )

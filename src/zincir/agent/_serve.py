@@ -37,7 +37,7 @@ from ._approval import approved
 from ._binding import Handlers
 from ._models import coerce_response
 from ._stream import assemble_stream
-from ._tools import Tool, ToolArgumentsRejected, ToolOrigin
+from ._tools import Tool, ToolArgumentsRejected, ToolOrigin, call_tool
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -54,7 +54,11 @@ def serve(
     handlers: Handlers,
     approver: Approver | None = None,
 ) -> None:
-    """Register, for each id configured in ``handlers``, the handler that serves ``agent``."""
+    """Register, for each id configured in ``handlers``, the handler that serves ``agent``.
+
+    The ``retry_delay`` timer serves every agent alike: when its id is already registered
+    (another agent's ``serve`` on the same registry), it is left as it is.
+    """
     if not isinstance(registry, HandlerRegistry):
         raise InvalidInput("registry must be a zincir.HandlerRegistry")
     if not isinstance(handlers, Handlers):
@@ -69,6 +73,8 @@ def serve(
         OperationKind.EVENT_DELIVERY: lambda: _event_delivery(agent),
     }
     for kind, handler_id in handlers.configured():
+        if kind is OperationKind.RETRY_DELAY and (kind, handler_id) in registry:
+            continue
         registry.register(kind, handler_id, DocumentHandler(makers[kind]()))
 
 
@@ -99,19 +105,24 @@ def _model_stream(agent: Agent) -> _Handler:
 
 
 async def _run(
+    agent: Agent,
     tool: Tool | None,
     name: str,
     origin: ToolOrigin,
     arguments: Mapping[str, Any],
     approval: ApprovalDecision | None = None,
-) -> Any:
+) -> tuple[Any, bool]:
+    """The tool's result and whether it reports an error: an ordinary exception is the
+    call's error result (or a ``ToolFailed`` failure with ``tool_errors="fail"``); a
+    retryable one (``RetryTool``) is a retryable failure, which the agent retries after a
+    durable delay."""
     if tool is None or tool.origin is not origin:
         raise OperationFailed(
             "UnknownTool", False, f"this worker serves no {origin.value} tool {name!r}"
         )
     try:
         with approved(approval):
-            return await tool.call(arguments)
+            return await call_tool(tool, arguments, tool.tool_errors or agent.tool_errors)
     except ToolArgumentsRejected as error:
         raise OperationFailed("InvalidToolArguments", False, error.message) from None
     except ApprovalRequired as signal:
@@ -125,10 +136,20 @@ def _tool_call(agent: Agent) -> _Handler:
         document = ToolRequest.from_json(invocation.input_json)
         call = document.call
         tool = await agent.find_tool(call.tool_name, document.context)
-        content = await _run(
-            tool, call.tool_name, ToolOrigin.APPLICATION, document.arguments, document.approval
+        content, is_error = await _run(
+            agent,
+            tool,
+            call.tool_name,
+            ToolOrigin.APPLICATION,
+            document.arguments,
+            document.approval,
         )
-        return ToolOutput(tool_call_id=call.tool_call_id, tool_name=call.tool_name, content=content)
+        return ToolOutput(
+            tool_call_id=call.tool_call_id,
+            tool_name=call.tool_name,
+            content=content,
+            is_error=is_error,
+        )
 
     return handle
 
@@ -147,9 +168,9 @@ def _mcp_request(agent: Agent) -> _Handler:
             raise OperationFailed("InvalidToolArguments", False, "arguments must be an object")
         context = RunContext(run_id=invocation.run_id, agent_name=agent.name)
         tool = await agent.find_tool(name, context)
-        content = await _run(tool, name, ToolOrigin.MCP, arguments)
+        content, is_error = await _run(agent, tool, name, ToolOrigin.MCP, arguments)
         call_id = f"{invocation.step_id}#{invocation.sequence}"
-        return ToolOutput(tool_call_id=call_id, tool_name=name, content=content)
+        return ToolOutput(tool_call_id=call_id, tool_name=name, content=content, is_error=is_error)
 
     return handle
 

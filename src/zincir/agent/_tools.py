@@ -3,6 +3,13 @@
 A tool's JSON Schema comes from its signature (through pydantic); its arguments are
 validated against the same model before the tool is called, so a bad call goes back to the
 model as a retry prompt instead of reaching the function.
+
+Fault defaults: an ordinary exception raised by a tool function is reported to the model as
+the call's result (``"<Type>: <message>"``, marked as an error) and the run goes on;
+``tool_errors="fail"`` (per tool, or per agent) fails the run instead. ``RetryTool`` (or any
+retryable ``OperationFailed``) asks for the call to run again after a durable delay; a
+non-retryable ``OperationFailed`` persists its failure and ends the run, as from any handler.
+Signals (``ApprovalRequired``, ``CallDeferred``, ``Suspend``, cancellation) always pass.
 """
 
 from __future__ import annotations
@@ -12,11 +19,11 @@ import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Protocol, overload
+from typing import Any, Final, Literal, Protocol, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from .._errors import InvalidInput
+from .._errors import InvalidInput, LeaseError, OperationFailed, RunTerminal
 from .._json import StrictJsonError, json_form, loads_strict
 from .._validate import name_problem
 from ..contract.payloads import McpRequest, RunContext, ToolCallPart, ToolDefinition, ToolOutput
@@ -26,15 +33,22 @@ __all__ = [
     "McpRoute",
     "Tool",
     "ToolArgumentsRejected",
+    "ToolErrors",
     "ToolOrigin",
     "Toolset",
     "arguments_problem",
     "as_tool",
     "call_part",
+    "call_tool",
+    "check_tool_errors",
     "tool",
 ]
 
 ToolFunction = Callable[..., Any]
+ToolErrors = Literal["report", "fail"]
+"""What a tool's ordinary exception does: ``report`` it to the model, or ``fail`` the run."""
+TOOL_FAILED: Final = "ToolFailed"
+_MAX_ERROR: Final = 2000
 
 
 class ToolOrigin(StrEnum):
@@ -69,7 +83,11 @@ class McpRoute(Protocol):
 
 
 class Tool:
-    """A function the model may call, with its name, description and JSON Schema."""
+    """A function the model may call, with its name, description and JSON Schema.
+
+    ``tool_errors`` says what an ordinary exception of the function does (``"report"`` it
+    to the model, ``"fail"`` the run); None takes the agent's ``tool_errors``.
+    """
 
     mcp_route: McpRoute | None = None
     _definition: ToolDefinition | None = None
@@ -83,6 +101,7 @@ class Tool:
         schema: Mapping[str, Any] | None = None,
         requires_approval: bool = False,
         origin: ToolOrigin | str = ToolOrigin.APPLICATION,
+        tool_errors: ToolErrors | None = None,
     ) -> None:
         if not callable(fn):
             raise InvalidInput(f"a tool needs a callable, not {type(fn).__name__}")
@@ -99,6 +118,7 @@ class Tool:
             ) from None
         self.description = description if description is not None else _summary(fn)
         self.requires_approval = bool(requires_approval)
+        self.tool_errors = None if tool_errors is None else check_tool_errors(tool_errors)
         self._parameters, self._arguments = _arguments_model(fn, self.name)
         self.schema = dict(schema) if schema is not None else _schema(self._arguments)
 
@@ -126,11 +146,20 @@ class Tool:
 
     async def call(self, arguments: Mapping[str, Any]) -> Any:
         """Validate ``arguments``, call the function, return its result as JSON data."""
+        return self.jsonable(await self.invoke(arguments))
+
+    async def invoke(self, arguments: Mapping[str, Any]) -> Any:
+        """Validate ``arguments`` (ToolArgumentsRejected) and call the function: its result
+        as it returned it."""
         instance = self._model(arguments)
         result = self.fn(**{name: getattr(instance, name) for name in self._parameters})
         if inspect.isawaitable(result):
             result = await result
-        # Its JSON form, as every stored value (zincir._json.json_form).
+        return result
+
+    def jsonable(self, result: Any) -> Any:
+        """A function's result in its JSON form (``zincir._json.json_form``, as every stored
+        value); NotJsonSerializable naming the type it cannot convert."""
         return json_form(result, what=f"the result of tool {self.name!r}")
 
     def _model(self, arguments: Mapping[str, Any]) -> BaseModel:
@@ -152,6 +181,7 @@ def tool(
     schema: Mapping[str, Any] | None = None,
     requires_approval: bool = False,
     origin: ToolOrigin | str = ToolOrigin.APPLICATION,
+    tool_errors: ToolErrors | None = None,
 ) -> Callable[[ToolFunction], Tool]: ...
 def tool(
     fn: ToolFunction | None = None,
@@ -162,8 +192,12 @@ def tool(
     schema: Mapping[str, Any] | None = None,
     requires_approval: bool = False,
     origin: ToolOrigin | str = ToolOrigin.APPLICATION,
+    tool_errors: ToolErrors | None = None,
 ) -> Tool | Callable[[ToolFunction], Tool]:
-    """Make a ``Tool`` of a function: ``@tool`` or ``@tool(requires_approval=True)``."""
+    """Make a ``Tool`` of a function: ``@tool`` or ``@tool(requires_approval=True)``.
+
+    ``tool_errors`` overrides the agent's ``tool_errors`` for this tool (None: the agent's).
+    """
 
     def make(function: ToolFunction) -> Tool:
         return Tool(
@@ -173,6 +207,7 @@ def tool(
             schema=schema,
             requires_approval=requires_approval,
             origin=origin,
+            tool_errors=tool_errors,
         )
 
     return make if fn is None else make(fn)
@@ -299,3 +334,51 @@ def arguments_problem(text: str) -> str | None:
     if not isinstance(arguments, dict):
         return f"a JSON {type(arguments).__name__}, not an object"
     return None
+
+
+def check_tool_errors(value: object) -> ToolErrors:
+    """``value`` as a ``tool_errors`` setting; InvalidInput otherwise."""
+    if value == "report":
+        return "report"
+    if value == "fail":
+        return "fail"
+    raise InvalidInput(f'tool_errors must be "report" or "fail", not {value!r}')
+
+
+def error_text(error: BaseException) -> str:
+    """An exception as the model reads it: ``"<Type>: <message>"``, bounded."""
+    message = str(error)
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return text if len(text) <= _MAX_ERROR else text[: _MAX_ERROR - 1] + "…"
+
+
+async def call_tool(
+    tool: Tool, arguments: Mapping[str, Any], errors: ToolErrors
+) -> tuple[Any, bool]:
+    """Call ``tool``: its JSON result and whether it is an error report.
+
+    An ordinary exception of the function is reported (``errors="report"``) or raised as a
+    non-retryable ``ToolFailed`` (``"fail"``). An ``OperationFailed`` passes as it is: a
+    retryable one (``RetryTool``) for the agent to retry, another to persist its failure and
+    end the run; so do ``ToolArgumentsRejected``, the run's own errors (it was cancelled,
+    its lease lost) and signals, which derive from BaseException.
+    """
+    try:
+        result = await tool.invoke(arguments)
+    except (ToolArgumentsRejected, OperationFailed, RunTerminal, LeaseError):
+        raise
+    except Exception as error:
+        return _failed(tool, error, errors)
+    return tool.jsonable(result), False
+
+
+def _failed(tool: Tool, error: Exception, errors: ToolErrors) -> tuple[Any, bool]:
+    text = error_text(error)
+    if errors == "report":
+        return text, True
+    raise OperationFailed(
+        TOOL_FAILED,
+        False,
+        f"tool {tool.name!r} raised {text} (tool_errors='fail'; with 'report' the model "
+        "would read the error and the run would go on)",
+    ) from error

@@ -16,12 +16,19 @@ __all__ = ["RetryPolicy"]
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """Attempts at most ``max_attempts`` times, waiting ``initial_interval * backoff**n``
-    (capped at ``max_interval``) between attempts, like a Temporal activity retry."""
+    (capped at ``max_interval``) between attempts, like a Temporal activity retry.
+
+    ``max_elapsed`` also stops the retries once the delays waited add up to it (the agent
+    loop's durable retries honour it: the default model policy keeps retrying until at least
+    10 minutes were waited, whatever its full-jitter delays drew); None leaves only
+    ``max_attempts``.
+    """
 
     max_attempts: int = 3
     initial_interval: timedelta = timedelta(milliseconds=100)
     backoff: float = 2.0
     max_interval: timedelta = timedelta(seconds=10)
+    max_elapsed: timedelta | None = None
 
     def __post_init__(self) -> None:
         check_count(self.max_attempts, "max_attempts")
@@ -29,6 +36,9 @@ class RetryPolicy:
             self, "initial_interval", check_duration(self.initial_interval, "initial_interval")
         )
         object.__setattr__(self, "max_interval", check_duration(self.max_interval, "max_interval"))
+        if self.max_elapsed is not None:
+            elapsed = check_duration(self.max_elapsed, "max_elapsed")
+            object.__setattr__(self, "max_elapsed", elapsed)
         if (
             isinstance(self.backoff, bool)
             or not isinstance(self.backoff, int | float)
@@ -47,6 +57,12 @@ class RetryPolicy:
         if steps * math.log(self.backoff) >= math.log(cap / first):
             return cap  # decided in log space: the power itself may overflow a float
         return min(first * self.backoff**steps, cap)
+
+    def exhausted(self, attempts: int, waited: timedelta) -> bool:
+        """True when no attempt follows ``attempts`` failed ones after ``waited`` in delays."""
+        if attempts >= self.max_attempts:
+            return True
+        return self.max_elapsed is not None and waited >= self.max_elapsed
 
     @classmethod
     def no_retry(cls) -> RetryPolicy:
