@@ -104,4 +104,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:  # the run keeps what it did so far
+        raise SystemExit("stopped: start it again with the same run id to continue") from None

@@ -59,6 +59,7 @@ class Plan:
     on_hold: Callable[[], None] | None = None
     released: threading.Event = field(default_factory=threading.Event)
     outage_until: float | None = None
+    outage_started: float | None = None
     limited: int = 0
     malformed_sent: bool = False
 
@@ -204,6 +205,7 @@ class ChatServer:
         now = time.monotonic()
         if plan.outage > 0 and plan.outage_until is None:
             plan.outage_until = now + plan.outage
+            plan.outage_started = time.time()
             if plan.refuse:
                 listener.pause(plan.outage)
                 return "drop", None, 0.0

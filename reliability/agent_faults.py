@@ -103,7 +103,9 @@ class Outcome:
     saw_tool_error: bool = False
     asked_again_after_malformed: bool = False
     early_retries: int = 0
+    earliest_retry: float | None = None
     outage: float = 0.0
+    after_outage: float | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -128,7 +130,8 @@ def run(short: bool) -> Report:
         notes.append(found)
     else:
         outcomes += found
-    return Report("agent_faults", TITLE, _figures(outcomes, short), notes + _notes(outcomes))
+    figures = _figures(outcomes, short)
+    return Report("agent_faults", TITLE, figures, notes + _notes(outcomes), short=short)
 
 
 def _figures(outcomes: list[Outcome], short: bool) -> list[Figure]:
@@ -193,7 +196,7 @@ def _notes(outcomes: list[Outcome]) -> list[str]:
         f"{by_backend['SQLite']} runs on SQLite, {by_backend['PostgreSQL']} on PostgreSQL, "
         "each on `Runner(store, agents, lease_ttl=60 s)` with every other setting at its "
         "default; the `openai` SDK's own retries are off (`max_retries=0`), so every retry "
-        "counted is zincir's durable one.",
+        "the server saw is zincir's.",
         f"Lease TTL {TTL:.0f} s: a restart that waited for the dead owner's lease would take "
         f"{TTL:.0f} s or more; the target is {RESTART_LIMIT:.0f} s from the SIGKILL to the new "
         "process (started at once) holding the run, its interpreter start and imports included.",
@@ -211,6 +214,22 @@ def _notes(outcomes: list[Outcome]) -> list[str]:
                 f"{percentile(restarts, 0.5):.2f} s, max {restarts[-1]:.2f} s, min "
                 f"{restarts[0]:.2f} s (lease TTL {TTL:.0f} s)."
             )
+    for kind in ("outage", "refused"):
+        waits = [o.after_outage for o in outcomes if o.kind == kind and o.after_outage is not None]
+        if waits:
+            notes.append(
+                f"{KINDS[kind]}: from the outage's end to the run's next answered model request "
+                f"median {percentile(waits, 0.5):.1f} s, max {max(waits):.1f} s (the durable "
+                "full-jitter retry delay), over "
+                f"{sum(o.outage for o in outcomes if o.kind == kind):,.0f} s of outages."
+            )
+    early = [o for o in outcomes if o.kind == "rate_limited" and o.early_retries]
+    if early:
+        soonest = min(o.earliest_retry or 0.0 for o in early)
+        notes.append(
+            f"429s retried before their Retry-After: {sum(o.early_retries for o in early)} in "
+            f"{len(early)} runs, the soonest {soonest * 1000:.0f} ms after its 429."
+        )
     shown: set[tuple[str, str]] = set()
     for o in outcomes:  # the first run missed of each fault on each backend
         if (o.completed and not o.repeated) or (o.backend, o.kind) in shown:
@@ -373,8 +392,15 @@ async def _count(server: ChatServer, db: str, outcomes: list[Outcome]) -> None:
         plan = server.plans.get(outcome.run_id)
         if plan is not None and plan.rate_limits:
             for before, after in zip(served, served[1:], strict=False):
-                if before.status == 429 and after.at - before.at < plan.retry_after - 0.05:
+                waited = after.at - before.at
+                if before.status == 429 and waited < plan.retry_after - 0.05:
                     outcome.early_retries += 1
+                    outcome.earliest_retry = min(outcome.earliest_retry or waited, waited)
+        if plan is not None and plan.outage_started is not None:
+            ended = plan.outage_started + plan.outage
+            answered = [s.at for s in served if s.turn == 1 and s.status == 200]
+            if answered:
+                outcome.after_outage = max(answered[0] - ended, 0.0)
 
 
 # -- reading the store ------------------------------------------------------------------------
