@@ -3,6 +3,7 @@
 Run it against OpenAI, or a local server that speaks the chat-completions API (Ollama,
 vLLM, llama.cpp, LM Studio, …) by its base URL::
 
+    pip install "zincir[openai]"
     export OPENAI_BASE_URL=http://localhost:11434/v1   # e.g. Ollama; unset for OpenAI
     export OPENAI_MODEL=llama3.1                       # a model that can call tools
     export OPENAI_API_KEY=sk-...                       # not needed by most local servers
@@ -11,7 +12,7 @@ vLLM, llama.cpp, LM Studio, …) by its base URL::
 The agent looks the forecast up (a slow call: a few seconds), then saves a report to
 ``weather-reports.txt``. Every model request and tool call is recorded in ``weather.db``
 (``--db``) under the run id the script prints first. Press Ctrl-C or ``kill -9`` it while
-it looks the forecast up, then either
+it looks the forecast up, then, with the same ``OPENAI_*`` variables, either
 
 - run it again with the same run id: ``python examples/durable_weather_agent.py Oslo
   --run-id RUN_ID`` (or ``--resume RUN_ID``, which reads the prompt from the run), or
