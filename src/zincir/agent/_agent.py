@@ -461,8 +461,8 @@ def _check_conflicts(logged: Logged, proposals: Mapping[str, Proposal], run_id: 
 
 def _failure_text(error: BaseException) -> str:
     """The run's stored error: a persisted failure by its stable name first."""
-    if isinstance(error, DurableOperationFailed):
-        return f"{error.error}: {error.detail}"
+    if isinstance(error, DurableOperationFailed):  # its name once, then its message
+        return f"{error.error}: {error.message}" if error.message else error.error
     return f"{type(error).__name__}: {error}"
 
 

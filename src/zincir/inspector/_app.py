@@ -32,7 +32,7 @@ from .._validate import MAX_SEQUENCE
 from ..store import RunRecord
 from ..store._stall import stall_reason
 from ..store.sqlite import EventRow, OperationRow, TimerRow, decode_json
-from ._conversation import conversation
+from ._conversation import conversation, failed_call_id
 from ._db import EVENT_PAGE_SIZE, LIST_LIMIT, ROW_LIMIT, Reader, View, open_read_only
 from ._security import SECURITY_HEADERS, SecurityMiddleware, UIAddress, parse_address
 from ._threads import thread_detail, thread_url, with_anchors
@@ -206,8 +206,9 @@ def _elapsed(run: RunRecord, now: datetime) -> float | None:
     return None if started is None else max((now - started).total_seconds(), 0.0)
 
 
-def event_view(event: EventRow, answered: set[str]) -> dict[str, Any]:
-    """An event with a one-line summary and flags for highlighting."""
+def event_view(event: EventRow, answered: set[str], failed: Collection[str] = ()) -> dict[str, Any]:
+    """An event with a one-line summary and flags for highlighting (a call in ``failed``
+    recorded a failure: it is failed, not in doubt)."""
     kind, payload = event.get("type"), event.get("payload")
     body = payload if isinstance(payload, dict) else {}
     flags: list[str] = []
@@ -222,7 +223,9 @@ def event_view(event: EventRow, answered: set[str]) -> dict[str, Any]:
     elif kind == "tool_call":
         call_id = event.get("tool_call_id") or body.get("id")
         summary = f"{body.get('name')}({preview(body.get('arguments', {}), 90)}) id={call_id}"
-        if call_id is not None and str(call_id) not in answered:
+        if call_id is not None and str(call_id) in failed:
+            flags.append("failed")
+        elif call_id is not None and str(call_id) not in answered:
             flags.append("pending")
     elif kind == "tool_result":
         summary = f"id={body.get('id')} {preview(body.get('result'), 100)}"
@@ -385,6 +388,15 @@ class Pages:
         last_seq = int(run.get("last_seq") or 0)
         next_after = events[-1]["seq"] if events and events[-1]["seq"] < last_seq else None
         parent = reader.get_run(run["parent_id"]) if run["parent_id"] else None
+        operations = [operation_view(op) for op in reader.operations(run_id, ROW_LIMIT)]
+        chat = conversation(
+            reader, run, events, first_page=after == 0, last_page=next_after is None
+        )
+        failed = {entry["call_id"] for entry in chat["entries"] if "call_id" in entry} | {
+            call_id
+            for op in operations
+            if (call_id := failed_call_id(op["kind"], op["outcome"], op["record"])) is not None
+        }
         detail = {
             "run": {
                 **run_summary(run, now, reader.arrived([run])),
@@ -406,17 +418,16 @@ class Pages:
                     ),
                 }
                 for row in reader.pending_tools(run_id, ROW_LIMIT)
+                if str(row.get("tool_call_id")) not in failed  # failed, not in doubt
             ],
             "checkpoints": reader.checkpoints(run_id, ROW_LIMIT),
             "restart_checkpoints": reader.restart_checkpoints(run_id, ROW_LIMIT),
-            "operations": [operation_view(op) for op in reader.operations(run_id, ROW_LIMIT)],
+            "operations": operations,
             "steps": reader.steps(run_id, ROW_LIMIT),
             "timers": [timer_view(timer, now) for timer in reader.timers(run_id, ROW_LIMIT)],
             "messages": reader.messages(run_id, ROW_LIMIT),
-            "conversation": conversation(
-                reader, run, events, first_page=after == 0, last_page=next_after is None
-            ),
-            "events": [event_view(event, answered) for event in events],
+            "conversation": chat,
+            "events": [event_view(event, answered, failed) for event in events],
             "after_seq": after,
             "next_after_seq": next_after,
             "page_size": EVENT_PAGE_SIZE,

@@ -4,8 +4,10 @@ Each ``llm_call`` event is a model turn (its text, tool calls, stop reason, mode
 each ``tool_result`` the answer to one call (matched by call id), in log order. A durable
 agent run adds what its operations know: which ``model.request`` produced a turn, the
 instructions and prompt its first request carried, operations that failed or wait, and the
-request still in flight. Only the events of the page being shown are read, plus indexed
-look-ups for the calls and results that sit on other pages, so a long run stays cheap.
+request still in flight. A call whose tool operation recorded a failure is failed, not in
+doubt: the failure is shown on the call, its message only when the run's error does not
+already say it. Only the events of the page being shown are read, plus indexed look-ups for
+the calls and results that sit on other pages, so a long run stays cheap.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._json import StrictJsonError, loads_strict
 from ..store import RunRecord
 from ..store.sqlite import EventRow
 from ._db import Reader
 
-__all__ = ["MAX_LOOKUPS", "conversation"]
+__all__ = ["MAX_LOOKUPS", "conversation", "failed_call_id"]
 
 MODEL_KINDS = frozenset({"model_request", "model_stream"})
 NOTED_KINDS = MODEL_KINDS | {"tool_call", "mcp_request", "approval_resume"}
@@ -80,6 +83,20 @@ def _failure(row: Mapping[str, Any] | None) -> dict[str, Any]:
     return {
         key: detail[key] for key in ("error", "message", "retryable", "reason") if key in detail
     }
+
+
+def failed_call_id(kind: Any, outcome: Any, record: Any) -> str | None:
+    """The tool call id of a ``tool_call`` operation whose record is a failure, read from
+    the invocation the record carries; None for any other operation."""
+    if kind != "tool_call" or outcome != "failure":
+        return None
+    text = _mapping(_mapping(record).get("invocation")).get("input_json")
+    try:
+        body = loads_strict(text) if isinstance(text, str) else text
+    except StrictJsonError:
+        return None
+    call_id = _mapping(_mapping(body).get("call")).get("tool_call_id")
+    return None if call_id is None else str(call_id)
 
 
 def _conversational(entry: Mapping[str, Any]) -> bool:
@@ -200,7 +217,27 @@ def conversation(
             answer["call_seq"] = call["turn_seq"]
             answer["call_on_page"] = True
 
-    # each call's state: answered here, answered on a later page, or still without a result
+    details = {
+        (row["step_id"], row["sequence"]): row
+        for row in (reader.operation_outcomes(run_id, lookups) if lookups else ())
+    }
+    failed: dict[str, dict[str, Any]] = {}  # call id -> its tool operation's failure entry
+    error = str(run.get("last_error") or "")
+    for entry in entries:
+        if entry["kind"] == "operation":
+            row = details.get((entry["step_id"], entry["sequence"]))
+            entry.update(_failure(row))
+            message = entry.get("message")
+            entry["in_run_error"] = bool(message and str(message) in error)
+            call_id = failed_call_id(
+                entry["operation_kind"], entry["outcome"], _mapping(row).get("record")
+            )
+            if call_id is not None:
+                entry["call_id"] = call_id
+                entry["on_call"] = call_id in intents  # shown on its call, not again
+                failed[call_id] = entry
+
+    # each call's state: answered here or on a later page, failed, or without a result
     unanswered = [call_id for call_id in intents if call_id not in results]
     later = reader.result_seqs(run_id, unanswered) if unanswered else {}
     for call_id, call in intents.items():
@@ -208,16 +245,11 @@ def conversation(
             call["state"], call["result_seq"] = "answered", results[call_id]["seq"]
         elif call_id in later:
             call["state"], call["result_seq"] = "answered_later", later[call_id]
+        elif call_id in failed:
+            call["state"], call["result_seq"] = "failed", None
+            call["failure"] = failed[call_id]
         else:
             call["state"], call["result_seq"] = "pending", None
-
-    details = {
-        (row["step_id"], row["sequence"]): row
-        for row in (reader.operation_outcomes(run_id, lookups) if lookups else ())
-    }
-    for entry in entries:
-        if entry["kind"] == "operation":
-            entry.update(_failure(details.get((entry["step_id"], entry["sequence"]))))
 
     prompt = None
     first = reader.first_model_request(run_id, first_step) if first_page else None
