@@ -225,12 +225,12 @@ def conversation(
     error = str(run.get("last_error") or "")
     for entry in entries:
         if entry["kind"] == "operation":
-            row = details.get((entry["step_id"], entry["sequence"]))
-            entry.update(_failure(row))
+            outcome = details.get((entry["step_id"], entry["sequence"]))
+            entry.update(_failure(outcome))
             message = entry.get("message")
             entry["in_run_error"] = bool(message and str(message) in error)
             call_id = failed_call_id(
-                entry["operation_kind"], entry["outcome"], _mapping(row).get("record")
+                entry["operation_kind"], entry["outcome"], _mapping(outcome).get("record")
             )
             if call_id is not None:
                 entry["call_id"] = call_id
