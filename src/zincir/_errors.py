@@ -425,7 +425,12 @@ class RetryTool(OperationFailed):
     """Raised by a tool function: run the call again after a durable full-jitter delay (at
     least ``delay`` seconds), up to the agent's ``tool_retry`` policy; after the last
     attempt the error is reported to the model (or fails the run with
-    ``tool_errors="fail"``)."""
+    ``tool_errors="fail"``).
+
+    Its failure record (``RetryTool``) is not retryable for the runtime, whose own
+    immediate attempts would not wait the delay: the agent loop retries it, through a
+    ``retry.delay`` timer that a crash during the wait does not lose.
+    """
 
     def __init__(self, reason: str = "", *, delay: timedelta | float | None = None) -> None:
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
@@ -439,7 +444,7 @@ class RetryTool(OperationFailed):
         self.retry_after = None if seconds is None else float(seconds)
         # The persisted failure keeps only its message: the floor travels in it.
         floor = "" if seconds is None else f" (Retry-After: {seconds:g} s)"
-        super().__init__("RetryTool", True, f"{reason or 'the tool asked to be retried'}{floor}")
+        super().__init__("RetryTool", False, f"{reason or 'the tool asked to be retried'}{floor}")
 
 
 class OperationInProgress(ZincirError):

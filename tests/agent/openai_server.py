@@ -2,7 +2,8 @@
 
 Each POST to ``/v1/chat/completions`` takes the next ``Reply`` of the script: a JSON body,
 or SSE chunks followed by ``data: [DONE]``. The server records every request body and its
-headers so tests can assert what the SDK sent.
+headers (and when it came) so tests can assert what the SDK sent. ``outage`` answers every
+request with an error for a while, taking no reply of the script.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ class Reply:
 class Received:
     body: dict[str, Any]
     headers: dict[str, str]
+    at: float = 0.0  # time.monotonic() when it arrived
+    status: int = 200
 
 
 class ChatServer:
@@ -51,6 +54,8 @@ class ChatServer:
         self.replies: deque[Reply] = deque()
         self.received: list[Received] = []
         self.clients: list[openai.AsyncOpenAI] = []
+        self.outage_until = 0.0
+        self.outage_reply = Reply()
 
     @property
     def base_url(self) -> str:
@@ -60,6 +65,12 @@ class ChatServer:
         self.replies.clear()
         self.received.clear()
         self.clients.clear()
+        self.outage_until = 0.0
+
+    def outage(self, seconds: float, reply: Reply | None = None) -> None:
+        """Answer every request of the next ``seconds`` with ``reply`` (default: a 503)."""
+        self.outage_reply = reply or error(503, "the service is unavailable")
+        self.outage_until = time.monotonic() + seconds
 
     def script(self, *replies: Reply) -> None:
         self.replies.extend(replies)
@@ -79,10 +90,16 @@ class ChatServer:
         return [received.body for received in self.received]
 
     async def _completions(self, request: Request) -> Response:
-        self.received.append(Received(await request.json(), dict(request.headers)))
-        if not self.replies:
+        received = Received(await request.json(), dict(request.headers), time.monotonic())
+        self.received.append(received)
+        if received.at < self.outage_until:
+            reply = self.outage_reply
+        elif not self.replies:
+            received.status = 500
             return JSONResponse({"error": {"message": "the script is exhausted"}}, 500)
-        reply = self.replies.popleft()
+        else:
+            reply = self.replies.popleft()
+        received.status = reply.status
         if reply.chunks is None:
             return JSONResponse(reply.body or {}, reply.status, headers=reply.headers)
         return StreamingResponse(

@@ -73,7 +73,7 @@ def failure_advice(invocation: Invocation, error: str, retryable: bool) -> str:
             "then start a new run"
         )
     if kind in (OperationKind.TOOL_CALL, OperationKind.MCP_REQUEST):
-        if error == "ToolFailed" or retryable:
+        if error in ("ToolFailed", "RetryTool") or retryable:
             return (
                 "fix the tool, or let the model read its errors (tool_errors='report', the "
                 "default), then start a new run"

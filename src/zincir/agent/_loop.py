@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .._crash import crash_point
 from .._errors import ApprovalMismatch, InvalidInput, OperationFailed
+from ..contract import Failure
 from ..contract.payloads import (
     ApprovalDecision,
     Message,
@@ -38,6 +39,7 @@ from ._result import AgentRunResult
 from ._retry import retry_document
 from ._stream import Emit
 from ._tools import (
+    RETRY_TOOL,
     TOOL_FAILED,
     Tool,
     ToolArgumentsRejected,
@@ -423,7 +425,10 @@ async def _execute(
         errors = plan.tool.tool_errors or agent.tool_errors
         try:
             content, is_error = await call_tool(plan.tool, plan.arguments, errors)
-        except OperationFailed as error:  # retryable: no durable timer runs in process here
+        except OperationFailed as error:
+            if not (error.retryable or error.error == RETRY_TOOL):
+                raise
+            # an in-process tool has no durable timer: its retry request ends its attempts
             content, is_error = _exhausted(plan.tool, error, errors, executor.run_id), True
         part = _returned_part(call, content, is_error=is_error)
     else:
@@ -520,9 +525,10 @@ async def _run_tool(
     approval: ApprovalDecision | None = None,
     attempt: int = 0,
 ) -> ToolOutput | Deferred:
-    """Run a planned call; a retryable failure (``RetryTool``) waits its durable delay and
-    runs the call again until the agent's ``tool_retry`` policy is exhausted, then is
-    reported to the model (or fails the run, with ``tool_errors="fail"``)."""
+    """Run a planned call; a ``RetryTool`` failure (or a retryable one, after the runtime's
+    own attempts) waits its durable delay and runs the call again until the agent's
+    ``tool_retry`` policy is exhausted, then is reported to the model (or fails the run,
+    with ``tool_errors="fail"``)."""
     tool, call = plan.tool, plan.call
     assert tool is not None
     errors = tool.tool_errors or agent.tool_errors
@@ -544,7 +550,7 @@ async def _run_tool(
                 errors=errors,
             )
         except OperationFailed as error:
-            if not error.retryable:
+            if not (error.retryable or error.error == RETRY_TOOL):
                 raise
             if policy.exhausted(retry + 1, timedelta(seconds=waited)):
                 content = _exhausted(tool, error, errors, run_id)
@@ -577,7 +583,10 @@ async def _run_tool(
 
 def _exhausted(tool: Tool, error: OperationFailed, errors: ToolErrors, run_id: str | None) -> str:
     """What the model reads of a tool whose retries are spent; ``ToolFailed`` with "fail"."""
-    text = f"{error.error}: {error.message}" if error.message else error.error
+    message = error.message
+    if isinstance(error, DurableOperationFailed) and isinstance(error.record.outcome, Failure):
+        message = error.record.outcome.message  # the tool's words, not the run's advice
+    text = f"{error.error}: {message}" if message else error.error
     if errors == "report":
         return text
     if isinstance(error, DurableOperationFailed):

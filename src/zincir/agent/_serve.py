@@ -114,7 +114,7 @@ async def _run(
 ) -> tuple[Any, bool]:
     """The tool's result and whether it reports an error: an ordinary exception is the
     call's error result (or a ``ToolFailed`` failure with ``tool_errors="fail"``); a
-    retryable one (``RetryTool``) is a retryable failure, which the agent retries after a
+    ``RetryTool`` (or a retryable failure) is a failure the agent retries after a
     durable delay."""
     if tool is None or tool.origin is not origin:
         raise OperationFailed(

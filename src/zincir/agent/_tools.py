@@ -48,6 +48,7 @@ ToolFunction = Callable[..., Any]
 ToolErrors = Literal["report", "fail"]
 """What a tool's ordinary exception does: ``report`` it to the model, or ``fail`` the run."""
 TOOL_FAILED: Final = "ToolFailed"
+RETRY_TOOL: Final = "RetryTool"
 _MAX_ERROR: Final = 2000
 
 
@@ -358,10 +359,10 @@ async def call_tool(
     """Call ``tool``: its JSON result and whether it is an error report.
 
     An ordinary exception of the function is reported (``errors="report"``) or raised as a
-    non-retryable ``ToolFailed`` (``"fail"``). An ``OperationFailed`` passes as it is: a
-    retryable one (``RetryTool``) for the agent to retry, another to persist its failure and
-    end the run; so do ``ToolArgumentsRejected``, the run's own errors (it was cancelled,
-    its lease lost) and signals, which derive from BaseException.
+    non-retryable ``ToolFailed`` (``"fail"``). An ``OperationFailed`` passes as it is:
+    ``RetryTool`` (or a retryable one) for the agent to retry, another to persist its
+    failure and end the run; so do ``ToolArgumentsRejected``, the run's own errors (it was
+    cancelled, its lease lost) and signals, which derive from BaseException.
     """
     try:
         result = await tool.invoke(arguments)
