@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 __all__ = [
+    "OwnerIdentity",
     "OwnerStatus",
     "gone_owners",
     "new_owner_id",
