@@ -5,6 +5,9 @@ Without ``durable=`` the loop calls the model and the tools directly. With a
 binding's runtime, under stable identities, so a restarted process gets the stored records
 back; ``serve`` registers the worker-side handlers.
 
+``Runner`` is the one-object way to run them: it builds the handlers, registry and runtime,
+gives each run an id and resumes any unfinished run of its agents from the run alone.
+
 A call that needs a decision pauses the run (``result.paused``, a ``PausedRun``);
 ``agent.resume`` applies ``Approve`` / ``Deny`` / ``ExternalResult``. A retryable model
 failure waits a deterministic full-jitter ``retry.delay``; ``run_stream`` yields stream
@@ -25,13 +28,14 @@ from ._approval import (
     current_approval,
 )
 from ._binding import DurableBinding, Handlers
-from ._errors import DurableOperationFailed, ToolRetriesExhausted
+from ._errors import DurableOperationFailed, RunNotResumable, ToolRetriesExhausted
 from ._events import deliver_event
 from ._hooks import AgentHooks
 from ._models import FunctionModel, Model
 from ._openai import OpenAIChatModel, ProviderError
 from ._pending import PendingApproval, decide, pending_approvals
 from ._result import AgentRunResult
+from ._runner import Runner
 from ._serve import Approver, serve
 from ._stream import StreamEvent
 from ._tools import Tool, ToolErrors, ToolOrigin, Toolset, tool
@@ -59,6 +63,8 @@ __all__ = [
     "PendingApproval",
     "ProviderError",
     "RetryTool",
+    "RunNotResumable",
+    "Runner",
     "StreamEvent",
     "Tool",
     "ToolErrors",

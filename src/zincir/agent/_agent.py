@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
@@ -25,7 +26,7 @@ from ._hooks import AgentHooks
 from ._identity import MAX_RETRIES, MODEL_REQUEST, MODEL_STREAM
 from ._loop import Proposal, run_loop
 from ._models import Model
-from ._ownership import take_run
+from ._ownership import check_prompt, run_config, take_run
 from ._preflight import ResolvedToolsets, check_route
 from ._result import AgentRunResult, result_from_stored, stored_result
 from ._retry import DEFAULT_MODEL_RETRY, DEFAULT_TOOL_RETRY
@@ -268,6 +269,8 @@ class Agent:
         store = binding.run_store()
         check_route(self, binding, streaming=emit is not None)
         row = await store.get_run(binding.run_id)
+        if row is not None:
+            check_prompt(row, prompt)
         earlier: list[Event] = []  # the log read to refuse a conflict before taking the run
         if proposals and row is not None:
             earlier = await store.list_events(binding.run_id)
@@ -279,8 +282,13 @@ class Agent:
             if emit is not None:
                 await self._replay(prompt, binding, emit)
             return stored
-        ctx = await take_run(
-            store, binding, name=self.name, provider=self.model.name, exists=row is not None
+        ctx, owned = await take_run(
+            store,
+            binding,
+            name=self.name,
+            provider=self.model.name,
+            exists=row is not None,
+            config=run_config(self.name, prompt, binding, stream=emit is not None),
         )
         try:
             if row is not None and row["wait_kind"] is not None:
@@ -321,16 +329,22 @@ class Agent:
             )
             executor = DurableExecutor(self, binding, ctx, logged, emit)
             result = await run_loop(self, prompt, executor, decisions=decisions)
+            result = dataclasses.replace(result, run_id=binding.run_id)
             if result.paused is not None:  # parked by the executor when it logged the pause
-                await ctx.close()
+                if owned:
+                    await ctx.close()
                 return result
             await ctx._complete_json(stored_result(result, binding.run_id))
         except _DETERMINISTIC_FAILURES as error:
             await _quietly(ctx.fail(_failure_text(error)))
             raise
         except BaseException:
-            await _quietly(ctx.close())
+            if owned:  # a lease held by its holder (a worker's context) is its to give up
+                await _quietly(ctx.close())
             raise
+        finally:
+            if not owned:
+                ctx.end_use()
         return result
 
     async def _replay(self, prompt: str, binding: DurableBinding, emit: Emit) -> None:

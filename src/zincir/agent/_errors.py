@@ -3,7 +3,8 @@
 OperationFailed
 └── DurableOperationFailed   a persisted failure record ended the run (``.record``)
 ZincirError
-└── ToolRetriesExhausted     the model kept calling a tool wrongly past the retry bound
+├── ToolRetriesExhausted     the model kept calling a tool wrongly past the retry bound
+└── RunNotResumable          a Runner cannot resume this run (another agent's, no prompt)
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from .._errors import OperationFailed, ZincirError
 from ..contract import Failure, Record
 from ._describe import describe_operation, failure_advice
 
-__all__ = ["DurableOperationFailed", "ToolRetriesExhausted"]
+__all__ = ["DurableOperationFailed", "RunNotResumable", "ToolRetriesExhausted"]
 
 
 class DurableOperationFailed(OperationFailed):
@@ -39,3 +40,8 @@ class DurableOperationFailed(OperationFailed):
 
 class ToolRetriesExhausted(ZincirError):
     """The model called an unknown tool, or a tool with invalid arguments, too many times."""
+
+
+class RunNotResumable(ZincirError):
+    """A Runner cannot resume the run: it belongs to an agent the runner does not serve, or
+    it was stored without its prompt (before agent runs kept it)."""

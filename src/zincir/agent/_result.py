@@ -17,13 +17,15 @@ class AgentRunResult:
     """What a run produced: the final text, the whole conversation and the summed usage.
 
     ``paused`` is None when the run finished; otherwise the run waits for decisions on the
-    calls it lists (``agent.resume``) and ``output`` is empty.
+    calls it lists (``agent.resume``) and ``output`` is empty. ``run_id`` names the durable
+    run that produced it (None for a run without ``durable=``).
     """
 
     output: str
     messages: tuple[Message, ...]
     usage: Usage
     paused: PausedRun | None = None
+    run_id: str | None = None
 
 
 def stored_result(result: AgentRunResult, run_id: str) -> str:
@@ -46,6 +48,7 @@ def result_from_stored(text: str | None, run_id: str) -> AgentRunResult:
             output=data["output"],
             messages=tuple(Message.from_dict(item) for item in data["messages"]),
             usage=Usage.from_dict(data["usage"]),
+            run_id=run_id,
         )
     except (ValueError, KeyError, TypeError) as error:
         raise StoreError(

@@ -9,12 +9,13 @@ import logging
 import os
 import time
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from .._crash import crash_point
-from .._errors import CheckpointError, InvalidInput
+from .._errors import CheckpointError, InvalidInput, ZincirError
 from .._json import dumps
 from .._replay import PATCH_MARKER, Replay, forget, register
 from .._validate import check_id, check_lease_ttl, check_optional_id, name_problem, printable
@@ -54,6 +55,10 @@ DEFAULT_LEASE_TTL = timedelta(seconds=30)
 log = logging.getLogger("zincir.guards")
 _UNBUDGETED_READS = 1.0  # seconds between log reads of a run with no budget in force
 
+# The contexts of this process that hold their run's lease, by run id: an agent loop asked
+# to run a run this process already owns (a ResumeWorker's handler) uses that lease.
+_OPEN: weakref.WeakValueDictionary[str, AgentContext] = weakref.WeakValueDictionary()
+
 
 class AgentContext:
     """Owns a run's lease while the application owns the loop.
@@ -72,6 +77,7 @@ class AgentContext:
         self._guards: Guards | None = None  # folded from the log on first use
         # Run before the lease is given up (a workflow's claim made ahead is released).
         self._before_release: list[Callable[[], Awaitable[None]]] = []
+        self._in_use = False  # a loop of this process runs on this context's lease
 
     @property
     def run_id(self) -> str:
@@ -183,7 +189,34 @@ class AgentContext:
         ctx = cls(store, lease)
         ctx._heartbeat.start()
         register(lease, ctx.replay)
+        _OPEN[lease.run_id] = ctx
         return ctx
+
+    @classmethod
+    def held_here(cls, store: Store, run_id: str) -> AgentContext | None:
+        """The open context of this process that holds ``run_id``'s lease on ``store``'s
+        database and that no loop runs on yet, or None.
+
+        A ResumeWorker's handler that runs the agent on the run it was handed gets that
+        context's lease rather than ``LeaseHeld`` against its own worker.
+        """
+        ctx = _OPEN.get(run_id)
+        if ctx is None or ctx._done or ctx._in_use or not _same_database(ctx.store, store):
+            return None
+        try:
+            ctx.check_lease()
+        except ZincirError:
+            return None  # its lease is lost: the run is taken over the ordinary way
+        return ctx
+
+    def claim_use(self) -> None:
+        """Mark that a loop runs on this context's lease: :meth:`held_here` no longer
+        offers it, so a second loop on the run gets ``LeaseHeld``."""
+        self._in_use = True
+
+    def end_use(self) -> None:
+        """The loop that ran on this context's lease stopped; the lease stays held."""
+        self._in_use = False
 
     @classmethod
     def adopt(cls, store: Store, lease: Lease) -> AgentContext:
@@ -438,13 +471,19 @@ class AgentContext:
         await self._releasing()
         await self.store.finish_run(self._lease, status, result_json=result_json, error=error)
         self._done = True
+        self._unlist()
         forget(self._lease)
         await self._heartbeat.stop()
+
+    def _unlist(self) -> None:
+        if _OPEN.get(self.run_id) is self:
+            del _OPEN[self.run_id]
 
     async def release(self) -> None:
         """Stop the heartbeat and give up the lease without changing the status."""
         if not self._done:
             await self._releasing()
+        self._unlist()
         forget(self._lease)
         await self._heartbeat.stop()
         if self._done:
@@ -538,6 +577,15 @@ class AgentContext:
             CheckpointCandidate.from_json(record.candidate),
             record.lineage_seq,
         )
+
+
+def _same_database(one: Store, other: Store) -> bool:
+    """The same store, or two stores opened on the same database."""
+    if one is other:
+        return True
+    path = getattr(one, "path", None)
+    same_kind = type(one) is type(other)
+    return same_kind and isinstance(path, str) and path == getattr(other, "path", None)
 
 
 def _check_verifier(verify: object, run_id: str) -> None:

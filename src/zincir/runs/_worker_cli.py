@@ -54,7 +54,15 @@ async def _serve(worker: ResumeWorker, handler: Handler) -> None:
 
 
 @click.command("worker")
-@click.argument("target")
+@click.argument("target", required=False)
+@click.option(
+    "--agent",
+    "agents",
+    multiple=True,
+    metavar="MODULE:ATTR",
+    help="Serve this zincir.agent.Agent (or list of Agents) with a Runner; repeatable. "
+    "Its unfinished runs are resumed from their stored prompts.",
+)
 @database_option
 @click.option(
     "--lease-ttl",
@@ -102,7 +110,8 @@ async def _serve(worker: ResumeWorker, handler: Handler) -> None:
     help="A VersionMigrations registry: runs of older versions are migrated when claimed.",
 )
 def worker_command(
-    target: str,
+    target: str | None,
+    agents: tuple[str, ...],
     database: str,
     lease_ttl: float,
     poll_interval: float,
@@ -112,11 +121,38 @@ def worker_command(
     pin_version: bool,
     migrations_target: str | None,
 ) -> None:
-    """Resume abandoned and due runs with the async handler TARGET (module:function).
+    """Resume abandoned and due runs with the async handler TARGET (module:function), or
+    serve the agents named by --agent.
 
-    The handler receives an owned AgentContext and must complete() or close() it. Runs
-    until SIGINT or SIGTERM, then waits for the handlers in flight.
+    The handler receives an owned AgentContext and must complete() or close() it. With
+    --agent, every unfinished run of those agents is resumed from its stored prompt, one
+    line printed per run resumed and finished. Runs until SIGINT or SIGTERM, then waits
+    for the runs in flight.
     """
+    if (target is None) == (not agents):
+        raise click.UsageError("give a handler TARGET (module:function) or --agent MODULE:ATTR")
+    if agents:
+        if (
+            max_attempts is not None
+            or app_version is not None
+            or pin_version
+            or migrations_target is not None
+        ):
+            raise click.UsageError(
+                "--max-attempts, --app-version, --pin-version and --migrations apply to a "
+                "TARGET handler, not to --agent"
+            )
+        from ..agent._worker_cli import serve_agents
+
+        serve_agents(
+            agents,
+            database,
+            lease_ttl=lease_ttl,
+            poll_interval=poll_interval,
+            max_concurrency=max_concurrency,
+        )
+        return
+    assert target is not None
     handler = load_handler(target)
     migrations = None if migrations_target is None else load_migrations(migrations_target)
     logging.basicConfig(

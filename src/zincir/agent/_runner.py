@@ -1,0 +1,325 @@
+"""``Runner``: the one-object way to run durable agents.
+
+A runner holds a store and the agents it serves. It builds what ``DurableBinding`` needs
+(handler ids derived from each agent's name, a ``HandlerRegistry`` served by each agent, a
+``LocalRuntime``), gives every run an id, and can resume any unfinished run of its agents
+from the run alone: an agent run stores its agent's name and its prompt in its ``config``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Awaitable, Iterable, Mapping
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Any
+
+from .._errors import InvalidInput, RunNotFound, ZincirError
+from .._validate import MAX_ID_BYTES, check_count, check_id, check_lease_ttl
+from .._validate import check_positive_duration as _check_interval
+from ..durable import DurableRuntime, HandlerRegistry, LocalRuntime
+from ..runs import AgentContext, ResumeWorker
+from ..runs._budget import Budget
+from ..runs._spin import SpinRules
+from ..store import Store, as_store, open_store
+from ._agent import Agent, AgentStream
+from ._binding import DurableBinding, Handlers
+from ._errors import RunNotResumable
+from ._ownership import stored_config
+from ._result import AgentRunResult
+from ._serve import serve as serve_agent
+from ._stream import StreamEvent
+
+__all__ = ["Runner"]
+
+log = logging.getLogger("zincir.runner")
+
+
+class Runner:
+    """Runs durable agents on one store: ``run``, ``run_stream``, ``resume``, ``serve``.
+
+    ``store`` is a store or a database path or URL (opened, and closed by :meth:`close`);
+    ``agents`` are the agents it serves, with unique names; ``lease_ttl`` is each run's
+    lease. ``runtime`` defaults to a ``LocalRuntime`` on the store; another (a
+    ``TemporalRuntime``) must have its workers serve :attr:`registry` and be built with
+    the handler ids of :meth:`handlers_for`.
+    """
+
+    def __init__(
+        self,
+        store: Store | str | os.PathLike[str],
+        agents: Iterable[Agent],
+        *,
+        lease_ttl: timedelta | float = timedelta(seconds=30),
+        runtime: DurableRuntime | None = None,
+    ) -> None:
+        self.lease_ttl = check_lease_ttl(lease_ttl)
+        found: dict[str, Agent] = {}
+        if isinstance(agents, Agent) or not isinstance(agents, Iterable):
+            raise InvalidInput("agents must be a list of zincir.agent.Agent objects")
+        for agent in agents:
+            if not isinstance(agent, Agent):
+                raise InvalidInput(f"agents must hold zincir.agent.Agent objects, not {agent!r}")
+            if agent.name in found:
+                raise InvalidInput(
+                    f"two agents are named {agent.name!r}; a runner's agents need unique names "
+                    "(a run is resumed by its agent's name)"
+                )
+            found[agent.name] = agent
+        if not found:
+            raise InvalidInput("a Runner needs at least one agent")
+        if runtime is not None and not callable(getattr(runtime, "execute", None)):
+            raise InvalidInput(
+                "runtime must be a DurableRuntime (an object with async execute(invocation))"
+            )
+        self.registry = HandlerRegistry()
+        """Every handler of every agent: what a worker of another runtime must serve."""
+        self._handlers = {name: self.handlers_for(agent) for name, agent in found.items()}
+        for name, agent in found.items():
+            serve_agent(self.registry, agent, self._handlers[name])
+        self._agents = found
+        self._owns_store = isinstance(store, str | os.PathLike)
+        self.store: Store = (
+            open_store(store) if isinstance(store, str | os.PathLike) else as_store(store)
+        )
+        self.runtime: DurableRuntime = (
+            runtime if runtime is not None else LocalRuntime(self.store, self.registry)
+        )
+
+    def __repr__(self) -> str:
+        return f"Runner(agents={list(self._agents)!r})"
+
+    @property
+    def agents(self) -> Mapping[str, Agent]:
+        """The agents this runner serves, by name."""
+        return MappingProxyType(self._agents)
+
+    @staticmethod
+    def handlers_for(agent: Agent) -> Handlers:
+        """The handler ids a runner gives ``agent``, one per operation kind, derived from its
+        name (``weather.model-request``, …): the same in every process."""
+        if not isinstance(agent, Agent):
+            raise InvalidInput(f"handlers_for takes a zincir.agent.Agent, not {agent!r}")
+        name = agent.name
+        return Handlers(
+            model_request=f"{name}.model-request",
+            model_stream=f"{name}.model-stream",
+            tool_call=f"{name}.tool-call",
+            mcp_request=f"{name}.mcp-request",
+            retry_delay=f"{name}.retry-delay",
+            approval_resume=f"{name}.approval-resume",
+            event_delivery=f"{name}.event-delivery",
+        )
+
+    # -- running ------------------------------------------------------------------------
+
+    async def run(
+        self,
+        agent: Agent | str,
+        prompt: str,
+        *,
+        run_id: str | None = None,
+        app_version: str | None = None,
+        budget: Budget | None = None,
+        spin: SpinRules | None = None,
+    ) -> AgentRunResult:
+        """Run ``agent`` (or the agent of that name) on ``prompt`` as a durable run.
+
+        Without ``run_id`` the run gets a new id (``result.run_id``). A run id that exists
+        continues that run: a finished one returns its stored result and calls nothing; a
+        different prompt raises ``InputDrift``. ``app_version``, ``budget`` and ``spin`` are
+        those of ``DurableBinding``.
+        """
+        chosen = self._agent(agent)
+        if not isinstance(prompt, str):
+            raise InvalidInput("prompt must be a str")
+        binding = self._binding(chosen, run_id, app_version=app_version, budget=budget, spin=spin)
+        return await chosen.run(prompt, durable=binding)
+
+    def run_stream(
+        self,
+        agent: Agent | str,
+        prompt: str,
+        *,
+        run_id: str | None = None,
+        app_version: str | None = None,
+        budget: Budget | None = None,
+        spin: SpinRules | None = None,
+    ) -> AgentStream:
+        """:meth:`run`, yielding each stream part and tool result as ``agent.run_stream``
+        does; ``.result`` (with its ``run_id``) once iterated to the end."""
+        chosen = self._agent(agent)
+        binding = self._binding(chosen, run_id, app_version=app_version, budget=budget, spin=spin)
+        return chosen.run_stream(prompt, durable=binding)
+
+    async def resume(
+        self,
+        run_id: str,
+        decisions: Mapping[str, object] | None = None,
+        *,
+        budget: Budget | None = None,
+    ) -> AgentRunResult:
+        """Continue the run ``run_id`` from its log, its agent and prompt read from the run.
+
+        A finished run returns its stored result. A paused run applies ``decisions`` (call
+        id → ``Approve`` / ``Deny`` / ``ExternalResult``) and those recorded with
+        ``decide``; calls left undecided pause it again. ``budget`` replaces the one in
+        force (raising it resumes a run its budget paused). RunNotFound for an unknown run;
+        RunNotResumable for a run of an agent this runner does not serve, or one stored
+        without its prompt.
+        """
+        check_id(run_id, "a run id")
+        agent, prompt, config = await self._stored(run_id)
+        namespace = config.get("step_namespace")
+        binding = self._binding(
+            agent,
+            run_id,
+            budget=budget,
+            namespace=namespace if isinstance(namespace, str) else None,
+        )
+        streamed = config.get("stream") is True
+        emit = _discard if streamed else None
+        if decisions:
+            paused = await agent.paused_run(durable=binding)
+            if paused is None and await self.store.run_is_finished(run_id):
+                return await agent._run_durable(prompt, binding, emit=emit)  # its result
+            if paused is None:
+                raise InvalidInput(
+                    "the run waits for no decision; resume it without decisions",
+                    run_id=run_id,
+                )
+            return await agent._resume(paused, decisions, binding, emit)
+        return await agent._run_durable(prompt, binding, emit=emit)
+
+    async def serve(
+        self,
+        until: Awaitable[Any],
+        *,
+        max_concurrency: int = 10,
+        poll_interval: timedelta | float | None = None,
+    ) -> None:
+        """Resume every unfinished run of this runner's agents until ``until`` completes.
+
+        Runs whose owner died on this machine are taken over at once, others once their
+        lease lapses; a run paused for a person is claimed once a decision arrives. Then the
+        runs in flight finish (or pause) before it returns.
+        """
+        worker = ResumeWorker(self.store, self.lease_ttl, names=list(self._agents))
+        worker.max_concurrency(check_count(max_concurrency, "max_concurrency"))
+        if poll_interval is not None:
+            worker.poll_interval(_check_interval(poll_interval, "poll_interval"))
+        await worker.run(self._resume_claimed, until)
+
+    async def _resume_claimed(self, ctx: AgentContext) -> None:
+        """A ResumeWorker's handler: the agent loop runs on the lease ``ctx`` holds."""
+        run_id = ctx.run_id
+        log.info("[run %s] resumed", run_id)
+        try:
+            result = await self.resume(run_id)
+        except ZincirError as error:
+            if await self.store.run_is_finished(run_id):
+                log.info("[run %s] failed: %s", run_id, error.detail)
+                return  # the run is failed and its error stored: nothing to retry
+            log.warning("[run %s] stopped: %s", run_id, error)
+            raise
+        if result.paused is not None:
+            calls = ", ".join(call.call_id for call in result.paused.calls)
+            log.info("[run %s] paused: waiting for decisions on %s", run_id, calls)
+        else:
+            log.info("[run %s] completed: %s", run_id, _one_line(result.output))
+
+    # -- closing ------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the store when the runner opened it (from a path or URL)."""
+        if self._owns_store:
+            await self.store.close()
+
+    async def __aenter__(self) -> Runner:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _agent(self, agent: Agent | str) -> Agent:
+        if isinstance(agent, str):
+            found = self._agents.get(agent)
+            if found is None:
+                raise InvalidInput(
+                    f"this runner serves no agent named {agent!r}; it serves {sorted(self._agents)}"
+                )
+            return found
+        if not isinstance(agent, Agent):
+            raise InvalidInput(f"agent must be a zincir.agent.Agent or its name, not {agent!r}")
+        if self._agents.get(agent.name) is not agent:
+            raise InvalidInput(
+                f"agent {agent.name!r} is not one this runner serves; pass it in "
+                "Runner(store, [agents])"
+            )
+        return agent
+
+    def _binding(
+        self,
+        agent: Agent,
+        run_id: str | None,
+        *,
+        app_version: str | None = None,
+        budget: Budget | None = None,
+        spin: SpinRules | None = None,
+        namespace: str | None = None,
+    ) -> DurableBinding:
+        return DurableBinding(
+            self.runtime,
+            _new_run_id(agent.name) if run_id is None else run_id,
+            self._handlers[agent.name],
+            step_namespace=namespace,
+            lease_ttl=self.lease_ttl,
+            store=self.store,
+            app_version=app_version,
+            budget=budget,
+            spin=spin,
+        )
+
+    async def _stored(self, run_id: str) -> tuple[Agent, str, dict[str, Any]]:
+        """The agent, prompt and config a stored run was started with."""
+        row = await self.store.get_run(run_id)
+        if row is None:
+            raise RunNotFound(f"no run {run_id!r} in this runner's store", run_id=run_id)
+        config = stored_config(row)
+        name = config.get("agent", row["name"])
+        agent = self._agents.get(name) if isinstance(name, str) else None
+        if agent is None:
+            raise RunNotResumable(
+                f"the run is a run of agent {name!r}; this runner serves "
+                f"{sorted(self._agents)}; resume it with a runner that serves that agent",
+                run_id=run_id,
+            )
+        prompt = config.get("prompt")
+        if not isinstance(prompt, str):
+            raise RunNotResumable(
+                "the run was stored without its prompt (it was started before agent runs "
+                "kept it); continue it with agent.run(its prompt, durable=DurableBinding(...))",
+                run_id=run_id,
+            )
+        return agent, prompt, config
+
+
+async def _discard(event: StreamEvent) -> None:
+    """The emit of a streamed run resumed without a reader: its parts go nowhere."""
+
+
+def _new_run_id(name: str) -> str:
+    """A new run id: the agent's name and a random part (the random part alone when the
+    name is too long for both)."""
+    unique = uuid.uuid4().hex
+    candidate = f"{name}-{unique}"
+    return candidate if len(candidate.encode()) <= MAX_ID_BYTES else unique
+
+
+def _one_line(text: str, width: int = 80) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
