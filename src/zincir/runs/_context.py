@@ -55,8 +55,8 @@ DEFAULT_LEASE_TTL = timedelta(seconds=30)
 log = logging.getLogger("zincir.guards")
 _UNBUDGETED_READS = 1.0  # seconds between log reads of a run with no budget in force
 
-# The contexts of this process that hold their run's lease, by run id: an agent loop asked
-# to run a run this process already owns (a ResumeWorker's handler) uses that lease.
+# The contexts of this process adopted from a claim (a ResumeWorker's), by run id: an agent
+# loop asked to run a run this process already owns (in the worker's handler) uses that lease.
 _OPEN: weakref.WeakValueDictionary[str, AgentContext] = weakref.WeakValueDictionary()
 
 
@@ -189,13 +189,12 @@ class AgentContext:
         ctx = cls(store, lease)
         ctx._heartbeat.start()
         register(lease, ctx.replay)
-        _OPEN[lease.run_id] = ctx
         return ctx
 
     @classmethod
     def held_here(cls, store: Store, run_id: str) -> AgentContext | None:
-        """The open context of this process that holds ``run_id``'s lease on ``store``'s
-        database and that no loop runs on yet, or None.
+        """The open context of this process, adopted from a claim, that holds ``run_id``'s
+        lease on ``store``'s database and that no loop runs on yet, or None.
 
         A ResumeWorker's handler that runs the agent on the run it was handed gets that
         context's lease rather than ``LeaseHeld`` against its own worker.
@@ -220,8 +219,14 @@ class AgentContext:
 
     @classmethod
     def adopt(cls, store: Store, lease: Lease) -> AgentContext:
-        """Wrap a lease acquired elsewhere (a ResumeWorker claim) and start its heartbeat."""
-        return cls._started(store, lease)
+        """Wrap a lease acquired elsewhere (a ResumeWorker claim) and start its heartbeat.
+
+        An agent loop of this process asked to run this run uses the context's lease
+        (:meth:`held_here`) instead of refusing it as held.
+        """
+        ctx = cls._started(store, lease)
+        _OPEN[lease.run_id] = ctx
+        return ctx
 
     # -- writes -------------------------------------------------------------------------
 
