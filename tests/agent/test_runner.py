@@ -313,3 +313,19 @@ async def test_serve_resumes_a_killed_run(store_target: str, log: Path) -> None:
         stored = await runner.resume("served")
     assert stored.output == f"{prompt} -> Oslo clear"
     assert lines(log).count("model 0") == 1 and lines(log).count("model 1") == 1
+
+
+async def test_a_budget_pauses_a_run_and_a_larger_one_resumes_it(store: Store, log: Path) -> None:
+    runner = Runner(store, [agent])
+    with pytest.raises(zincir.BudgetExceeded):
+        await runner.run(agent, PROMPT, run_id="budgeted", budget=zincir.Budget(model_requests=1))
+    assert lines(log).count("model 1") == 0
+    result = await runner.resume("budgeted", budget=zincir.Budget(model_requests=5))
+    assert result.output == f"{PROMPT} -> Oslo clear"
+    assert lines(log).count("model 0") == 1
+
+
+async def test_serve_arguments_are_checked(store: Store) -> None:
+    stop = asyncio.Event()
+    with pytest.raises(zincir.InvalidInput, match="max_concurrency"):
+        await Runner(store, [agent]).serve(stop.wait(), max_concurrency=0)

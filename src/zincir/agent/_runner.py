@@ -8,6 +8,7 @@ from the run alone: an agent run stores its agent's name and its prompt in its `
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import uuid
@@ -206,10 +207,15 @@ class Runner:
         lease lapses; a run paused for a person is claimed once a decision arrives. Then the
         runs in flight finish (or pause) before it returns.
         """
-        worker = ResumeWorker(self.store, self.lease_ttl, names=list(self._agents))
-        worker.max_concurrency(check_count(max_concurrency, "max_concurrency"))
-        if poll_interval is not None:
-            worker.poll_interval(_check_interval(poll_interval, "poll_interval"))
+        try:
+            worker = ResumeWorker(self.store, self.lease_ttl, names=list(self._agents))
+            worker.max_concurrency(check_count(max_concurrency, "max_concurrency"))
+            if poll_interval is not None:
+                worker.poll_interval(_check_interval(poll_interval, "poll_interval"))
+        except BaseException:
+            if inspect.iscoroutine(until):
+                until.close()  # never started: do not leave it un-awaited
+            raise
         await worker.run(self._resume_claimed, until)
 
     async def _resume_claimed(self, ctx: AgentContext) -> None:
