@@ -23,7 +23,13 @@ from typing import Any, Final, Literal, Protocol, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from .._errors import InvalidInput, LeaseError, OperationFailed, RunTerminal
+from .._errors import (
+    InvalidInput,
+    LeaseError,
+    NotJsonSerializable,
+    OperationFailed,
+    RunTerminal,
+)
 from .._json import StrictJsonError, json_form, loads_strict
 from .._validate import name_problem
 from ..contract.payloads import McpRequest, RunContext, ToolCallPart, ToolDefinition, ToolOutput
@@ -359,18 +365,18 @@ async def call_tool(
     """Call ``tool``: its JSON result and whether it is an error report.
 
     An ordinary exception of the function is reported (``errors="report"``) or raised as a
-    non-retryable ``ToolFailed`` (``"fail"``). An ``OperationFailed`` passes as it is:
+    non-retryable ``ToolFailed`` (``"fail"``); a result that is not JSON data is raised.
+    An ``OperationFailed`` passes as it is:
     ``RetryTool`` (or a retryable one) for the agent to retry, another to persist its
     failure and end the run; so do ``ToolArgumentsRejected``, the run's own errors (it was
     cancelled, its lease lost) and signals, which derive from BaseException.
     """
     try:
-        result = await tool.invoke(arguments)
-    except (ToolArgumentsRejected, OperationFailed, RunTerminal, LeaseError):
-        raise
+        return await tool.call(arguments), False
+    except (ToolArgumentsRejected, OperationFailed, RunTerminal, LeaseError, NotJsonSerializable):
+        raise  # NotJsonSerializable: the tool's result, which the model could not fix
     except Exception as error:
         return _failed(tool, error, errors)
-    return tool.jsonable(result), False
 
 
 def _failed(tool: Tool, error: Exception, errors: ToolErrors) -> tuple[Any, bool]:
