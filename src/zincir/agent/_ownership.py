@@ -37,10 +37,13 @@ def stored_config(row: RunRecord) -> dict[str, Any]:
 
 
 def check_prompt(row: RunRecord, prompt: str) -> None:
-    """InputDrift when the run was started with another prompt (runs stored before agent
-    runs kept their prompt are not checked)."""
-    stored = stored_config(row).get("prompt")
-    if not isinstance(stored, str) or stored == prompt:
+    """InputDrift when the agent run was started with another prompt (runs stored before
+    agent runs kept their prompt, and runs an agent did not start, are not checked)."""
+    config = stored_config(row)
+    stored = config.get("prompt")
+    if not isinstance(config.get("agent"), str) or not isinstance(stored, str):
+        return
+    if stored == prompt:
         return
     raise InputDrift(
         f"this run was started with a different prompt ({_shorten(stored)}), not "

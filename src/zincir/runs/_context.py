@@ -218,14 +218,15 @@ class AgentContext:
         self._in_use = False
 
     @classmethod
-    def adopt(cls, store: Store, lease: Lease) -> AgentContext:
+    def adopt(cls, store: Store, lease: Lease, *, lend: bool = True) -> AgentContext:
         """Wrap a lease acquired elsewhere (a ResumeWorker claim) and start its heartbeat.
 
-        An agent loop of this process asked to run this run uses the context's lease
-        (:meth:`held_here`) instead of refusing it as held.
+        With ``lend``, an agent loop of this process asked to run this run uses the
+        context's lease (:meth:`held_here`) instead of refusing it as held.
         """
         ctx = cls._started(store, lease)
-        _OPEN[lease.run_id] = ctx
+        if lend:
+            _OPEN[lease.run_id] = ctx
         return ctx
 
     # -- writes -------------------------------------------------------------------------

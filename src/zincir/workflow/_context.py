@@ -126,7 +126,7 @@ class WorkflowContext:
             config_json=config_json,
             app_version=version,
         )
-        agent = AgentContext.adopt(store, lease)
+        agent = AgentContext.adopt(store, lease, lend=False)  # the workflow's own lease
         if not agent.replay.settled:  # taken over: what earlier owners recorded, read once
             try:
                 await agent.replay.load()
