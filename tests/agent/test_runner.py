@@ -329,3 +329,27 @@ async def test_serve_arguments_are_checked(store: Store) -> None:
     stop = asyncio.Event()
     with pytest.raises(zincir.InvalidInput, match="max_concurrency"):
         await Runner(store, [agent]).serve(stop.wait(), max_concurrency=0)
+
+
+async def test_resume_continues_a_streamed_run_streamed(
+    store: Store, log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = Runner(store, [agent])
+    monkeypatch.setenv(HANG_ENV, "1")
+
+    async def consume() -> None:
+        async for _ in runner.run_stream(agent, PROMPT, run_id="streamed-left"):
+            pass
+
+    task = asyncio.ensure_future(consume())
+    deadline = time.monotonic() + 10
+    while "tool lookup Oslo" not in lines(log):
+        assert time.monotonic() < deadline and not task.done()
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    monkeypatch.delenv(HANG_ENV)
+    result = await Runner(store, [agent]).resume("streamed-left")
+    assert result.output == f"{PROMPT} -> Oslo clear"
+    assert lines(log).count("model 0") == 1
