@@ -10,6 +10,7 @@ conversation's terms.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -434,3 +435,41 @@ async def test_input_drift_names_the_model_request_and_what_changed(durable: Dur
     assert "model request 1 was recorded with other input" in text
     assert "the agent's instructions differ" in text and "start a new run id" in text
     assert "sequence" not in text and "model.request" not in text
+
+
+# -- the stored documents -------------------------------------------------------------------
+
+
+def test_a_well_formed_calls_document_is_encoded_as_before() -> None:
+    call = ToolCallPart(tool_call_id="c1", tool_name="get_weather", arguments={"city": "Oslo"})
+    text = (
+        '{"type":"tool_call","tool_call_id":"c1","tool_name":"get_weather",'
+        '"arguments":{"city":"Oslo"}}'
+    )
+    assert call.to_json() == text and ToolCallPart.from_json(text) == call
+    response = ModelResponse(parts=[call])
+    assert ModelResponse.from_json(response.to_json()) == response
+    assert "malformed_arguments" not in response.to_json()
+
+
+def test_a_malformed_call_round_trips_and_replays_as_the_same_stream() -> None:
+    from zincir.agent._stream import assemble_stream
+    from zincir.payloads import stream_parts
+
+    call = ToolCallPart(
+        tool_call_id="c1", tool_name="get_weather", malformed_arguments='{"city": "Oslo"'
+    )
+    assert call.arguments == {} and call.arguments_text == '{"city": "Oslo"'
+    assert ToolCallPart.from_json(call.to_json()) == call
+    with pytest.raises(zincir.InvalidDocument, match="malformed_arguments"):
+        ToolCallPart(tool_call_id="c1", tool_name="t", arguments={"a": 1}, malformed_arguments="{")
+
+    async def replay() -> list[Any]:
+        async def parts() -> AsyncIterator[Any]:
+            for part in stream_parts(ModelResponse(parts=[call])):
+                yield part
+
+        assembled, _ = await assemble_stream(parts())
+        return assembled
+
+    assert asyncio.run(replay()) == [call]
