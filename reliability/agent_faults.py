@@ -138,6 +138,8 @@ def _figures(outcomes: list[Outcome], short: bool) -> list[Figure]:
     planned = sum(len(v) for v in SHORT_SQLITE.values()) + sum(
         len(v) for v in SHORT_POSTGRES.values()
     )
+    control = [o for o in outcomes if o.kind == "control"]
+    outcomes = [o for o in outcomes if o.kind != "control"]
     figures = [at_least("runs in all", len(outcomes), planned if short else 200)]
     for kind, label in KINDS.items():
         mine = [o for o in outcomes if o.kind == kind]
@@ -161,6 +163,13 @@ def _figures(outcomes: list[Outcome], short: bool) -> list[Figure]:
         ),
         equal("429s retried before their Retry-After", sum(o.early_retries for o in limited), 0),
     ]
+    figures.append(
+        equal(
+            "control: a response killed before its record, counted as repeated",
+            sum(o.repeated for o in control if o.completed),
+            1,
+        )
+    )
     outages = [o.outage for o in outcomes if o.kind in ("outage", "refused") and o.completed]
     figures.append(
         at_least("longest outage waited out (s)", max(outages, default=0.0), 1 if short else 60)
@@ -189,6 +198,8 @@ def _figures(outcomes: list[Outcome], short: bool) -> list[Figure]:
 
 
 def _notes(outcomes: list[Outcome]) -> list[str]:
+    control = [o for o in outcomes if o.kind == "control"]
+    outcomes = [o for o in outcomes if o.kind != "control"]
     by_backend = {
         backend: sum(o.backend == backend for o in outcomes) for backend in ("SQLite", "PostgreSQL")
     }
@@ -202,7 +213,12 @@ def _notes(outcomes: list[Outcome]) -> list[str]:
         "process (started at once) holding the run, its interpreter start and imports included.",
         "A finished model request is one the server answered 200; each run's answered requests "
         "are counted against its stored model-request records (held requests, refused "
-        "connections, 503s and 429s are not answered).",
+        "connections, 503s and 429s are not answered). The control run checks the count: "
+        "killed at `operation.handled` (a response arrived, its record not yet stored), "
+        "its restart must ask that request again, and the count must show that one repeat"
+        + "".join(
+            f" (it showed {o.repeated}; answered {o.answered}, stored {o.stored})." for o in control
+        ),
     ]
     for backend in ("SQLite", "PostgreSQL"):
         restarts = sorted(
@@ -219,8 +235,8 @@ def _notes(outcomes: list[Outcome]) -> list[str]:
         if waits:
             notes.append(
                 f"{KINDS[kind]}: from the outage's end to the run's next answered model request "
-                f"median {percentile(waits, 0.5):.1f} s, max {max(waits):.1f} s (the durable "
-                "full-jitter retry delay), over "
+                f"median {percentile(waits, 0.5):.1f} s, max {max(waits):.1f} s (zincir's retry "
+                "delays), over "
                 f"{sum(o.outage for o in outcomes if o.kind == kind):,.0f} s of outages."
             )
     early = [o for o in outcomes if o.kind == "rate_limited" and o.early_retries]
@@ -295,10 +311,15 @@ async def _campaign(db: str, counts: dict[str, list[Any]], backend: str) -> list
                 outcome, city, restart = queue.pop(0)
                 await _killed_run(server, db, outcome, city, restart)
 
+        control = Outcome(f"{tag}-control", "control", backend)
+        if backend == "SQLite":
+            await _control(server, db, control)
         await asyncio.gather(
             *(one(*entry) for entry in inline), *(lane() for _ in range(KILL_LANES))
         )
-        await _count(server, db, outcomes)
+        await _count(server, db, [*outcomes, control])
+        if backend == "SQLite":
+            outcomes.append(control)
     finally:
         await store.close()
         server.close()
@@ -354,6 +375,22 @@ async def _killed_run(server: ChatServer, db: str, outcome: Outcome, city: str, 
         await first.close()
         if second is not None:
             await second.close()
+
+
+async def _control(server: ChatServer, db: str, outcome: Outcome) -> None:
+    """The counter's own check: a process killed after a model response arrived but before
+    its record was stored (``operation.handled``) must make the restart ask that request
+    again, and the count must see exactly that one repeat."""
+    server.plan(outcome.run_id, Plan("Oslo"))
+    url = server.base_url()
+    for options in (["--crash-at", "operation.handled:1"], []):
+        mode = "resume" if not options else "run"
+        child = await Child.start("fault_agent", db, outcome.run_id, url, "Oslo", mode, *options)
+        try:
+            code = await child.finish(timeout=RUN_TIMEOUT)
+        finally:
+            await child.close()
+    outcome.completed = code == 0 and "completed Report filed for Oslo." in child.lines
 
 
 def _takeover(db: str, run_id: str, token: int, killed_at: float) -> float | None:

@@ -1,11 +1,13 @@
 """The weather agent of the agent-faults scenario, and a process that runs one of its runs.
 
     python -m reliability._procs.fault_agent DB RUN_ID BASE_URL CITY run|resume [--hang]
+        [--crash-at POINT:NTH]
 
 Builds the agent on ``OpenAIChatModel`` (the real ``openai`` SDK, ``max_retries=0`` so only
 zincir retries) and a ``Runner`` with a 60-s lease on DB, then ``runner.run`` (same prompt,
 same run id) or ``runner.resume``. With ``--hang`` its ``write_report`` tool prints
-``in-tool`` and hangs, for the scenario to SIGKILL it there. Prints ``completed OUTPUT``.
+``in-tool`` and hangs, for the scenario to SIGKILL it there; ``--crash-at`` kills it at a
+named crash point instead. Prints ``completed OUTPUT``.
 """
 
 from __future__ import annotations
@@ -83,5 +85,11 @@ async def main(db: str, run_id: str, base_url: str, city: str, mode: str) -> Non
 
 if __name__ == "__main__":
     db, run_id, base_url, city, mode = sys.argv[1:6]
-    _HANG["on"] = "--hang" in sys.argv[6:]
+    options = sys.argv[6:]
+    _HANG["on"] = "--hang" in options
+    if "--crash-at" in options:
+        from zincir.testing import arm_crash_point
+
+        point, _, nth = options[options.index("--crash-at") + 1].partition(":")
+        arm_crash_point(point, int(nth or 1))
     asyncio.run(main(db, run_id, base_url, city, mode))
