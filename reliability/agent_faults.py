@@ -344,7 +344,11 @@ async def _killed_run(server: ChatServer, db: str, outcome: Outcome, city: str, 
     loop = asyncio.get_running_loop()
     held = asyncio.Event()
     in_model = outcome.kind == "kill_model"
-    plan = Plan(city, hold=in_model, on_hold=lambda: loop.call_soon_threadsafe(held.set))
+
+    def on_hold() -> None:  # called from the server's thread
+        loop.call_soon_threadsafe(held.set)
+
+    plan = Plan(city, hold=in_model, on_hold=on_hold)
     server.plan(outcome.run_id, plan)
     url = server.base_url()
     first = await Child.start(
