@@ -30,6 +30,7 @@ from pydantic import JsonValue
 from .._errors import OperationFailed
 from ..contract.payloads import RetryDelay
 from ..durable import RetryPolicy
+from ..durable._retry import failure_retry_after
 from ._identity import MAX_RETRIES
 
 __all__ = [
@@ -59,7 +60,6 @@ DEFAULT_TOOL_RETRY: Final = RetryPolicy(
     max_interval=timedelta(seconds=30),
 )
 """``Agent(tool_retry=None)``: a tool that raises ``RetryTool`` runs at most 8 times."""
-_RETRY_AFTER: Final = re.compile(r"Retry-After: ([0-9]+(?:\.[0-9]+)?) s")
 _HTTP_STATUS: Final = re.compile(r"^HTTP ([1-5][0-9]{2})(?:, request id ([!-9;-~]{1,128}))?:")
 
 
@@ -85,9 +85,7 @@ def provider_retry_after(error: OperationFailed) -> float | None:
     elif isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     else:
-        found = _RETRY_AFTER.findall(error.message or "")
-        if found:
-            seconds = float(found[-1])
+        seconds = failure_retry_after(error.message)
     if seconds is None or not math.isfinite(seconds) or seconds < 0:
         return None
     return min(seconds, MAX_RETRY_AFTER.total_seconds())

@@ -61,7 +61,7 @@ from ..store import (
 )
 from ._operations import new_operation, stored_outcome
 from ._registry import Handler, HandlerRegistry, attempt_outcome
-from ._retry import RetryPolicy
+from ._retry import RetryPolicy, failure_retry_after
 
 __all__ = ["DEFAULT_CLAIM_TTL", "DEFAULT_POLL_INTERVAL", "DEFAULT_RETRY", "LocalRuntime"]
 
@@ -388,13 +388,19 @@ class LocalRuntime:
         owner: str,
         lease: Lease | None,
     ) -> Outcome | Record:
-        """Retry retryable failures in place under the RetryPolicy; the last outcome wins."""
+        """Retry retryable failures in place under the RetryPolicy; the last outcome wins.
+        A failure naming the provider's ``Retry-After`` is recorded at once: the in-place
+        delays would not wait it, the caller's durable delay does."""
         attempt = 1
         while True:
             if lease is not None and (lapsed := deadlines.lapsed(lease)):
                 raise lapsed  # a starved loop: another owner may be running this already
             outcome = await attempt_outcome(handler, inv)
-            retry = isinstance(outcome, Failure) and outcome.retryable
+            retry = (
+                isinstance(outcome, Failure)
+                and outcome.retryable
+                and failure_retry_after(outcome.message) is None
+            )
             if not retry or attempt >= self.retry.max_attempts:
                 return outcome
             await asyncio.sleep(self.retry.delay(attempt).total_seconds())

@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Final
 
 from .._errors import InvalidInput
 from .._validate import check_count, check_duration, shown
 
-__all__ = ["RetryPolicy"]
+__all__ = ["RetryPolicy", "failure_retry_after"]
+
+_RETRY_AFTER: Final = re.compile(r"Retry-After: ([0-9]+(?:\.[0-9]+)?) s")
+
+
+def failure_retry_after(message: str | None) -> float | None:
+    """The provider's ``Retry-After`` named in a failure's message (``Retry-After: <seconds>
+    s``, as ``ProviderError`` and ``RetryTool`` write it), or None."""
+    found = _RETRY_AFTER.findall(message or "")
+    return float(found[-1]) if found else None
 
 
 @dataclass(frozen=True, slots=True)
