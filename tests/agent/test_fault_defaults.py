@@ -475,3 +475,42 @@ def test_a_malformed_call_round_trips_and_replays_as_the_same_stream() -> None:
         return assembled
 
     assert asyncio.run(replay()) == [call]
+
+
+# -- the direct path ------------------------------------------------------------------------
+
+
+async def test_a_function_model_can_send_malformed_arguments() -> None:
+    weather = Weather()
+
+    def script(request: ModelRequest) -> ModelResponse:
+        turn = sum(message.role == "assistant" for message in request.messages)
+        if turn == 0:
+            call = ToolCallPart(
+                tool_call_id="c1", tool_name="get_weather", malformed_arguments='["Oslo"]'
+            )
+            return ModelResponse(parts=[call])
+        if turn == 1:
+            call = ToolCallPart(tool_call_id="c2", tool_name="get_weather", arguments={"city": "O"})
+            return ModelResponse(parts=[call])
+        return ModelResponse(parts=[TextPart(text="done")])
+
+    result = await Agent(FunctionModel(script), tools=[weather.tool()]).run("go")
+    assert result.output == "done" and [city for city, _ in weather.calls] == ["O"]
+    rejected = next(m for m in result.messages if m.role == "tool").parts[0]
+    assert rejected.is_error  # type: ignore[union-attr]
+    assert "were a JSON list, not an object" in rejected.content  # type: ignore[union-attr]
+
+
+async def test_retry_tool_on_the_direct_path_sleeps_in_process() -> None:
+    weather = Weather(RetryTool("busy", delay=0.2))
+
+    def script(request: ModelRequest) -> ModelResponse:
+        if request.messages[-1].role == "tool":
+            return ModelResponse(parts=[TextPart(text="done")])
+        call = ToolCallPart(tool_call_id="c1", tool_name="get_weather", arguments={"city": "O"})
+        return ModelResponse(parts=[call])
+
+    result = await Agent(FunctionModel(script), tools=[weather.tool()]).run("go")
+    (_, first), (_, second) = weather.calls
+    assert result.output == "done" and second - first >= 0.2
