@@ -114,11 +114,12 @@ async def _sse(chunks: Iterable[dict[str, Any]]) -> AsyncIterator[bytes]:
 
 
 @contextmanager
-def chat_server() -> Iterator[ChatServer]:
-    """Serve a ``ChatServer`` on a free port of 127.0.0.1 in a thread, for the block."""
+def chat_server(port: int = 0) -> Iterator[ChatServer]:
+    """Serve a ``ChatServer`` on ``port`` of 127.0.0.1 (default: a free one) in a thread,
+    for the block."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     server = ChatServer(sock.getsockname()[1])
     app = Starlette(routes=[Route("/v1/chat/completions", server._completions, methods=["POST"])])
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")

@@ -11,17 +11,21 @@ conversation's terms.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from typing import Any
 
+import openai
 import pytest
 
 import zincir
 from tests.agent.conftest import Durable
 from tests.agent.openai_server import (
+    API_KEY,
     ChatServer,
     Reply,
     chat_server,
@@ -514,3 +518,36 @@ async def test_retry_tool_on_the_direct_path_sleeps_in_process() -> None:
     result = await Agent(FunctionModel(script), tools=[weather.tool()]).run("go")
     (_, first), (_, second) = weather.calls
     assert result.output == "done" and second - first >= 0.2
+
+
+async def test_refused_connections_are_waited_out_with_default_settings(
+    durable: Durable,
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on until the server starts
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{port}/v1", api_key=API_KEY, max_retries=0
+    )
+    agent = Agent(OpenAIChatModel("gpt-test", client), name="refused")
+    with contextlib.ExitStack() as stack:
+
+        async def start_later() -> ChatServer:
+            await asyncio.sleep(4)
+            started = await asyncio.to_thread(stack.enter_context, chat_server(port))
+            started.script(Reply(completion("Reachable again.")))
+            return started
+
+        starting = asyncio.ensure_future(start_later())
+        began = time.monotonic()
+        result = await agent.run("Hello?", durable=durable.binding(agent, "refused"))
+        started = await starting
+        assert result.output == "Reachable again." and time.monotonic() - began >= 4
+        assert [received.status for received in started.received] == [200]
+        await client.close()
+    [(count,)] = select(
+        durable.target,
+        "SELECT COUNT(*) FROM operations WHERE run_id = ? AND step_id = 'retry.delay'",
+        ("refused",),
+    )
+    assert count >= 1
