@@ -35,6 +35,7 @@ from ._models import FunctionModel, Model
 from ._openai import OpenAIChatModel, ProviderError
 from ._pending import PendingApproval, decide, pending_approvals
 from ._result import AgentRunResult
+from ._retry import DEFAULT_MODEL_RETRY, DEFAULT_TOOL_RETRY
 from ._runner import Runner
 from ._serve import Approver, serve
 from ._stream import StreamEvent
@@ -42,6 +43,8 @@ from ._tools import Tool, ToolErrors, ToolOrigin, Toolset, tool
 
 __all__ = [
     "APPROVAL_TOPIC",
+    "DEFAULT_MODEL_RETRY",
+    "DEFAULT_TOOL_RETRY",
     "Agent",
     "AgentHooks",
     "AgentRunResult",
