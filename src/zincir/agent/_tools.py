@@ -97,6 +97,7 @@ class Tool:
     """
 
     mcp_route: McpRoute | None = None
+    tool_errors: ToolErrors | None = None
     _definition: ToolDefinition | None = None
 
     def __init__(
