@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.agent.reference import append, call, request_number, returns
-from zincir.agent import Agent, FunctionModel, tool
+from zincir.agent import Agent, FunctionModel, current_tool_call, tool
 from zincir.payloads import (
     ModelRequest,
     ModelResponse,
@@ -32,6 +32,8 @@ from zincir.payloads import (
 
 LOG_ENV = "ZINCIR_RUNNER_LOG"
 HANG_ENV = "ZINCIR_RUNNER_HANG"
+KEYS_ENV = "ZINCIR_RUNNER_KEYS"
+"""A file each run of the ``lookup`` tool appends its ``current_tool_call()`` to."""
 
 
 def _log(line: str) -> None:
@@ -52,6 +54,11 @@ def prompt_of(request: ModelRequest) -> str:
 async def lookup(city: str) -> dict[str, Any]:
     """Look up the weather of a city."""
     _log(f"tool lookup {city}")
+    keys = os.environ.get(KEYS_ENV)
+    if keys:
+        info = current_tool_call()
+        assert info is not None
+        append(Path(keys), f"{info.run_id} {info.tool_call_id} {info.idempotency_key}")
     if os.environ.get(HANG_ENV):
         sys.stdout.write("inside\n")
         sys.stdout.flush()

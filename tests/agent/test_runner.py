@@ -17,7 +17,7 @@ import pytest
 
 import zincir
 from tests.agent.reference import lines
-from tests.agent.runner_agents import HANG_ENV, LOG_ENV, agent, refunds
+from tests.agent.runner_agents import HANG_ENV, KEYS_ENV, LOG_ENV, agent, refunds
 from tests.conftest import REPO
 from tests.helpers import select
 from zincir.agent import (
@@ -283,7 +283,11 @@ def start_killed_run(target: str, log: Path, run_id: str, prompt: str = PROMPT) 
 
 @pytest.mark.crash
 @pytest.mark.parametrize("how", ["resume", "run"])
-async def test_a_killed_run_restarts_at_once(store_target: str, log: Path, how: str) -> None:
+async def test_a_killed_run_restarts_at_once(
+    store_target: str, log: Path, how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = tmp_path / "keys.log"
+    monkeypatch.setenv(KEYS_ENV, str(keys))
     start_killed_run(store_target, log, "killed")
     began = time.monotonic()
     async with Runner(store_target, [agent], lease_ttl=timedelta(seconds=60)) as runner:
@@ -296,6 +300,20 @@ async def test_a_killed_run_restarts_at_once(store_target: str, log: Path, how: 
     assert took < 30, f"the restart waited {took:.1f} s: the dead owner's lease (60 s)"
     # the finished model request is not made again; the tool in flight runs again
     assert lines(log) == ["model 0", "tool lookup Oslo", "tool lookup Oslo", "model 1"]
+    # the call cut off by the kill runs again under the same idempotency key
+    first, again = lines(keys)
+    assert first == again
+    assert first.startswith("killed call-lookup killed/tool.call/")
+
+
+async def test_a_direct_tool_call_knows_its_call(
+    log: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = tmp_path / "keys.log"
+    monkeypatch.setenv(KEYS_ENV, str(keys))
+    assert zincir.agent.current_tool_call() is None
+    await agent.run(PROMPT)
+    assert lines(keys) == ["None call-lookup call-lookup"]
 
 
 @pytest.mark.crash

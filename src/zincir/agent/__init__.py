@@ -28,6 +28,7 @@ from ._approval import (
     current_approval,
 )
 from ._binding import DurableBinding, Handlers
+from ._current import ToolCallInfo, current_tool_call
 from ._errors import DurableOperationFailed, RunNotResumable, ToolRetriesExhausted
 from ._events import deliver_event
 from ._hooks import AgentHooks
@@ -70,12 +71,14 @@ __all__ = [
     "Runner",
     "StreamEvent",
     "Tool",
+    "ToolCallInfo",
     "ToolErrors",
     "ToolOrigin",
     "ToolRetriesExhausted",
     "Toolset",
     "args_sha256",
     "current_approval",
+    "current_tool_call",
     "decide",
     "deliver_event",
     "pending_approvals",

@@ -17,6 +17,7 @@ from ..contract.payloads import (
     ToolReturnPart,
 )
 from ._approval import Execution, PausedRun, approved
+from ._current import ToolCallInfo, serving_call
 from ._loop import Deferred, PlannedCall
 from ._models import Model, coerce_response
 from ._preflight import ResolvedToolsets
@@ -91,7 +92,8 @@ class DirectExecutor:
         """Call the tool function with its validated arguments; its ordinary exception is
         reported (or raised as ``ToolFailed``, per ``errors``)."""
         try:
-            with approved(approval):
+            info = ToolCallInfo(None, call.tool_call_id, call.tool_name, call.tool_call_id)
+            with approved(approval), serving_call(info):
                 content, is_error = await call_tool(tool, arguments, errors)
         except ApprovalRequired:
             return Deferred("approval")

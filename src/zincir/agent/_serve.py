@@ -35,6 +35,7 @@ from ..contract.payloads import (
 from ..durable import DocumentHandler, HandlerRegistry
 from ._approval import approved
 from ._binding import Handlers
+from ._current import ToolCallInfo, serving_call
 from ._models import coerce_response
 from ._stream import assemble_stream
 from ._tools import Tool, ToolArgumentsRejected, ToolOrigin, call_tool
@@ -110,6 +111,7 @@ async def _run(
     name: str,
     origin: ToolOrigin,
     arguments: Mapping[str, Any],
+    call: ToolCallInfo,
     approval: ApprovalDecision | None = None,
 ) -> tuple[Any, bool]:
     """The tool's result and whether it reports an error: an ordinary exception is the
@@ -121,7 +123,7 @@ async def _run(
             "UnknownTool", False, f"this worker serves no {origin.value} tool {name!r}"
         )
     try:
-        with approved(approval):
+        with approved(approval), serving_call(call):
             return await call_tool(tool, arguments, tool.tool_errors or agent.tool_errors)
     except ToolArgumentsRejected as error:
         raise OperationFailed("InvalidToolArguments", False, error.message) from None
@@ -142,6 +144,9 @@ def _tool_call(agent: Agent) -> _Handler:
             call.tool_name,
             ToolOrigin.APPLICATION,
             document.arguments,
+            ToolCallInfo(
+                invocation.run_id, call.tool_call_id, call.tool_name, invocation.stable_key()
+            ),
             document.approval,
         )
         return ToolOutput(
@@ -168,8 +173,9 @@ def _mcp_request(agent: Agent) -> _Handler:
             raise OperationFailed("InvalidToolArguments", False, "arguments must be an object")
         context = RunContext(run_id=invocation.run_id, agent_name=agent.name)
         tool = await agent.find_tool(name, context)
-        content, is_error = await _run(agent, tool, name, ToolOrigin.MCP, arguments)
         call_id = f"{invocation.step_id}#{invocation.sequence}"
+        info = ToolCallInfo(invocation.run_id, call_id, name, invocation.stable_key())
+        content, is_error = await _run(agent, tool, name, ToolOrigin.MCP, arguments, info)
         return ToolOutput(tool_call_id=call_id, tool_name=name, content=content, is_error=is_error)
 
     return handle
