@@ -1,4 +1,4 @@
-"""Recovery latency at short counts: a killed owner's run resumed within TTL + poll."""
+"""Recovery latency at short counts: a killed owner's run resumed within the poll interval."""
 
 from __future__ import annotations
 
@@ -9,6 +9,6 @@ from reliability import recovery_latency
 pytestmark = pytest.mark.crash
 
 
-def test_a_killed_owners_run_is_resumed_within_ttl_and_poll_interval() -> None:
+def test_a_killed_owners_run_is_resumed_within_the_poll_interval() -> None:
     report = recovery_latency.run(short=True)
     assert report.ok, report.failures()

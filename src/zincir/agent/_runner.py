@@ -294,7 +294,11 @@ class Runner:
         """The agent, prompt and config a stored run was started with."""
         row = await self.store.get_run(run_id)
         if row is None:
-            raise RunNotFound(f"no run {run_id!r} in this runner's store", run_id=run_id)
+            raise RunNotFound(
+                f"no run {run_id!r} in this runner's store; `zincir runs list --db PATH` lists "
+                "the runs it holds (start a new one with Runner.run)",
+                run_id=run_id,
+            )
         config = stored_config(row)
         name = config.get("agent", row["name"])
         agent = self._agents.get(name) if isinstance(name, str) else None
