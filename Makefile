@@ -50,7 +50,10 @@ test: $(DEV) system-deps lint
 test-quick: $(DEV)
 	ZINCIR_TEST_BACKENDS=sqlite $(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not browser and not temporal"
 
-bench: $(DEV)
+# The long-run section stores the same conversation on LangGraph's SqliteSaver in the peers'
+# venv and plots both (docs/long-run.png, with matplotlib installed into the venv for it).
+bench: $(DEV) .venv-peers/.installed
+	$(BIN)/python -m pip install --quiet matplotlib
 	$(BIN)/python benchmarks/run.py --temporal
 
 # Instructions per step and per agent turn under valgrind's callgrind (about 5 minutes): the

@@ -26,6 +26,12 @@ PostgreSQL (benchmarks/postgres_bench.py, a throwaway server; ``--no-postgres`` 
 step with ``synchronous_commit`` on and off against a raw INSERT + COMMIT on the same server,
 four processes beside four on SQLite, and with ``--peers`` DBOS on the same server.
 
+Long runs (benchmarks/long_run.py): one durable agent run of ``--long-run-turns`` turns
+(1,000; 100 with ``--quick``), each adding about 2 KB: its database bytes at turns 50, 150,
+300 and 1,000, bytes per turn early and late, turn time early and late, a new process's
+resume to the next model request, and the same conversation on LangGraph's ``SqliteSaver``
+in the peers venv (when it exists); a full run rewrites docs/long-run.md and its plot.
+
 With ``--peers`` one LangGraph graph (``peers_child.step_graph``: a ring of small nodes, one
 super-step each, ``durability="sync"``) runs on ``ZincirSaver`` here and on LangGraph's
 ``SqliteSaver`` in the peers venv, alternately; on ``InMemorySaver`` too, the ceiling any
@@ -59,6 +65,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 sys.path.insert(0, str(HERE))  # the sibling modules (floor_bench, prune_bench, ...)
 
 import floor_bench  # noqa: E402
+import long_run  # noqa: E402
 
 import zincir  # noqa: E402
 from zincir import AgentContext, CheckpointCandidate, ToolCall, Verification  # noqa: E402
@@ -662,6 +669,29 @@ def frame_figures(bench: Bench) -> dict[str, float]:
     return frames
 
 
+def long_run_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    """benchmarks/long_run.py: one agent run of ``--long-run-turns`` turns (100 quick) and
+    the same conversation on SqliteSaver; a full run rewrites docs/long-run.{md,png}."""
+    turns = 100 if bench.quick else args.long_run_turns
+    try:
+        result: dict[str, Any] = long_run.measure(
+            turns,
+            folder=str(bench.folder),
+            resumes=3 if bench.quick else 5,
+            peers_python=args.peers_python,
+            notes=bench.notes,
+        )
+    except RuntimeError as error:
+        bench.notes["long_run"] = str(error)
+        return {"figures": {}, "ratios": {}}
+    if not bench.quick:
+        try:
+            long_run.write_doc(result, turns, None)
+        except ImportError as error:
+            bench.notes["long_run_doc"] = f"docs/long-run.md not written ({error})"
+    return result
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     bench = Bench(args.quick, 3 if args.quick else args.repeat)
     figures = bench.figures
@@ -762,6 +792,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         timed("compact a long run", lambda: measure_compaction(bench, run_async, resume_figures))
     )
 
+    long = timed("long run", lambda: long_run_section(bench, args))
+    figures.update(long["figures"])
+
     ratios: dict[str, float] = {
         "step_full_over_raw_full": pair_ratios["step_full_us"],
         "step_normal_over_raw_normal": pair_ratios["step_normal_us"],
@@ -785,6 +818,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "agent_turn_overhead_over_agent_turn_sql": figures["agent_turn_overhead_us"]
         / figures["agent_turn_sql_us"],
     }
+    ratios.update(long["ratios"])
     if args.peers:
         python = args.peers_python
         n_peer = bench.n(1000, 300)
@@ -869,11 +903,13 @@ TARGETS = {
     "pydantic_ai_dbos_over_zincir_durability": (">=", 3.0),
     "zincir_langgraph_over_sqlitesaver": (">=", 3.0),
     "dbos_pg_over_pg_step": (">=", 3.0),
+    **long_run.TARGETS,
 }
 FIGURE_TARGETS = {
     "resume_100k_ms": ("<", 500.0),
     "resume_100k_rss_mb": ("<", 50.0),
     "claims_per_s": (">=", 2000.0),
+    **long_run.FIGURE_TARGETS,
 }
 
 
@@ -912,6 +948,9 @@ def main(argv: list[str] | None = None) -> None:
         "--agent-peer", action="store_true", help="the agent turn on pydantic-ai + DBOS only"
     )
     parser.add_argument("--peers-python", default=str(HERE.parent / ".venv-peers/bin/python"))
+    parser.add_argument(
+        "--long-run-turns", type=int, default=1000, help="turns of the long-run section"
+    )
     parser.add_argument("--temporal", action="store_true", help="TemporalRuntime vs raw")
     parser.add_argument(
         "--no-postgres", action="store_true", help="skip the PostgreSQL figures (no server)"
