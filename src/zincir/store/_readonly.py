@@ -22,6 +22,7 @@ from ._readonly_rows import (
     MessageRow,
     OperationOutcomeRow,
     OperationRow,
+    OperationSummaryRow,
     PendingToolRow,
     RestartCheckpointRow,
     StepRow,
@@ -48,6 +49,7 @@ __all__ = [
     "MessageRow",
     "OperationOutcomeRow",
     "OperationRow",
+    "OperationSummaryRow",
     "PendingToolRow",
     "ReadOnlySnapshot",
     "ReadOnlyView",
@@ -112,6 +114,17 @@ class ReadOnlySnapshot(Protocol):
     def steps(self, run_id: str, limit: int = 500) -> list[StepRow]: ...
     def timers(self, run_id: str, limit: int = 500) -> list[TimerRow]: ...
     def messages(self, run_id: str, limit: int = 500) -> list[MessageRow]: ...
+
+    # -- bounded reads of a long run: a page of events or operations, one operation whole
+
+    def events_before(self, run_id: str, before_seq: int, limit: int = 200) -> list[EventRow]: ...
+    def operation_page(
+        self, run_id: str, offset: int = 0, limit: int = 50
+    ) -> list[OperationSummaryRow]: ...
+    def failed_operations(
+        self, run_id: str, kind: str, limit: int = 500
+    ) -> list[OperationOutcomeRow]: ...
+    def operation(self, run_id: str, step_id: str, sequence: int) -> OperationRow | None: ...
 
     # -- LangGraph threads --------------------------------------------------------------
 

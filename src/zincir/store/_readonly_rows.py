@@ -24,6 +24,7 @@ __all__ = [
     "MessageRow",
     "OperationOutcomeRow",
     "OperationRow",
+    "OperationSummaryRow",
     "PendingToolRow",
     "RestartCheckpointRow",
     "Row",
@@ -39,6 +40,7 @@ __all__ = [
     "row_limit",
     "row_seq",
     "select_list",
+    "tail_by_seq",
 ]
 
 Row = dict[str, Any]
@@ -121,6 +123,25 @@ class OperationOutcomeRow(TypedDict):
     claim_owner: str | None
     claim_expires_at: str | None
     attempts: int
+    updated_at: str
+    completed_at: str | None
+
+
+class OperationSummaryRow(TypedDict):
+    """A durable operation's identity and state, without its input or record: what a page
+    of a long run's operations lists (the input and record are read one at a time)."""
+
+    step_id: str
+    sequence: int
+    kind: str
+    handler_id: str
+    input_digest: str
+    status: str
+    outcome: str | None
+    claim_owner: str | None
+    claim_expires_at: str | None
+    attempts: int
+    created_at: str
     updated_at: str
     completed_at: str | None
 
@@ -261,6 +282,13 @@ class UsageCache:
                 self._totals.clear()
             self._totals[key] = (last_seq, dict(totals))
         return dict(totals)
+
+
+def tail_by_seq(archived: list[EventRow], live: list[EventRow], limit: int) -> list[EventRow]:
+    """The last ``limit`` events, in seq order, of a log's archived and live parts (each
+    read newest first and at most ``limit`` long, then reversed here)."""
+    merged = sorted([*archived, *live], key=row_seq)
+    return merged[max(len(merged) - limit, 0) :]
 
 
 def row_seq(row: EventRow) -> int:

@@ -32,6 +32,7 @@ from .._readonly_rows import (
     MessageRow,
     OperationOutcomeRow,
     OperationRow,
+    OperationSummaryRow,
     PendingToolRow,
     RestartCheckpointRow,
     Row,
@@ -47,6 +48,7 @@ from .._readonly_rows import (
     row_limit,
     row_seq,
     select_list,
+    tail_by_seq,
 )
 from .._records import RUN_COLUMNS, RunRecord, merge_by_seq
 from ._base import Conn, migrations, split_schema
@@ -61,6 +63,7 @@ _EVENT_COLUMNS: Final = select_list(EventRow)
 _CHECKPOINT_COLUMNS: Final = select_list(CheckpointRow)
 _OPERATION_COLUMNS: Final = select_list(OperationRow)
 _OUTCOME_COLUMNS: Final = select_list(OperationOutcomeRow)
+_SUMMARY_COLUMNS: Final = select_list(OperationSummaryRow)
 _STEP_COLUMNS: Final = select_list(StepRow)
 _TIMER_COLUMNS: Final = select_list(TimerRow)
 _MESSAGE_COLUMNS: Final = select_list(MessageRow)
@@ -526,3 +529,54 @@ class PostgresSnapshot(ThreadReads):
                 (run_id, run_id, row_limit(limit)),
             ),
         )
+
+    # -- bounded reads of a long run (the inspector's pages) ------------------------------
+
+    def events_before(self, run_id: str, before_seq: int, limit: int = 200) -> list[EventRow]:
+        """The last ``limit`` events before ``before_seq``, in seq order: keyset on the
+        (run_id, seq) primary key read backwards, archived events merged in."""
+        params = (run_id, min(max(before_seq, 0), MAX_SEQUENCE), row_limit(limit))
+        page = "WHERE run_id = %s AND seq < %s ORDER BY seq DESC LIMIT %s"
+        select = f"SELECT {_EVENT_COLUMNS} FROM"
+        live = cast(list[EventRow], self._dicts(f"{select} events {page}", params))
+        older: list[EventRow] = []
+        if "archived_events" in self._tables:
+            older = cast(list[EventRow], self._dicts(f"{select} archived_events {page}", params))
+        return tail_by_seq(older, live, params[2])
+
+    def operation_page(
+        self, run_id: str, offset: int = 0, limit: int = 50
+    ) -> list[OperationSummaryRow]:
+        """One page of the run's operations, newest first, without inputs or records."""
+        return cast(
+            list[OperationSummaryRow],
+            self._dicts(
+                f"SELECT {_SUMMARY_COLUMNS} FROM operations WHERE run_id = %s "
+                f"ORDER BY created_at DESC, step_id{_C} DESC, sequence DESC LIMIT %s OFFSET %s",
+                (run_id, row_limit(limit), row_limit(offset)),
+            ),
+        )
+
+    def failed_operations(
+        self, run_id: str, kind: str, limit: int = 500
+    ) -> list[OperationOutcomeRow]:
+        """The run's operations of ``kind`` whose record is a failure, newest first, records
+        included (inputs not read)."""
+        return cast(
+            list[OperationOutcomeRow],
+            self._dicts(
+                f"SELECT {_OUTCOME_COLUMNS} FROM operations WHERE run_id = %s AND kind = %s "
+                f"AND outcome = 'failure' ORDER BY created_at DESC, step_id{_C} DESC, "
+                "sequence DESC LIMIT %s",
+                (run_id, kind, row_limit(limit)),
+            ),
+        )
+
+    def operation(self, run_id: str, step_id: str, sequence: int) -> OperationRow | None:
+        """One operation, input and record whole, by its primary key."""
+        found = self._dicts(
+            f"SELECT {_OPERATION_COLUMNS} FROM operations WHERE run_id = %s AND step_id = %s "
+            "AND sequence = %s",
+            (run_id, step_id, row_limit(sequence)),
+        )
+        return cast(OperationRow, found[0]) if found else None

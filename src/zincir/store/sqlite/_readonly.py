@@ -31,6 +31,7 @@ from .._readonly_rows import (
     MessageRow,
     OperationOutcomeRow,
     OperationRow,
+    OperationSummaryRow,
     PendingToolRow,
     RestartCheckpointRow,
     Row,
@@ -46,6 +47,7 @@ from .._readonly_rows import (
     row_limit,
     row_seq,
     select_list,
+    tail_by_seq,
 )
 from .._records import RUN_COLUMNS, RunRecord, merge_by_seq
 from .._thread_rows import PREVIEW_BYTES
@@ -71,6 +73,7 @@ _EVENT_COLUMNS: Final = select_list(EventRow)
 _CHECKPOINT_COLUMNS: Final = select_list(CheckpointRow)
 _OPERATION_COLUMNS: Final = select_list(OperationRow)
 _OUTCOME_COLUMNS: Final = select_list(OperationOutcomeRow)
+_SUMMARY_COLUMNS: Final = select_list(OperationSummaryRow)
 _MODEL_KINDS: Final = "('model_request', 'model_stream')"
 _MAX_KEYS: Final = 500  # ids bound per IN (...) list, well under SQLite's variable limit
 _STEP_COLUMNS: Final = select_list(StepRow)
@@ -600,3 +603,61 @@ class SnapshotReader(ThreadReads):
                 (run_id, run_id, row_limit(limit)),
             ),
         )
+
+    # -- bounded reads of a long run (the inspector's pages) ------------------------------
+
+    def events_before(self, run_id: str, before_seq: int, limit: int = 200) -> list[EventRow]:
+        """The last ``limit`` events before ``before_seq``, in seq order: keyset on the
+        (run_id, seq) primary key read backwards, archived events merged in."""
+        params = (run_id, min(max(before_seq, 0), MAX_SEQUENCE), row_limit(limit))
+        page = "WHERE run_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
+        live = cast(
+            list[EventRow], self._dicts(f"SELECT {_EVENT_COLUMNS} FROM events {page}", params)
+        )
+        older = cast(
+            list[EventRow],
+            self._optional(
+                "archived_events", f"SELECT {_EVENT_COLUMNS} FROM archived_events {page}", params
+            ),
+        )
+        return tail_by_seq(older, live, params[2])
+
+    def operation_page(
+        self, run_id: str, offset: int = 0, limit: int = 50
+    ) -> list[OperationSummaryRow]:
+        """One page of the run's operations, newest first, without inputs or records."""
+        return cast(
+            list[OperationSummaryRow],
+            self._optional(
+                "operations",
+                f"SELECT {_SUMMARY_COLUMNS} FROM operations WHERE run_id = ? "
+                "ORDER BY created_at DESC, step_id DESC, sequence DESC LIMIT ? OFFSET ?",
+                (run_id, row_limit(limit), row_limit(offset)),
+            ),
+        )
+
+    def failed_operations(
+        self, run_id: str, kind: str, limit: int = 500
+    ) -> list[OperationOutcomeRow]:
+        """The run's operations of ``kind`` whose record is a failure, newest first, records
+        included (inputs not read)."""
+        return cast(
+            list[OperationOutcomeRow],
+            self._optional(
+                "operations",
+                f"SELECT {_OUTCOME_COLUMNS} FROM operations WHERE run_id = ? AND kind = ? "
+                "AND outcome = 'failure' ORDER BY created_at DESC, step_id DESC, "
+                "sequence DESC LIMIT ?",
+                (run_id, kind, row_limit(limit)),
+            ),
+        )
+
+    def operation(self, run_id: str, step_id: str, sequence: int) -> OperationRow | None:
+        """One operation, input and record whole, by its primary key."""
+        found = self._optional(
+            "operations",
+            f"SELECT {_OPERATION_COLUMNS} FROM operations WHERE run_id = ? AND step_id = ? "
+            "AND sequence = ?",
+            (run_id, step_id, row_limit(sequence)),
+        )
+        return cast(OperationRow, found[0]) if found else None
