@@ -25,6 +25,8 @@ CRASH_POINTS: Final[dict[str, str]] = {
     "store.after_begin": "a write transaction has begun; nothing written yet",
     "store.after_statements": "every statement ran; COMMIT not yet issued",
     "store.after_commit": "COMMIT returned; no caller has been answered",
+    "store.content_half_written": "half of an input's new content rows are written; the "
+    "rest, the references and the operation row are not",
     "lease.before_renew": "the heartbeat is about to renew the run's lease",
     "lease.after_renew": "the heartbeat renewed the lease",
     "timer.stored": "a durable sleep's wake time is stored; the wait has not begun",

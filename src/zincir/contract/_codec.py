@@ -31,10 +31,24 @@ from .._validate import name_problem
 from ._invocation import INVOCATION_FIELDS, Invocation, OperationKind
 from ._record import Failure, Outcome, Record, Success, Suspended
 
-__all__ = ["RECORD_VERSION", "decode_record", "encode_record", "encode_valid_record"]
+__all__ = [
+    "INPUT_LEFT_OUT",
+    "RECORD_VERSION",
+    "decode_record",
+    "encode_record",
+    "encode_valid_record",
+    "record_input_removed",
+    "record_with_input",
+    "record_without_input",
+]
 
 RECORD_VERSION: Final = 1
 """The record format version this code writes and reads."""
+
+INPUT_LEFT_OUT: Final = ',"input_json":null},"input_digest":'
+"""Where a record stored without its input holds ``null`` instead: no encoded string can
+hold this text (a quote inside one is escaped), so its first occurrence is the slot."""
+_INPUT_END: Final = '},"input_digest":'
 
 _TOP_FIELDS: Final = ("version", "invocation", "input_digest", "outcome")
 _OUTCOME_FIELDS: Final[dict[str, tuple[str, ...]]] = {
@@ -58,9 +72,40 @@ def encode_record(record: Record) -> str:
 def encode_valid_record(record: Record) -> str:
     """:func:`encode_record` of a record its caller has just validated (a runtime that
     checked the attempt's outcome against its invocation): the same text, checked once."""
+    return checked_size(_encode(record, encode_part(record.invocation.input_json)), what="record")
+
+
+def record_without_input(record: Record) -> str:
+    """The canonical text of a validated record with ``null`` for its invocation's input (how
+    a store keeps it beside the input it stores once): the input is not encoded at all."""
+    return _encode(record, "null")
+
+
+def record_with_input(text: str, input_json: str) -> str:
+    """The canonical record text of ``text``, a record kept without its input (returned
+    unchanged when it holds its input already), with ``input_json`` put back."""
+    at = text.find(INPUT_LEFT_OUT)
+    if at < 0:
+        return text
+    head = at + len(',"input_json":')
+    return "".join((text[:head], encode_part(input_json), text[head + len("null") :]))
+
+
+def record_input_removed(text: str) -> str:
+    """A canonical record ``text`` with ``null`` for its input (unchanged when it has none)."""
+    if text.find(INPUT_LEFT_OUT) >= 0:
+        return text
+    start = text.find(',"input_json":"')
+    end = text.find(_INPUT_END, start)
+    if start < 0 or end < 0:
+        return text
+    return text[: start + len(',"input_json":')] + "null" + text[end:]
+
+
+def _encode(record: Record, input_text: str) -> str:
     invocation = record.invocation
     kind = invocation.kind
-    text = "".join(
+    return "".join(
         (
             '{"version":',
             encode_part(RECORD_VERSION),
@@ -75,7 +120,7 @@ def encode_valid_record(record: Record) -> str:
             ',"handler_id":',
             encode_part(invocation.handler_id),
             ',"input_json":',
-            encode_part(invocation.input_json),
+            input_text,
             '},"input_digest":',
             encode_part(record.input_digest),
             ',"outcome":',
@@ -83,7 +128,6 @@ def encode_valid_record(record: Record) -> str:
             "}",
         )
     )
-    return checked_size(text, what="record")
 
 
 def _outcome_text(outcome: Outcome) -> str:

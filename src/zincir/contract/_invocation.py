@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -10,6 +9,7 @@ from typing import Any, Final, Self
 
 from .._errors import InvalidInput, InvalidInvocation
 from .._json import StrictJsonError, known_strict, loads_strict
+from .._pieces import layout
 from .._validate import MAX_ID_BYTES, MAX_SEQUENCE, int_problem, name_problem, shown, utf8
 
 __all__ = [
@@ -144,17 +144,27 @@ class Invocation:
         """``"sha256:<64 hex>"`` of the UTF-8 bytes of ``input_json``; it binds the exact input."""
         if self._digest is not None:  # computed once: the fields never change
             return self._digest
-        data = utf8(self.input_json) if isinstance(self.input_json, str) else None
-        if data is None:
+        digest = None
+        if isinstance(self.input_json, str):
+            try:  # continued from the hash of this step's previous input where it only grew
+                digest = layout(self.input_json, self._step()).digest
+            except UnicodeEncodeError:
+                pass
+        if digest is None:
             problem = (
                 "input_json is not valid UTF-8 text (it holds a lone surrogate)"
                 if isinstance(self.input_json, str)
                 else "input_json must be a str"
             )
             raise InvalidInvocation(f"no input digest: {problem}", run_id=self._safe_run_id())
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
         object.__setattr__(self, "_digest", digest)
         return digest
+
+    def _step(self) -> tuple[str, str, str] | None:
+        """The key under which this process keeps the layout of the step's last input."""
+        if not (isinstance(self.run_id, str) and isinstance(self.step_id, str)):
+            return None
+        return (self.run_id, self.step_id, str(self.kind))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object form, keyed by the six attribute names (``kind`` as its string)."""

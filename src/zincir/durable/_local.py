@@ -38,6 +38,7 @@ from .._errors import (
     StoreError,
     UnknownToolCall,
 )
+from .._json import checked_size
 from .._replay import operation_item, replay_for
 from .._validate import DEFAULT_POLL_INTERVAL, check_count, check_positive_duration
 from ..contract import (
@@ -48,7 +49,7 @@ from ..contract import (
     Record,
     decode_record,
 )
-from ..contract._codec import encode_valid_record
+from ..contract._codec import record_without_input
 from ..store import (
     Lease,
     LogEntry,
@@ -316,7 +317,8 @@ class LocalRuntime:
             return result, False
         crash_point("operation.handled")
         record = Record.for_invocation(inv, result)  # attempt_outcome validated this pair
-        outcome = stored_outcome(record, encode_valid_record(record))
+        # The store keeps the input once, beside the record: it is not encoded again here.
+        outcome = stored_outcome(record, checked_size(record_without_input(record), what="record"))
         entries: Sequence[LogEntry] = ()
         following: list[_Ahead] = []
         if log is not None and lease is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..contract import Failure, Invocation, OperationKind, Record, Success, Suspended
+from ..contract._codec import INPUT_LEFT_OUT
 from ..store import NewOperation, OperationKey, OperationOutcome
 
 __all__ = ["new_operation", "stored_outcome"]
@@ -22,13 +23,14 @@ def new_operation(invocation: Invocation, digest: str | None = None) -> NewOpera
 
 
 def stored_outcome(record: Record, record_json: str) -> OperationOutcome:
-    """``record`` (encoded as ``record_json``) as the store keeps it, with the details its
-    ``operation_completed`` event carries."""
+    """``record`` (encoded as ``record_json``, whole or with ``null`` for its input) as the
+    store keeps it, with the details its ``operation_completed`` event carries."""
     outcome = record.outcome
+    left_out = INPUT_LEFT_OUT in record_json
     if isinstance(outcome, Success):
-        return OperationOutcome(record_json, "success", {})
+        return OperationOutcome(record_json, "success", {}, left_out)
     if isinstance(outcome, Failure):
         details: dict[str, Any] = {"error": outcome.error, "retryable": outcome.retryable}
-        return OperationOutcome(record_json, "failure", details)
+        return OperationOutcome(record_json, "failure", details, left_out)
     assert isinstance(outcome, Suspended)
-    return OperationOutcome(record_json, "suspended", {"reason": str(outcome.reason)})
+    return OperationOutcome(record_json, "suspended", {"reason": str(outcome.reason)}, left_out)

@@ -57,12 +57,15 @@ class NewOperation:
 
 @dataclass(frozen=True, slots=True)
 class OperationOutcome:
-    """A terminal record to store: its canonical JSON, its outcome's name, and the details
-    (error and retryable, or reason) its ``operation_completed`` event carries."""
+    """A terminal record to store: its canonical JSON (or that text with ``null`` for its
+    input), its outcome's name, and the details (error and retryable, or reason) its
+    ``operation_completed`` event carries."""
 
     record_json: str
     outcome: Literal["success", "failure", "suspended"]
     details: Mapping[str, Any]
+    input_left_out: bool = False
+    """``record_json`` holds ``null`` for the invocation's input (the store keeps it once)."""
 
 
 @dataclass(frozen=True, slots=True)

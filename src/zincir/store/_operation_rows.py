@@ -14,6 +14,8 @@ from ._records import Lease, LogEntry, NewEvent, TimeDecoder, driver_time, optio
 
 __all__ = [
     "OPERATION_COLUMNS",
+    "OPERATION_WIDTH",
+    "RecordComposer",
     "check_log_lease",
     "claimed_row",
     "completed_event",
@@ -25,9 +27,17 @@ __all__ = [
 
 OPERATION_COLUMNS: Final = (
     "kind, handler_id, input_digest, status, record, claim_owner, claim_expires_at, "
-    "attempts, claim_lease_owner, claim_lease_token"
+    "attempts, claim_lease_owner, claim_lease_token, "
+    "CASE WHEN record IS NULL THEN NULL ELSE input_json END, input_parts"
 )
-"""The ``operations`` columns :func:`operation_row` reads, in order."""
+"""The ``operations`` columns :func:`operation_row` reads, in order (the stored input only
+where there is a record to compose)."""
+OPERATION_WIDTH: Final = 12
+"""How many columns :data:`OPERATION_COLUMNS` selects."""
+
+RecordComposer = Callable[[str | None, str, str | None], str | None]
+"""Composes a row's canonical record from its ``record``, ``input_json`` and
+``input_parts`` columns (:meth:`._content.ContentIndex.compose_record`, bound to a read)."""
 
 
 def key_params(key: OperationKey) -> tuple[str, str, int]:
@@ -41,11 +51,17 @@ def lease_columns(lease: Lease | None) -> tuple[str | None, int | None]:
 
 
 def operation_row(
-    row: Sequence[Any], *, fenced: bool, time: TimeDecoder = driver_time
+    row: Sequence[Any],
+    *,
+    fenced: bool,
+    compose: RecordComposer,
+    time: TimeDecoder = driver_time,
 ) -> OperationRow:
-    """A row selected as :data:`OPERATION_COLUMNS`, its claim judged ``fenced``."""
+    """A row selected as :data:`OPERATION_COLUMNS`, its claim judged ``fenced`` and its
+    record composed whole."""
     kind, handler_id, digest, status, record, owner, expires, attempts = row[:8]
-    lease_owner, lease_token = row[8:10]
+    lease_owner, lease_token, input_json, input_parts = row[8:12]
+    record = compose(record, input_json or "", input_parts)
     return OperationRow(
         kind=kind,
         handler_id=handler_id,

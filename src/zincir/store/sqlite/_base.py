@@ -34,8 +34,10 @@ from ..._errors import (
 )
 from ..._time import Clock, system_clock, to_db
 from ..._validate import check_duration
+from .._content import ContentIndex
 from .._grouping import writes_grouped
 from .._records import Lease
+from ._content import convert_rows
 from ._errors import DRIVER_ERRORS, close_quietly, translate, translating
 from ._log import register_functions
 from ._writer import Writer, WriterStats, read_transaction
@@ -50,6 +52,10 @@ _MIGRATIONS_TABLE = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("
     "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
 )
+
+
+_CONVERSIONS: dict[str, Callable[[Conn], object]] = {"content_rows": convert_rows}
+"""Migrations whose rows Python converts, in batches, before the step is recorded."""
 
 
 def one(
@@ -196,6 +202,7 @@ class SQLiteBase:
         self._readers_lock = threading.Lock()
         self._closed = False
         self._leases: dict[str, Lease] = {}
+        self._content = ContentIndex()
         parent = os.path.dirname(self.path)
         if parent and not os.path.isdir(parent):
             raise StoreError(f"the folder {parent} does not exist; create it first")
@@ -264,6 +271,11 @@ class SQLiteBase:
         with translating(self.path):
             conn.execute(_MIGRATIONS_TABLE)
             for version, name, sql in known:
+                convert = _CONVERSIONS.get(name)
+                if convert is not None and not conn.execute(
+                    "SELECT 1 FROM schema_migrations WHERE version = ?", (version,)
+                ).fetchall():
+                    convert(conn)  # data moved in bounded transactions of its own first
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     applied = conn.execute(

@@ -23,6 +23,7 @@ from typing import Final
 import apsw
 
 from ..._time import from_db, to_db
+from .._content import ContentIndex, InputPlan, stored_record
 from .._operation_records import (
     NewOperation,
     OperationClaim,
@@ -43,6 +44,7 @@ from .._operation_rows import (
 from .._records import TERMINAL_STATUSES, Lease, LogEntry
 from ._agent import write_entries
 from ._base import SQLiteBase
+from ._content import reader, write_content
 from ._log import check_fence, lease_expiry_sql
 
 __all__ = ["OperationOps"]
@@ -55,12 +57,12 @@ _RUN_LEASE: Final = (
 _COLUMNS: Final = (
     "run_id, step_id, sequence, kind, handler_id, input_digest, input_json, status, outcome, "
     "record, claim_owner, claim_expires_at, attempts, created_at, updated_at, completed_at, "
-    "claim_lease_owner, claim_lease_token"
+    "claim_lease_owner, claim_lease_token, input_parts"
 )
-_INSERT: Final = f"INSERT INTO operations ({_COLUMNS}) VALUES ({', '.join('?' * 18)})"
+_INSERT: Final = f"INSERT INTO operations ({_COLUMNS}) VALUES ({', '.join('?' * 19)})"
 _CLAIM_NEW: Final = (
     f"INSERT INTO operations ({_COLUMNS}) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, 'claimed', NULL, "
-    "NULL, ?8, ?9, 1, ?10, ?10, NULL, ?11, ?12 WHERE ?12 IS NULL OR EXISTS (SELECT 1 FROM "
+    "NULL, ?8, ?9, 1, ?10, ?10, NULL, ?11, ?12, ?13 WHERE ?12 IS NULL OR EXISTS (SELECT 1 FROM "
     "agent_runs WHERE id = ?1 AND lease_owner = ?11 AND lease_token = ?12 "
     "AND status IN ('pending', 'running')) "
     "ON CONFLICT (run_id, step_id, sequence) DO NOTHING RETURNING 1"
@@ -98,10 +100,15 @@ def _lease_lost(
 
 
 def _select(
-    conn: apsw.Connection, key: OperationKey, now: datetime, *, judge: bool = True
+    conn: apsw.Connection,
+    key: OperationKey,
+    now: datetime,
+    content: ContentIndex,
+    *,
+    judge: bool = True,
 ) -> OperationRow | None:
-    """The identity's row, its claim judged at ``now`` against its run's lease (unless
-    ``judge`` is off: ``claim_fenced`` is then False)."""
+    """The identity's row, its record composed whole, its claim judged at ``now`` against
+    its run's lease (unless ``judge`` is off: ``claim_fenced`` is then False)."""
     row = conn.execute(_SELECT, key_params(key)).fetchone()
     if row is None:
         return None
@@ -110,7 +117,15 @@ def _select(
     if judge and status == "claimed" and lease_token is not None:
         run = conn.execute(_RUN_LEASE, (key.run_id,)).fetchone()
         fenced = _lease_lost((lease_owner, lease_token), run or (None,) * 4, now)
-    return operation_row(row, fenced=fenced, time=from_db)
+    read = reader(conn)
+    return operation_row(
+        row,
+        fenced=fenced,
+        time=from_db,
+        compose=lambda record, text, parts: content.compose_record(
+            record, text, parts, read, key.run_id
+        ),
+    )
 
 
 def _complete(
@@ -118,6 +133,8 @@ def _complete(
     now: datetime,
     operation: NewOperation,
     outcome: OperationOutcome,
+    plan: InputPlan,
+    content: ContentIndex,
     *,
     owner: str | None,
     lease: Lease | None,
@@ -130,11 +147,12 @@ def _complete(
     appended before the record, so a fenced finish raises with nothing stored."""
     key = operation.key
     stamp = to_db(now)
+    record = stored_record(operation, outcome)
     completed = conn.execute(
         _COMPLETE_CLAIMED,
         (
             outcome.outcome,
-            outcome.record_json,
+            record,
             owner,
             stamp,
             stamp,
@@ -150,7 +168,7 @@ def _complete(
             event = completed_event(operation, outcome, event_attempts or int(completed[0]))
             write_entries(conn, lease, now, log, leading=[event], stamp=stamp)
         return None
-    row = _select(conn, key, now, judge=False)
+    row = _select(conn, key, now, content, judge=False)
     if row is not None and operation.blocked_by(row):
         if lease is not None:
             check_fence(conn, lease)
@@ -160,6 +178,7 @@ def _complete(
         event = completed_event(operation, outcome, event_attempts or attempts)
         write_entries(conn, lease, now, log, leading=[event], stamp=stamp)
     if row is None:
+        write_content(conn, key.run_id, plan)
         conn.execute(
             _INSERT,
             (
@@ -167,10 +186,10 @@ def _complete(
                 operation.kind,
                 operation.handler_id,
                 operation.input_digest,
-                operation.input_json,
+                plan.input_json,
                 "completed",
                 outcome.outcome,
-                outcome.record_json,
+                record,
                 owner,
                 None,
                 1,
@@ -178,6 +197,7 @@ def _complete(
                 stamp,
                 stamp,
                 *lease_columns(lease),
+                plan.input_parts,
             ),
         )
     else:
@@ -187,7 +207,7 @@ def _complete(
             f"claim_lease_owner = ?, claim_lease_token = ? WHERE {_WHERE}",
             (
                 outcome.outcome,
-                outcome.record_json,
+                record,
                 owner,
                 stamp,
                 stamp,
@@ -203,7 +223,7 @@ class OperationOps(SQLiteBase):
 
     async def get_operation(self, key: OperationKey) -> OperationRow | None:
         """The identity's row, or None."""
-        return await self._read(lambda conn: _select(conn, key, self.clock()))
+        return await self._read(lambda conn: _select(conn, key, self.clock(), self._content))
 
     async def claim_operation(
         self,
@@ -225,11 +245,13 @@ class OperationOps(SQLiteBase):
         """
         prefix = owner if owner_prefix is None else owner_prefix
         key = operation.key
+        plan = self._content.plan(operation)
 
         def write(conn: apsw.Connection) -> OperationClaim:
             now = self.clock()
             stamp, expires = to_db(now), now + ttl
             lease_owner, lease_token = lease_columns(lease)
+            write_content(conn, key.run_id, plan)
             first = conn.execute(
                 _CLAIM_NEW,
                 (
@@ -237,17 +259,18 @@ class OperationOps(SQLiteBase):
                     operation.kind,
                     operation.handler_id,
                     operation.input_digest,
-                    operation.input_json,
+                    plan.input_json,
                     owner,
                     to_db(expires),
                     stamp,
                     lease_owner,
                     lease_token,
+                    plan.input_parts,
                 ),
             ).fetchone()
             if first is not None:
                 return OperationClaim(True, claimed_row(operation, owner, expires, 1, lease))
-            row = _select(conn, key, now)
+            row = _select(conn, key, now, self._content)
             if row is not None and operation.claim_blocked_by(row, prefix, now):
                 return OperationClaim(False, row)
             if lease is not None:
@@ -260,7 +283,7 @@ class OperationOps(SQLiteBase):
                         operation.kind,
                         operation.handler_id,
                         operation.input_digest,
-                        operation.input_json,
+                        plan.input_json,
                         "claimed",
                         None,
                         None,
@@ -272,6 +295,7 @@ class OperationOps(SQLiteBase):
                         None,
                         lease_owner,
                         lease_token,
+                        plan.input_parts,
                     ),
                 )
                 attempts = 1
@@ -292,7 +316,9 @@ class OperationOps(SQLiteBase):
                 )
             return OperationClaim(True, claimed_row(operation, owner, expires, attempts, lease))
 
-        return await self._write(write, durable=False)
+        claim = await self._write(write, durable=False)
+        self._content.committed(key.run_id, (plan,))
+        return claim
 
     async def renew_operation_claim(
         self,
@@ -336,7 +362,7 @@ class OperationOps(SQLiteBase):
             if lease is not None:
                 check_fence(conn, lease)
             now = self.clock()
-            row = _select(conn, key, now)
+            row = _select(conn, key, now, self._content)
             if row is not None and row.status == "completed":
                 return row
             conn.execute(
@@ -383,11 +409,22 @@ class OperationOps(SQLiteBase):
         nothing.
         """
         check_log_lease(operation, log, lease)
-        return await self._write(
+        plan = self._content.plan(operation)
+        blocking = await self._write(
             lambda conn: _complete(
-                conn, self.clock(), operation, outcome, owner=owner, lease=lease, log=log
+                conn,
+                self.clock(),
+                operation,
+                outcome,
+                plan,
+                self._content,
+                owner=owner,
+                lease=lease,
+                log=log,
             )
         )
+        self._content.committed(operation.key.run_id, (plan,))
+        return blocking
 
     async def finish_operation_claiming(
         self,
@@ -406,36 +443,64 @@ class OperationOps(SQLiteBase):
         their own. Returns the blocking row (nothing claimed) or None, and the keys claimed
         (an identity that already has a row is left to its own claim)."""
         check_log_lease(operation, log, lease)
+        plan = self._content.plan(operation)
+        plans = [(claim, claim_owner, self._content.plan(claim)) for claim, claim_owner in ahead]
 
-        def write(conn: apsw.Connection) -> tuple[OperationRow | None, frozenset[OperationKey]]:
-            now = self.clock()
-            blocking = _complete(conn, now, operation, outcome, owner=owner, lease=lease, log=log)
-            if blocking is not None:
-                return blocking, frozenset()
-            stamp, expires = to_db(now), to_db(now + ttl)
-            claimed = frozenset(
-                claim.key
-                for claim, claim_owner in ahead
-                if conn.execute(
+        def claim_ahead(
+            conn: apsw.Connection,
+            claim: NewOperation,
+            claim_owner: str,
+            claim_plan: InputPlan,
+            stamp: str,
+            expires: str,
+        ) -> bool:
+            write_content(conn, claim.key.run_id, claim_plan)
+            return (
+                conn.execute(
                     _CLAIM_NEW,
                     (
                         *key_params(claim.key),
                         claim.kind,
                         claim.handler_id,
                         claim.input_digest,
-                        claim.input_json,
+                        claim_plan.input_json,
                         claim_owner,
                         expires,
                         stamp,
                         lease.owner,
                         lease.token,
+                        claim_plan.input_parts,
                     ),
                 ).fetchone()
                 is not None
             )
+
+        def write(conn: apsw.Connection) -> tuple[OperationRow | None, frozenset[OperationKey]]:
+            now = self.clock()
+            blocking = _complete(
+                conn,
+                now,
+                operation,
+                outcome,
+                plan,
+                self._content,
+                owner=owner,
+                lease=lease,
+                log=log,
+            )
+            if blocking is not None:
+                return blocking, frozenset()
+            stamp, expires = to_db(now), to_db(now + ttl)
+            claimed = frozenset(
+                claim.key
+                for claim, claim_owner, claim_plan in plans
+                if claim_ahead(conn, claim, claim_owner, claim_plan, stamp, expires)
+            )
             return None, claimed
 
-        return await self._write(write)
+        result = await self._write(write)
+        self._content.committed(operation.key.run_id, [plan, *(p for _, _, p in plans)])
+        return result
 
     async def save_operation_record(
         self,
@@ -446,14 +511,19 @@ class OperationOps(SQLiteBase):
     ) -> OperationRow | None:
         """Keep a record produced elsewhere (Temporal): completed, with no claim and one
         attempt in its event; like :meth:`finish_operation` otherwise."""
-        return await self._write(
+        plan = self._content.plan(operation)
+        blocking = await self._write(
             lambda conn: _complete(
                 conn,
                 self.clock(),
                 operation,
                 outcome,
+                plan,
+                self._content,
                 owner=None,
                 lease=lease,
                 event_attempts=1,
             )
         )
+        self._content.committed(operation.key.run_id, (plan,))
+        return blocking

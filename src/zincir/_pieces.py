@@ -1,0 +1,287 @@
+"""An operation input cut into content pieces, and its digest, both computed incrementally.
+
+A piece is an exact substring of the input: each element of an array that is a member of
+the top-level object (a model request's ``messages`` and ``tools``), and each other member
+value, once it is at least :data:`PIECE_MIN_CHARS` long. Concatenating the literal text
+between pieces and the pieces gives back the exact input, so nothing depends on the
+cut being the "right" one, only on it being the same for the same text.
+
+Each piece also closes a *node*: ``[{"n": previous node}, literal before the piece,
+{"p": piece}]``, content-addressed by the SHA-256 of its text. The node of the last piece
+names the whole prefix, so an input is described as ``[{"n": node}, tail literal]``,
+whatever its length, and two inputs that share a prefix share its nodes.
+
+Keeping, per (run, step, kind), the previous input's layout and the SHA-256 state at each
+piece's end, a new input that extends the previous one is cut and hashed from the last
+shared piece on: its earlier messages are neither scanned, encoded nor hashed again. A new
+process pays one full pass on its first input of each step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = [
+    "PIECE_MIN_CHARS",
+    "InputLayout",
+    "Piece",
+    "compose",
+    "layout",
+    "node_text",
+    "parse_description",
+]
+
+PIECE_MIN_CHARS: Final = 256
+"""A member value or array element shorter than this stays in the literal text."""
+_CACHED_STEPS: Final = 256
+_CACHE_MIN_CHARS: Final = 4096  # shorter inputs are cut afresh: cheaper than keeping them
+_WS: Final = " \t\n\r"
+_DECODER: Final = json.JSONDecoder()
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One piece of an input: its span, its digest, the node it closes (digest and text),
+    where the scan resumes after it, and the input's hash state at its end."""
+
+    start: int
+    end: int
+    digest: str
+    node: str
+    node_text: str
+    in_array: bool
+    state: Any  # a hashlib sha256 object holding the input's bytes up to ``end``
+
+
+@dataclass(frozen=True, slots=True)
+class InputLayout:
+    """An input text cut into pieces, with its ``sha256:`` digest; ``reused`` pieces were
+    carried over from the previous input of the same step (not scanned or hashed again)."""
+
+    text: str
+    pieces: tuple[Piece, ...]
+    digest: str
+    reused: int = 0
+
+    def description(self) -> str:
+        """The stored form of the input: its last node and the literal after it."""
+        if not self.pieces:
+            return _dumps([self.text])
+        last = self.pieces[-1]
+        return _dumps([{"n": last.node}, self.text[last.end :]])
+
+    def new_content(self) -> list[tuple[str, str]]:
+        """(digest, text) of every piece and node this layout did not reuse."""
+        found: list[tuple[str, str]] = []
+        for piece in self.pieces[self.reused :]:
+            found.append((piece.digest, self.text[piece.start : piece.end]))
+            found.append((piece.node, piece.node_text))
+        return found
+
+    def all_content(self) -> list[tuple[str, str]]:
+        """(digest, text) of every piece and node of the input."""
+        found: list[tuple[str, str]] = []
+        for piece in self.pieces:
+            found.append((piece.digest, self.text[piece.start : piece.end]))
+            found.append((piece.node, piece.node_text))
+        return found
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def node_text(previous: str | None, literal: str, piece: str) -> str:
+    """The text of the node closing ``piece`` after ``literal``, following ``previous``."""
+    head: list[object] = [] if previous is None else [{"n": previous}]
+    return _dumps([*head, literal, {"p": piece}])
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class _Cut:
+    """Scans an input from a resume point, cutting pieces and hashing as it goes."""
+
+    def __init__(self, text: str, pieces: list[Piece], hasher: Any, at: int) -> None:
+        self.text = text
+        self.pieces = pieces
+        self.hasher = hasher
+        self.hashed = at  # the text before this index is in ``hasher``
+
+    def add(self, start: int, end: int, in_array: bool) -> None:
+        if end - start < PIECE_MIN_CHARS:
+            return
+        text = self.text
+        previous = self.pieces[-1] if self.pieces else None
+        literal = text[previous.end if previous else 0 : start]
+        body = text[start:end].encode("utf-8")
+        self.hasher.update(text[self.hashed : start].encode("utf-8"))
+        self.hasher.update(body)
+        self.hashed = end
+        digest = _sha(body)
+        node = node_text(previous.node if previous else None, literal, digest)
+        self.pieces.append(
+            Piece(
+                start,
+                end,
+                digest,
+                _sha(node.encode("utf-8")),
+                node,
+                in_array,
+                self.hasher.copy(),
+            )
+        )
+
+
+def _skip(text: str, at: int) -> int:
+    while at < len(text) and text[at] in _WS:
+        at += 1
+    return at
+
+
+def _value_end(text: str, at: int) -> int:
+    return int(_DECODER.raw_decode(text, at)[1])
+
+
+def _scan(cut: _Cut, at: int, in_array: bool) -> None:
+    """Cut the pieces of ``cut.text`` from ``at``: the start of the text, or (``in_array``
+    True) just after an array element, or (False) just after a member's value."""
+    text = cut.text
+    state = "array_next" if in_array else "object_next"
+    if at == 0:
+        at = _skip(text, 0)
+        if not text.startswith("{", at):
+            return
+        at = _skip(text, at + 1)
+        if text.startswith("}", at):
+            return
+        state = "member"
+    while True:
+        if state == "member":
+            at = _skip(text, _value_end(text, at))  # the key
+            if not text.startswith(":", at):
+                return
+            at = _skip(text, at + 1)
+            if text.startswith("[", at):
+                at = _skip(text, at + 1)
+                if text.startswith("]", at):
+                    at += 1
+                    state = "object_next"
+                else:
+                    state = "element"
+            else:
+                end = _value_end(text, at)
+                cut.add(at, end, False)
+                at, state = end, "object_next"
+        elif state == "element":
+            end = _value_end(text, at)
+            cut.add(at, end, True)
+            at, state = end, "array_next"
+        elif state == "array_next":
+            at = _skip(text, at)
+            if text.startswith(",", at):
+                at, state = _skip(text, at + 1), "element"
+            elif text.startswith("]", at):
+                at, state = at + 1, "object_next"
+            else:
+                return
+        else:  # object_next
+            at = _skip(text, at)
+            if not text.startswith(",", at):
+                return
+            at, state = _skip(text, at + 1), "member"
+
+
+def _cut(text: str, kept: tuple[Piece, ...]) -> InputLayout:
+    """The layout of ``text``, resuming after ``kept`` (pieces of a prefix of ``text``)."""
+    if kept:
+        last = kept[-1]
+        hasher, at, in_array = last.state.copy(), last.end, last.in_array
+    else:
+        hasher, at, in_array = hashlib.sha256(), 0, False
+    cut = _Cut(text, list(kept), hasher, at)
+    try:
+        _scan(cut, at, in_array)
+    except (ValueError, IndexError):
+        pass  # not JSON past here: the rest is literal text (every cut reproduces the input)
+    hasher = cut.hasher.copy()
+    hasher.update(text[cut.hashed :].encode("utf-8"))
+    return InputLayout(text, tuple(cut.pieces), "sha256:" + hasher.hexdigest(), len(kept))
+
+
+def _shared(previous: InputLayout, text: str) -> tuple[Piece, ...]:
+    """The leading pieces of ``previous`` whose text up to their end ``text`` also starts
+    with: the last one tried first (an input that only grew), else a binary search."""
+    pieces, old = previous.pieces, previous.text
+    if not pieces:
+        return ()
+    if text.startswith(old[: pieces[-1].end]):
+        return pieces
+    low, high = 0, len(pieces) - 1  # pieces[:low] shared; pieces[high] not
+    while low < high:
+        middle = (low + high) // 2
+        if text.startswith(old[: pieces[middle].end]):
+            low = middle + 1
+        else:
+            high = middle
+    return pieces[:low]
+
+
+_LAYOUTS: OrderedDict[tuple[str, str, str], InputLayout] = OrderedDict()
+_LOCK: Final = threading.Lock()
+
+
+def layout(text: str, step: tuple[str, str, str] | None = None) -> InputLayout:
+    """The layout of input ``text`` (valid UTF-8), continued from the previous input of
+    ``step`` (run id, step id, kind) kept in this process when it is a prefix of ``text``."""
+    if step is None or len(text) < _CACHE_MIN_CHARS:
+        return _cut(text, ())
+    with _LOCK:
+        previous = _LAYOUTS.get(step)
+    if previous is not None and previous.text is text:
+        return previous
+    if previous is not None and previous.text == text:
+        return previous
+    found = _cut(text, () if previous is None else _shared(previous, text))
+    with _LOCK:
+        _LAYOUTS[step] = found
+        _LAYOUTS.move_to_end(step)
+        while len(_LAYOUTS) > _CACHED_STEPS:
+            _LAYOUTS.popitem(last=False)
+    return found
+
+
+def parse_description(text: str) -> list[Any]:
+    """The segments of a stored description (or node): strings, ``{"p":…}``, ``{"n":…}``."""
+    segments = json.loads(text)
+    if not isinstance(segments, list):
+        raise ValueError("a content description is a JSON array")
+    return segments
+
+
+def compose(
+    description: str,
+    fetch: Callable[[Iterable[str]], Mapping[str, str]],
+) -> str:
+    """The text a description stands for; ``fetch(digests)`` returns the stored text of
+    pieces and nodes (a missing one raises KeyError)."""
+    out: list[str] = []
+    stack = list(reversed(parse_description(description)))
+    while stack:
+        segment = stack.pop()
+        if isinstance(segment, str):
+            out.append(segment)
+        elif "p" in segment:
+            out.append(fetch((segment["p"],))[segment["p"]])
+        else:
+            node = segment["n"]
+            stack.extend(reversed(parse_description(fetch((node,))[node])))
+    return "".join(out)

@@ -1,0 +1,212 @@
+"""Content stored once: what both backends make of an operation's input and record.
+
+An ``operations`` row keeps its input in one of two forms. An input with no piece (see
+:mod:`zincir._pieces`) stays whole in ``input_json``; otherwise ``input_json`` is empty
+and ``input_parts`` holds its description (its last node and the literal after it), and
+the pieces and nodes are rows of ``content`` (digest, body), each referred to by the runs
+that use it in ``content_refs`` (run, digest). The ``record`` column holds the canonical
+record with ``null`` for its input. Every read composes both back: the exact input, and
+the canonical record text that ``decode_record`` checks against its digest.
+
+A content row is written once per store (``ON CONFLICT DO NOTHING``) and a reference once
+per run. A store remembers, per run, the digests it committed, so a turn writes only the
+pieces its input added. Pruning a run deletes its references and each content row no
+other run refers to (:data:`SWEEP_RUN_CONTENT`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from .._errors import StoreError
+from .._pieces import InputLayout, compose, layout
+from ..contract._codec import INPUT_LEFT_OUT, record_input_removed, record_with_input
+from ._operation_records import NewOperation, OperationOutcome
+
+__all__ = [
+    "CONVERT_BATCH",
+    "SWEEP_RUN_CONTENT",
+    "ContentIndex",
+    "InputPlan",
+    "StoredOperation",
+    "convert_row",
+    "stored_record",
+]
+
+SWEEP_RUN_CONTENT: Final = (
+    "DELETE FROM content WHERE hash IN (SELECT mine.hash FROM content_refs AS mine "
+    "WHERE mine.run_id = {param} AND NOT EXISTS (SELECT 1 FROM content_refs AS other "
+    "WHERE other.hash = mine.hash AND other.run_id <> mine.run_id))"
+)
+"""Deletes the content a run refers to that no other run does (format ``param`` with the
+backend's placeholder); run before the run's ``content_refs`` rows are deleted."""
+CONVERT_BATCH: Final = 200
+"""Rows of the former format converted per transaction by the migration."""
+_CACHED_CHARS: Final = 64 * 1024 * 1024
+_KNOWN_RUNS: Final = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class InputPlan:
+    """How one input is written: the ``input_json`` and ``input_parts`` column values, the
+    content rows (digest, body) to insert, and the digests the run then refers to."""
+
+    input_json: str
+    input_parts: str | None
+    rows: tuple[tuple[str, str], ...]
+    digests: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredOperation:
+    """A converted row of the former format: its new column values and content rows."""
+
+    input_json: str
+    input_parts: str | None
+    record: str | None
+    rows: tuple[tuple[str, str], ...]
+
+
+def stored_record(operation: NewOperation, outcome: OperationOutcome) -> str:
+    """The ``record`` column of ``outcome``: its canonical text with ``null`` for the input."""
+    if outcome.input_left_out:
+        return outcome.record_json
+    return record_input_removed(outcome.record_json)
+
+
+def convert_row(input_json: str, record: str | None) -> StoredOperation:
+    """A row written whole (input and record) in the stored form: one migration step."""
+    found = layout(input_json)
+    parts = found.description() if found.pieces else None
+    return StoredOperation(
+        "" if parts is not None else input_json,
+        parts,
+        None if record is None else record_input_removed(record),
+        tuple(found.all_content()),
+    )
+
+
+class ContentIndex:
+    """A store's memory of its content: the digests committed for each run (so a turn
+    writes only what it adds), and a bounded cache of content read back (so composing a
+    run's next input reads only its new pieces)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._known: OrderedDict[str, set[str]] = OrderedDict()
+        self._cache: OrderedDict[str, str] = OrderedDict()
+        self._cached_chars = 0
+
+    def plan(self, operation: NewOperation) -> InputPlan:
+        """How ``operation``'s input is written, given what its run already stored."""
+        key = operation.key
+        found = layout(operation.input_json, (key.run_id, key.step_id, operation.kind))
+        if not found.pieces:
+            return InputPlan(operation.input_json, None, (), ())
+        with self._lock:
+            known = self._known.get(key.run_id, set())
+        start = self._first_unknown(found, known)
+        rows: list[tuple[str, str]] = []
+        for piece in found.pieces[start:]:
+            if piece.node in known:
+                continue
+            if piece.digest not in known:
+                rows.append((piece.digest, found.text[piece.start : piece.end]))
+            rows.append((piece.node, piece.node_text))
+        return InputPlan("", found.description(), tuple(rows), tuple(d for d, _ in rows))
+
+    @staticmethod
+    def _first_unknown(found: InputLayout, known: set[str]) -> int:
+        """Where the pieces not yet known to be stored begin: after the reused prefix when
+        its last node is known (a node is written only after its predecessors)."""
+        reused = found.reused
+        if reused and found.pieces[reused - 1].node in known:
+            return reused
+        return 0
+
+    def committed(self, run_id: str, plans: Iterable[InputPlan]) -> None:
+        """The plans' content is committed for ``run_id``."""
+        with self._lock:
+            known = self._known.get(run_id)
+            if known is None:
+                known = self._known[run_id] = set()
+                while len(self._known) > _KNOWN_RUNS:
+                    self._known.popitem(last=False)
+            for plan in plans:
+                known.update(plan.digests)
+
+    def forget(self, run_ids: Iterable[str]) -> None:
+        """The runs were pruned: their content may be gone."""
+        with self._lock:
+            for run_id in run_ids:
+                self._known.pop(run_id, None)
+
+    def fetcher(
+        self, read: Callable[[Sequence[str]], Mapping[str, str]], run_id: str | None = None
+    ) -> Callable[[Iterable[str]], Mapping[str, str]]:
+        """A fetch for :func:`zincir._pieces.compose` that reads through this cache;
+        ``read(digests)`` reads the backend's ``content`` rows."""
+
+        def fetch(digests: Iterable[str]) -> Mapping[str, str]:
+            wanted = list(digests)
+            found: dict[str, str] = {}
+            with self._lock:
+                for digest in wanted:
+                    text = self._cache.get(digest)
+                    if text is not None:
+                        found[digest] = text
+            missing = [digest for digest in wanted if digest not in found]
+            if missing:
+                read_now = read(missing)
+                lost = [digest for digest in missing if digest not in read_now]
+                if lost:
+                    raise StoreError(
+                        f"the stored content {lost[0]} of an operation's input is missing; "
+                        "the database was changed outside zincir: restore it from a backup"
+                        + ("" if run_id is None else f" (run {run_id})")
+                    )
+                found.update(read_now)
+                self._remember(read_now)
+            return found
+
+        return fetch
+
+    def _remember(self, texts: Mapping[str, str]) -> None:
+        with self._lock:
+            for digest, text in texts.items():
+                if digest in self._cache:
+                    continue
+                self._cache[digest] = text
+                self._cached_chars += len(text)
+            while self._cached_chars > _CACHED_CHARS and self._cache:
+                _, dropped = self._cache.popitem(last=False)
+                self._cached_chars -= len(dropped)
+
+    def compose_input(
+        self,
+        input_json: str,
+        input_parts: str | None,
+        read: Callable[[Sequence[str]], Mapping[str, str]],
+        run_id: str | None = None,
+    ) -> str:
+        """The exact input of a row (``input_json`` itself when it has no parts)."""
+        if input_parts is None:
+            return input_json
+        return compose(input_parts, self.fetcher(read, run_id))
+
+    def compose_record(
+        self,
+        record: str | None,
+        input_json: str,
+        input_parts: str | None,
+        read: Callable[[Sequence[str]], Mapping[str, str]],
+        run_id: str | None = None,
+    ) -> str | None:
+        """The canonical record text of a row, its input put back."""
+        if record is None or INPUT_LEFT_OUT not in record:
+            return record  # written whole, before content was stored once
+        return record_with_input(record, self.compose_input(input_json, input_parts, read, run_id))

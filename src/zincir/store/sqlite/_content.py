@@ -1,0 +1,102 @@
+"""The SQLite statements of content stored once (the rules are in ``.._content``): writing an
+input's new pieces, reading pieces back, and converting rows of the former format."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
+
+import apsw
+
+from ..._crash import crash_point
+from .._content import CONVERT_BATCH, SWEEP_RUN_CONTENT, InputPlan, convert_row
+
+__all__ = ["SWEEP", "convert_rows", "reader", "write_content"]
+
+SWEEP: Final = SWEEP_RUN_CONTENT.format(param="?")
+_INSERT: Final = "INSERT INTO content (hash, body) VALUES (?, ?) ON CONFLICT (hash) DO NOTHING"
+_REFER: Final = "INSERT INTO content_refs (run_id, hash) VALUES (?, ?) ON CONFLICT DO NOTHING"
+_MAX_KEYS: Final = 500
+_BATCH_CHARS: Final = 32 * 1024 * 1024
+
+
+def write_content(conn: apsw.Connection, run_id: str, plan: InputPlan) -> None:
+    """Insert the plan's new pieces and nodes and the run's references to them."""
+    rows = plan.rows
+    if not rows:
+        return
+    half = len(rows) // 2
+    conn.executemany(_INSERT, rows[:half])
+    crash_point("store.content_half_written")
+    conn.executemany(_INSERT, rows[half:])
+    conn.executemany(_REFER, [(run_id, digest) for digest, _ in rows])
+
+
+def reader(conn: apsw.Connection) -> Callable[[Sequence[str]], Mapping[str, str]]:
+    """Reads content rows by digest on ``conn``."""
+
+    def read(digests: Sequence[str]) -> Mapping[str, str]:
+        if len(digests) == 1:
+            row = conn.execute("SELECT body FROM content WHERE hash = ?", (digests[0],))
+            found = row.fetchone()
+            return {} if found is None else {digests[0]: str(found[0])}
+        out: dict[str, str] = {}
+        for start in range(0, len(digests), _MAX_KEYS):
+            chunk = digests[start : start + _MAX_KEYS]
+            marks = ", ".join("?" * len(chunk))
+            for digest, body in conn.execute(
+                f"SELECT hash, body FROM content WHERE hash IN ({marks})", tuple(chunk)
+            ):
+                out[str(digest)] = str(body)
+        return out
+
+    return read
+
+
+def convert_rows(conn: apsw.Connection) -> int:
+    """Convert every row written whole to content stored once, a bounded batch per
+    transaction (a row already converted is skipped, so a killed run resumes); how many."""
+    converted = 0
+    after: tuple[str, str, int] = ("", "", -1)
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            keys = conn.execute(
+                "SELECT run_id, step_id, sequence, length(input_json) + "
+                "coalesce(length(record), 0) FROM operations WHERE input_parts IS NULL "
+                "AND (run_id, step_id, sequence) > (?, ?, ?) "
+                "ORDER BY run_id, step_id, sequence LIMIT ?",
+                (*after, CONVERT_BATCH),
+            ).fetchall()
+            total = 0
+            for run_id, step_id, sequence, size in keys:
+                after = (run_id, step_id, sequence)
+                converted += _convert(conn, after)
+                total += int(size or 0)
+                if total > _BATCH_CHARS:
+                    break
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        if not keys:
+            return converted
+
+
+def _convert(conn: apsw.Connection, key: tuple[str, str, int]) -> int:
+    row = conn.execute(
+        "SELECT input_json, record FROM operations "
+        "WHERE run_id = ? AND step_id = ? AND sequence = ?",
+        key,
+    ).fetchone()
+    stored = convert_row(str(row[0]), None if row[1] is None else str(row[1]))
+    if stored.input_parts is None and stored.record == row[1]:
+        return 0
+    conn.executemany(_INSERT, stored.rows)
+    conn.executemany(_REFER, [(key[0], digest) for digest, _ in stored.rows])
+    conn.execute(
+        "UPDATE operations SET input_json = ?, input_parts = ?, record = ? "
+        "WHERE run_id = ? AND step_id = ? AND sequence = ?",
+        (stored.input_json, stored.input_parts, stored.record, *key),
+    )
+    return 1
