@@ -37,6 +37,7 @@ RUN_TABLES: Final = (
     ("approvals", "run_id"),
     ("restart_checkpoints", "run_id"),
     ("messages", "to_run_id"),
+    ("content_refs", "run_id"),
 )
 """(table, column naming the run) of every row a run owns besides its ``agent_runs`` row.
 Messages a pruned run sent to other runs stay in their recipients' inboxes."""

@@ -50,6 +50,7 @@ from ..._errors import (
     ZincirError,
 )
 from ..._time import Clock
+from .._content import ContentIndex
 from .._records import Lease
 from ._errors import DRIVER_ERRORS, RETRYABLE, translate, translating
 from ._wake import Listener
@@ -84,6 +85,16 @@ class CheckFailed(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def _convert_content_rows(conn: Conn) -> object:
+    from ._content import convert_rows  # it imports this module
+
+    return convert_rows(conn)
+
+
+_CONVERSIONS: dict[str, Callable[[Conn], object]] = {"content_rows": _convert_content_rows}
+"""Migrations whose rows Python converts, in batches, before the step is recorded."""
 
 
 def one(conn: Conn, query: str, params: tuple[object, ...] | dict[str, object] = ()) -> Any:
@@ -171,6 +182,7 @@ class PostgresBase:
         self._offset = timedelta(0)
         self.clock: Clock = clock or self._server_clock
         self._leases: dict[str, Lease] = {}
+        self._content = ContentIndex()
         self._in_flight = 0
         self._closed = False
         self._lock = threading.Lock()
@@ -256,15 +268,33 @@ class PostgresBase:
                 )
                 applied = self._check_schema(conn, latest)
                 conn.execute(_MIGRATIONS_TABLE)
+                deferred: tuple[int, str, str] | None = None
                 for version, name, text in known:
                     if version in applied:
                         continue
+                    if name in _CONVERSIONS:
+                        deferred = (version, name, text)
+                        break
                     conn.execute(text.encode("utf-8"))
                     conn.execute(
                         "INSERT INTO schema_migrations (version, name, applied_at) "
                         "VALUES (%s, %s, clock_timestamp())",
                         (version, name),
                     )
+            if deferred is None:
+                return
+            # Rows converted in bounded transactions of their own (a killed process resumes
+            # them), then the step recorded, and any later migration applied.
+            version, name, text = deferred
+            _CONVERSIONS[name](conn)
+            with conn.transaction():
+                conn.execute(text.encode("utf-8"))
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) "
+                    "VALUES (%s, %s, clock_timestamp()) ON CONFLICT (version) DO NOTHING",
+                    (version, name),
+                )
+        self._migrate()
 
     def _check_schema(self, conn: Conn, latest: int) -> set[int]:
         """The applied migrations of the schema; NotAZincirDatabase for another

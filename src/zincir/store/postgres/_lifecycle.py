@@ -29,6 +29,7 @@ from .._run_rules import (
     run_not_found,
 )
 from ._base import Conn, PostgresBase, one
+from ._content import SWEEP
 from ._log import append_checked
 
 __all__ = ["LifecycleOps"]
@@ -75,6 +76,7 @@ _ARCHIVE: Final = (
 _UNLOG: Final = f"DELETE FROM events AS e {_MOVABLE}"
 _PAGE: Final = 1000  # candidates read per snapshot
 _DELETES: Final = (
+    SWEEP,  # the content only this run refers to, before its references go
     *(f"DELETE FROM {table} WHERE {column} = %s" for table, column in RUN_TABLES),
     "DELETE FROM agent_runs WHERE id = %s",
 )
@@ -161,7 +163,9 @@ class LifecycleOps(PostgresBase):
         async def delete_batch(run_ids: tuple[str, ...]) -> tuple[list[str], int]:
             return await self._write(partial(delete, run_ids=run_ids))
 
-        return await prune_passes(read_page, delete_batch, max_events)
+        report = await prune_passes(read_page, delete_batch, max_events)
+        self._content.forget(report.run_ids)
+        return report
 
     async def append_operator_event(self, run_id: str, kind: str, payload_json: str) -> int:
         """Append an operator's event (``budget_set``, ``spin_acknowledged``) to a live

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Final
 
+from .._content import ContentIndex, InputPlan, stored_record
 from .._operation_records import (
     NewOperation,
     OperationClaim,
@@ -33,6 +34,7 @@ from .._operation_records import (
 )
 from .._operation_rows import (
     OPERATION_COLUMNS,
+    OPERATION_WIDTH,
     check_log_lease,
     claimed_row,
     completed_event,
@@ -44,6 +46,7 @@ from .._operation_rows import (
 from .._records import Lease, LogEntry
 from ._agent import write_entries
 from ._base import Conn, PostgresBase, one
+from ._content import reader, write_content
 from ._log import check_fence
 
 __all__ = ["OperationOps"]
@@ -61,15 +64,20 @@ _SELECT: Final = (
 _INSERT: Final = (
     "INSERT INTO operations (run_id, step_id, sequence, kind, handler_id, input_digest, "
     "input_json, status, outcome, record, claim_owner, claim_expires_at, attempts, "
-    "created_at, updated_at, completed_at, claim_lease_owner, claim_lease_token) "
+    "created_at, updated_at, completed_at, claim_lease_owner, claim_lease_token, input_parts) "
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, zincir_now() + %s::interval, 1, "
-    "zincir_now(), zincir_now(), {completed}, %s, %s) "
+    "zincir_now(), zincir_now(), {completed}, %s, %s, %s) "
     "ON CONFLICT (run_id, step_id, sequence) DO NOTHING RETURNING claim_expires_at"
 )
 
 
 def _select(
-    conn: Conn, key: OperationKey, *, judge: bool = True, lock: bool = False
+    conn: Conn,
+    key: OperationKey,
+    content: ContentIndex,
+    *,
+    judge: bool = True,
+    lock: bool = False,
 ) -> tuple[OperationRow, datetime] | None:
     """The identity's row, its claim judged against its run's lease at the database's now
     (unless ``judge`` is off: ``claim_fenced`` is then False), and that now; ``lock`` takes
@@ -79,13 +87,22 @@ def _select(
     ).fetchone()
     if found is None:
         return None
-    now, fenced = found[10:]
-    return operation_row(found[:10], fenced=bool(fenced)), now
+    now, fenced = found[OPERATION_WIDTH:]
+    read = reader(conn)
+    row = operation_row(
+        found[:OPERATION_WIDTH],
+        fenced=bool(fenced),
+        compose=lambda record, text, parts: content.compose_record(
+            record, text, parts, read, key.run_id
+        ),
+    )
+    return row, now
 
 
 def _create(
     conn: Conn,
     operation: NewOperation,
+    plan: InputPlan,
     *,
     status: str,
     outcome: OperationOutcome | None,
@@ -96,6 +113,7 @@ def _create(
     """Insert the identity's first row and return its (``claim_expires_at``,); None if a
     concurrent writer created it first (the caller reads it again)."""
     completed = "zincir_now()" if status == "completed" else "NULL"
+    write_content(conn, operation.key.run_id, plan)
     created = conn.execute(
         _INSERT.format(completed=completed),
         (
@@ -103,13 +121,14 @@ def _create(
             operation.kind,
             operation.handler_id,
             operation.input_digest,
-            operation.input_json,
+            plan.input_json,
             status,
             None if outcome is None else outcome.outcome,
-            None if outcome is None else outcome.record_json,
+            None if outcome is None else stored_record(operation, outcome),
             owner,
             ttl,
             *lease_columns(lease),
+            plan.input_parts,
         ),
     ).fetchone()
     return None if created is None else (created[0],)
@@ -119,6 +138,8 @@ def _complete(
     conn: Conn,
     operation: NewOperation,
     outcome: OperationOutcome,
+    plan: InputPlan,
+    content: ContentIndex,
     *,
     owner: str | None,
     lease: Lease | None,
@@ -131,7 +152,7 @@ def _complete(
     in the same transaction, so a fenced finish raises with nothing stored."""
     key = operation.key
     while True:
-        found = _select(conn, key, judge=False, lock=True)
+        found = _select(conn, key, content, judge=False, lock=True)
         row = None if found is None else found[0]
         if row is not None and operation.blocked_by(row):
             if lease is not None:
@@ -141,6 +162,7 @@ def _complete(
             created = _create(
                 conn,
                 operation,
+                plan,
                 status="completed",
                 outcome=outcome,
                 owner=owner,
@@ -159,7 +181,7 @@ def _complete(
                 f"WHERE {_WHERE}",
                 (
                     outcome.outcome,
-                    outcome.record_json,
+                    stored_record(operation, outcome),
                     owner,
                     *lease_columns(lease),
                     *key_params(key),
@@ -174,6 +196,8 @@ def _complete(
 def _claim(
     conn: Conn,
     operation: NewOperation,
+    plan: InputPlan,
+    content: ContentIndex,
     owner: str,
     ttl: timedelta,
     prefix: str,
@@ -183,10 +207,17 @@ def _claim(
     key = operation.key
     lease_owner, lease_token = lease_columns(lease)
     while True:
-        found = _select(conn, key, lock=True)
+        found = _select(conn, key, content, lock=True)
         if found is None:
             created = _create(
-                conn, operation, status="claimed", outcome=None, owner=owner, ttl=ttl, lease=lease
+                conn,
+                operation,
+                plan,
+                status="claimed",
+                outcome=None,
+                owner=owner,
+                ttl=ttl,
+                lease=lease,
             )
             if created is None:
                 continue  # a concurrent claimer created the row: judge it instead
@@ -215,7 +246,7 @@ class OperationOps(PostgresBase):
         """The identity's row, or None."""
 
         def read(conn: Conn) -> OperationRow | None:
-            found = _select(conn, key)
+            found = _select(conn, key, self._content)
             return None if found is None else found[0]
 
         return await self._read(read)
@@ -239,9 +270,13 @@ class OperationOps(PostgresBase):
         without waiting for its expiry. A claim made without a lease lives until it expires.
         """
         prefix = owner if owner_prefix is None else owner_prefix
-        return await self._write(
-            lambda conn: _claim(conn, operation, owner, ttl, prefix, lease), durable=False
+        plan = self._content.plan(operation)
+        claim = await self._write(
+            lambda conn: _claim(conn, operation, plan, self._content, owner, ttl, prefix, lease),
+            durable=False,
         )
+        self._content.committed(operation.key.run_id, (plan,))
+        return claim
 
     async def renew_operation_claim(
         self,
@@ -284,7 +319,7 @@ class OperationOps(PostgresBase):
         ``lease``."""
 
         def write(conn: Conn) -> OperationRow | None:
-            found = _select(conn, key, lock=True)
+            found = _select(conn, key, self._content, lock=True)
             if lease is not None:
                 check_fence(conn, lease)
             if found is not None and found[0].status == "completed":
@@ -334,11 +369,22 @@ class OperationOps(PostgresBase):
         nothing.
         """
         check_log_lease(operation, log, lease)
-        return await self._write(
+        plan = self._content.plan(operation)
+        blocking = await self._write(
             lambda conn: _complete(
-                conn, operation, outcome, owner=owner, lease=lease, event_attempts=None, log=log
+                conn,
+                operation,
+                outcome,
+                plan,
+                self._content,
+                owner=owner,
+                lease=lease,
+                event_attempts=None,
+                log=log,
             )
         )
+        self._content.committed(operation.key.run_id, (plan,))
+        return blocking
 
     async def finish_operation_claiming(
         self,
@@ -356,19 +402,30 @@ class OperationOps(PostgresBase):
         transaction. Returns the blocking row (nothing claimed) or None, and the keys
         claimed (an identity that already has a row is left to its own claim)."""
         check_log_lease(operation, log, lease)
+        plan = self._content.plan(operation)
+        plans = [(claim, claim_owner, self._content.plan(claim)) for claim, claim_owner in ahead]
 
         def write(conn: Conn) -> tuple[OperationRow | None, frozenset[OperationKey]]:
             blocking = _complete(
-                conn, operation, outcome, owner=owner, lease=lease, event_attempts=None, log=log
+                conn,
+                operation,
+                outcome,
+                plan,
+                self._content,
+                owner=owner,
+                lease=lease,
+                event_attempts=None,
+                log=log,
             )
             if blocking is not None:
                 return blocking, frozenset()
             claimed = frozenset(
                 claim.key
-                for claim, claim_owner in ahead
+                for claim, claim_owner, claim_plan in plans
                 if _create(
                     conn,
                     claim,
+                    claim_plan,
                     status="claimed",
                     outcome=None,
                     owner=claim_owner,
@@ -379,7 +436,9 @@ class OperationOps(PostgresBase):
             )
             return None, claimed
 
-        return await self._write(write)
+        result = await self._write(write)
+        self._content.committed(operation.key.run_id, [plan, *(p for _, _, p in plans)])
+        return result
 
     async def save_operation_record(
         self,
@@ -390,8 +449,18 @@ class OperationOps(PostgresBase):
     ) -> OperationRow | None:
         """Keep a record produced elsewhere (Temporal): completed, with no claim and one
         attempt in its event; like :meth:`finish_operation` otherwise."""
-        return await self._write(
+        plan = self._content.plan(operation)
+        blocking = await self._write(
             lambda conn: _complete(
-                conn, operation, outcome, owner=None, lease=lease, event_attempts=1
+                conn,
+                operation,
+                outcome,
+                plan,
+                self._content,
+                owner=None,
+                lease=lease,
+                event_attempts=1,
             )
         )
+        self._content.committed(operation.key.run_id, (plan,))
+        return blocking

@@ -4,7 +4,7 @@ input's new pieces, reading pieces back, and converting rows of the former forma
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Final
+from typing import Final, cast
 
 import apsw
 
@@ -70,7 +70,7 @@ def convert_rows(conn: apsw.Connection) -> int:
             ).fetchall()
             total = 0
             for run_id, step_id, sequence, size in keys:
-                after = (run_id, step_id, sequence)
+                after = (str(run_id), str(step_id), int(cast(int, sequence)))
                 converted += _convert(conn, after)
                 total += int(size or 0)
                 if total > _BATCH_CHARS:
@@ -89,6 +89,8 @@ def _convert(conn: apsw.Connection, key: tuple[str, str, int]) -> int:
         "WHERE run_id = ? AND step_id = ? AND sequence = ?",
         key,
     ).fetchone()
+    if row is None:
+        return 0
     stored = convert_row(str(row[0]), None if row[1] is None else str(row[1]))
     if stored.input_parts is None and stored.record == row[1]:
         return 0

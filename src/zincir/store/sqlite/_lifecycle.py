@@ -31,6 +31,7 @@ from .._run_rules import (
     run_not_found,
 )
 from ._base import SQLiteBase, one
+from ._content import SWEEP
 from ._log import append_checked, caught_up_sql, last_seq_sql, lease_expiry_sql, updated_at_sql
 
 __all__ = ["LifecycleOps"]
@@ -82,6 +83,7 @@ _SETTLE_ROW: Final = (
 )
 _PAGE: Final = 1000  # candidates read per snapshot
 _DELETES: Final = (
+    SWEEP,  # the content only this run refers to, before its references go
     *(f"DELETE FROM {table} WHERE {column} = ?" for table, column in RUN_TABLES),
     "DELETE FROM agent_runs WHERE id = ?",
 )
@@ -173,7 +175,9 @@ class LifecycleOps(SQLiteBase):
         async def delete_batch(run_ids: tuple[str, ...]) -> tuple[list[str], int]:
             return await self._write(partial(delete, run_ids=run_ids))
 
-        return await prune_passes(read_page, delete_batch, max_events)
+        report = await prune_passes(read_page, delete_batch, max_events)
+        self._content.forget(report.run_ids)
+        return report
 
     async def append_operator_event(self, run_id: str, kind: str, payload_json: str) -> int:
         """Append an operator's event (``budget_set``, ``spin_acknowledged``) to a live

@@ -1,0 +1,91 @@
+"""The PostgreSQL statements of content stored once (the rules are in ``.._content``): writing
+an input's new pieces, reading pieces back, and converting rows of the former format."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
+
+from ..._crash import crash_point
+from .._content import CONVERT_BATCH, SWEEP_RUN_CONTENT, InputPlan, convert_row
+from ._base import Conn
+
+__all__ = ["SWEEP", "convert_rows", "reader", "write_content"]
+
+SWEEP: Final = SWEEP_RUN_CONTENT.format(param="%s")
+_INSERT: Final = "INSERT INTO content (hash, body) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING"
+_REFER: Final = "INSERT INTO content_refs (run_id, hash) VALUES (%s, %s) ON CONFLICT DO NOTHING"
+_BATCH_CHARS: Final = 32 * 1024 * 1024
+
+
+def write_content(conn: Conn, run_id: str, plan: InputPlan) -> None:
+    """Insert the plan's new pieces and nodes and the run's references to them."""
+    rows = plan.rows
+    if not rows:
+        return
+    half = len(rows) // 2
+    with conn.cursor() as cursor:
+        cursor.executemany(_INSERT, rows[:half])
+        crash_point("store.content_half_written")
+        cursor.executemany(_INSERT, rows[half:])
+        cursor.executemany(_REFER, [(run_id, digest) for digest, _ in rows])
+
+
+def reader(conn: Conn) -> Callable[[Sequence[str]], Mapping[str, str]]:
+    """Reads content rows by digest on ``conn``."""
+
+    def read(digests: Sequence[str]) -> Mapping[str, str]:
+        rows = conn.execute(
+            "SELECT hash, body FROM content WHERE hash = ANY(%s)", (list(digests),)
+        ).fetchall()
+        return {str(digest): str(body) for digest, body in rows}
+
+    return read
+
+
+def convert_rows(conn: Conn) -> int:
+    """Convert every row written whole to content stored once, a bounded batch per
+    transaction (a row already converted is skipped, so a killed run resumes); how many.
+    ``conn`` is in autocommit mode."""
+    converted = 0
+    after: tuple[str, str, int] = ("", "", -1)
+    while True:
+        with conn.transaction():
+            keys = conn.execute(
+                "SELECT run_id, step_id, sequence, length(input_json) + "
+                "coalesce(length(record), 0) FROM operations WHERE input_parts IS NULL "
+                "AND (run_id, step_id, sequence) > (%s, %s, %s) "
+                "ORDER BY run_id, step_id, sequence LIMIT %s",
+                (*after, CONVERT_BATCH),
+            ).fetchall()
+            total = 0
+            for run_id, step_id, sequence, size in keys:
+                after = (str(run_id), str(step_id), int(sequence))
+                converted += _convert(conn, after)
+                total += int(size or 0)
+                if total > _BATCH_CHARS:
+                    break
+        if not keys:
+            return converted
+
+
+def _convert(conn: Conn, key: tuple[str, str, int]) -> int:
+    row = conn.execute(
+        "SELECT input_json, record FROM operations "
+        "WHERE run_id = %s AND step_id = %s AND sequence = %s FOR UPDATE",
+        key,
+    ).fetchone()
+    if row is None:
+        return 0
+    stored = convert_row(str(row[0]), None if row[1] is None else str(row[1]))
+    if stored.input_parts is None and stored.record == row[1]:
+        return 0
+    with conn.cursor() as cursor:
+        cursor.executemany(_INSERT, stored.rows)
+        cursor.executemany(_REFER, [(key[0], digest) for digest, _ in stored.rows])
+    conn.execute(
+        "UPDATE operations SET input_json = %s, input_parts = %s, record = %s "
+        "WHERE run_id = %s AND step_id = %s AND sequence = %s",
+        (stored.input_json, stored.input_parts, stored.record, *key),
+    )
+    return 1
