@@ -29,11 +29,14 @@ from ._operation_records import NewOperation, OperationOutcome
 
 __all__ = [
     "CONVERT_BATCH",
+    "READ_INDEX",
     "SWEEP_RUN_CONTENT",
     "ContentIndex",
     "InputPlan",
     "StoredOperation",
+    "compose_read_rows",
     "convert_row",
+    "read_columns",
     "stored_record",
 ]
 
@@ -210,3 +213,42 @@ class ContentIndex:
         if record is None or INPUT_LEFT_OUT not in record:
             return record  # written whole, before content was stored once
         return record_with_input(record, self.compose_input(input_json, input_parts, read, run_id))
+
+
+READ_INDEX: Final = ContentIndex()
+"""The content cache of read-only views (content never changes under its digest)."""
+
+
+def read_columns(columns: str, has_content: bool) -> str:
+    """``columns`` (a select list of ``operations``) and the stored input's columns that
+    :func:`compose_read_rows` needs (a schema without content has no ``input_parts``)."""
+    parts = "input_parts" if has_content else "NULL"
+    return f"{columns}, input_json AS zincir_input_text, {parts} AS zincir_input_parts"
+
+
+def compose_read_rows(
+    rows: list[dict[str, object]], read: Callable[[Sequence[str]], Mapping[str, str]]
+) -> list[dict[str, object]]:
+    """Rows selected with :func:`read_columns`, their input and record composed whole (in
+    place): a read-only view shows what ``Store.get_operation`` returns."""
+    for row in rows:
+        if "zincir_input_text" not in row:
+            continue
+        text = row.pop("zincir_input_text")
+        parts = row.pop("zincir_input_parts", None)
+        record = row.get("record")
+        stripped = isinstance(record, str) and INPUT_LEFT_OUT in record
+        if parts is None and not stripped:
+            continue
+        run_id = row.get("run_id")
+        whole = READ_INDEX.compose_input(
+            str(text or ""),
+            None if parts is None else str(parts),
+            read,
+            run_id if isinstance(run_id, str) else None,
+        )
+        if "input_json" in row:
+            row["input_json"] = whole
+        if stripped:
+            row["record"] = record_with_input(str(record), whole)
+    return rows

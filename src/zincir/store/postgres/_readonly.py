@@ -25,6 +25,7 @@ from psycopg.rows import dict_row
 
 from ..._errors import ConnectionLost, NotAZincirDatabase, SchemaTooNew, StoreError
 from ..._validate import MAX_SEQUENCE
+from .._content import compose_read_rows, read_columns
 from .._readonly_rows import (
     REQUIRED_TABLES,
     CheckpointRow,
@@ -52,6 +53,7 @@ from .._readonly_rows import (
 )
 from .._records import RUN_COLUMNS, RunRecord, merge_by_seq
 from ._base import Conn, migrations, split_schema
+from ._content import reader
 from ._errors import DRIVER_ERRORS, translate
 from ._log import text_time
 from ._readonly_threads import ThreadReads
@@ -218,11 +220,16 @@ class PostgresSnapshot(ThreadReads):
         with reading(self._database.path):
             return self._conn.execute(sql, tuple(params)).fetchall()
 
+    def _stored(self, columns: str) -> str:
+        """``columns`` of ``operations`` and those its input and record are composed from."""
+        return read_columns(columns, "content" in self._tables)
+
     def _dicts(self, sql: str, params: Sequence[Any], *, decode: bool = True) -> list[Row]:
         """Rows as dicts keyed by column name, times as text, JSON columns decoded unless
         ``decode`` is off."""
         with reading(self._database.path), self._conn.cursor(row_factory=dict_row) as cursor:
             found = [_text_times(row) for row in cursor.execute(sql, tuple(params)).fetchall()]
+            found = compose_read_rows(found, reader(self._conn))
         return decode_columns(found) if decode else found
 
     def _runs(self, where: str, params: Sequence[Any]) -> list[RunRecord]:
@@ -464,7 +471,7 @@ class PostgresSnapshot(ThreadReads):
         return cast(
             list[OperationRow],
             self._dicts(
-                f"SELECT {_OPERATION_COLUMNS} FROM operations WHERE run_id = %s "
+                f"SELECT {self._stored(_OPERATION_COLUMNS)} FROM operations WHERE run_id = %s "
                 f"ORDER BY created_at, step_id{_C}, sequence LIMIT %s",
                 (run_id, row_limit(limit)),
             ),
@@ -479,7 +486,7 @@ class PostgresSnapshot(ThreadReads):
         if not wanted:
             return []
         found = self._dicts(
-            f"SELECT {_OUTCOME_COLUMNS} FROM operations WHERE run_id = %s "
+            f"SELECT {self._stored(_OUTCOME_COLUMNS)} FROM operations WHERE run_id = %s "
             "AND (step_id, sequence) IN (SELECT * FROM unnest(%s::text[], %s::bigint[]))",
             (run_id, [step for step, _ in wanted], [seq for _, seq in wanted]),
         )
@@ -490,7 +497,7 @@ class PostgresSnapshot(ThreadReads):
         included: a primary-key lookup when ``step_id`` is known."""
         where, params = ("AND step_id = %s ", (step_id,)) if step_id is not None else ("", ())
         found = self._dicts(
-            f"SELECT {_OPERATION_COLUMNS} FROM operations WHERE run_id = %s {where}"
+            f"SELECT {self._stored(_OPERATION_COLUMNS)} FROM operations WHERE run_id = %s {where}"
             f"AND sequence = 0 AND kind IN {_MODEL_KINDS} ORDER BY created_at, step_id{_C} "
             "LIMIT 1",
             (run_id, *params),
@@ -565,7 +572,8 @@ class PostgresSnapshot(ThreadReads):
         return cast(
             list[OperationOutcomeRow],
             self._dicts(
-                f"SELECT {_OUTCOME_COLUMNS} FROM operations WHERE run_id = %s AND kind = %s "
+                f"SELECT {self._stored(_OUTCOME_COLUMNS)} FROM operations "
+                f"WHERE run_id = %s AND kind = %s "
                 f"AND outcome = 'failure' ORDER BY created_at DESC, step_id{_C} DESC, "
                 "sequence DESC LIMIT %s",
                 (run_id, kind, row_limit(limit)),
@@ -575,7 +583,8 @@ class PostgresSnapshot(ThreadReads):
     def operation(self, run_id: str, step_id: str, sequence: int) -> OperationRow | None:
         """One operation, input and record whole, by its primary key."""
         found = self._dicts(
-            f"SELECT {_OPERATION_COLUMNS} FROM operations WHERE run_id = %s AND step_id = %s "
+            f"SELECT {self._stored(_OPERATION_COLUMNS)} FROM operations "
+            f"WHERE run_id = %s AND step_id = %s "
             "AND sequence = %s",
             (run_id, step_id, row_limit(sequence)),
         )

@@ -24,6 +24,7 @@ import apsw
 from ..._errors import DatabaseCorrupt, InvalidInput, NotAZincirDatabase
 from ..._time import to_db
 from ..._validate import MAX_SEQUENCE, utf8
+from .._content import compose_read_rows, read_columns
 from .._readonly_rows import (
     REQUIRED_TABLES,
     CheckpointRow,
@@ -52,6 +53,7 @@ from .._readonly_rows import (
 from .._records import RUN_COLUMNS, RunRecord, merge_by_seq
 from .._thread_rows import PREVIEW_BYTES
 from ._base import check_zincir_file, migrations, refuse_directory
+from ._content import reader
 from ._errors import DRIVER_ERRORS, close_quietly, translate
 from ._log import last_seq_sql, lease_expiry_sql, register_functions, updated_at_sql
 from ._readonly_threads import ThreadReads
@@ -252,9 +254,14 @@ class SnapshotReader(ThreadReads):
 
         return read
 
+    def _stored(self, columns: str) -> str:
+        """``columns`` of ``operations`` and those its input and record are composed from."""
+        return read_columns(columns, "content" in self._tables)
+
     def _dicts(self, sql: str, params: Sequence[Any], *, decode: bool = True) -> list[Row]:
         """Rows as dicts keyed by column name, JSON columns decoded unless ``decode`` is off."""
         found = self._query(self._rows(sql, params))
+        found = compose_read_rows(found, self._query(reader))
         return decode_columns(found) if decode else found
 
     def _optional(self, table: str, sql: str, params: Sequence[Any]) -> list[Row]:
@@ -531,7 +538,7 @@ class SnapshotReader(ThreadReads):
             list[OperationRow],
             self._optional(
                 "operations",
-                f"SELECT {_OPERATION_COLUMNS} FROM operations WHERE run_id = ? "
+                f"SELECT {self._stored(_OPERATION_COLUMNS)} FROM operations WHERE run_id = ? "
                 "ORDER BY created_at, step_id, sequence LIMIT ?",
                 (run_id, row_limit(limit)),
             ),
@@ -548,7 +555,7 @@ class SnapshotReader(ThreadReads):
         found: list[Row] = []
         for start in range(0, len(wanted), _MAX_KEYS):  # one query per batch of keys
             found += self._dicts(
-                f"SELECT {_OUTCOME_COLUMNS} FROM operations WHERE run_id = ? "
+                f"SELECT {self._stored(_OUTCOME_COLUMNS)} FROM operations WHERE run_id = ? "
                 "AND (step_id, sequence) IN "
                 "(SELECT value ->> 0, value ->> 1 FROM json_each(?))",
                 (run_id, json.dumps(wanted[start : start + _MAX_KEYS])),
@@ -562,7 +569,7 @@ class SnapshotReader(ThreadReads):
         where, params = ("AND step_id = ? ", (step_id,)) if step_id is not None else ("", ())
         found = self._optional(
             "operations",
-            f"SELECT {_OPERATION_COLUMNS} FROM operations WHERE run_id = ? {where}"
+            f"SELECT {self._stored(_OPERATION_COLUMNS)} FROM operations WHERE run_id = ? {where}"
             f"AND sequence = 0 AND kind IN {_MODEL_KINDS} ORDER BY created_at, step_id LIMIT 1",
             (run_id, *params),
         )
@@ -645,7 +652,8 @@ class SnapshotReader(ThreadReads):
             list[OperationOutcomeRow],
             self._optional(
                 "operations",
-                f"SELECT {_OUTCOME_COLUMNS} FROM operations WHERE run_id = ? AND kind = ? "
+                f"SELECT {self._stored(_OUTCOME_COLUMNS)} FROM operations "
+                f"WHERE run_id = ? AND kind = ? "
                 "AND outcome = 'failure' ORDER BY created_at DESC, step_id DESC, "
                 "sequence DESC LIMIT ?",
                 (run_id, kind, row_limit(limit)),
@@ -656,7 +664,8 @@ class SnapshotReader(ThreadReads):
         """One operation, input and record whole, by its primary key."""
         found = self._optional(
             "operations",
-            f"SELECT {_OPERATION_COLUMNS} FROM operations WHERE run_id = ? AND step_id = ? "
+            f"SELECT {self._stored(_OPERATION_COLUMNS)} FROM operations "
+            f"WHERE run_id = ? AND step_id = ? "
             "AND sequence = ?",
             (run_id, step_id, row_limit(sequence)),
         )
