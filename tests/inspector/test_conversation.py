@@ -319,7 +319,7 @@ def test_the_conversation_pages_with_the_event_log(
     conv_client: TestClient, conversations: Any
 ) -> None:
     _, runs = conversations
-    first = entries(conv_client, runs.paged)
+    first = entries(conv_client, runs.paged, "?after_seq=0")  # the run page opens on the latest
     second = entries(conv_client, runs.paged, f"?after_seq={EVENT_PAGE_SIZE}")
     last_turn = first["entries"][-1]
     assert last_turn["kind"] == "response" and last_turn["content"] == "three at once"
@@ -332,7 +332,7 @@ def test_the_conversation_pages_with_the_event_log(
     assert all(r["name"] == "step" and r["call_seq"] is not None for r in results)
     assert not any(r["call_on_page"] for r in results)
     assert second["turns"] == 0 and second["prompt"] is None
-    page_one = section(conv_client.get(run_url(runs.paged)).text)
+    page_one = section(conv_client.get(run_url(runs.paged) + "?page=1").text)
     target = f"?after_seq={EVENT_PAGE_SIZE}#c{last_turn['tool_calls'][0]['result_seq']}"
     assert html.escape(target) in page_one and "(a later page)" in page_one
     assert f"?after_seq={EVENT_PAGE_SIZE}#conversation" in page_one  # the pager keeps the anchor

@@ -31,9 +31,18 @@ from .._errors import (
 from .._validate import MAX_SEQUENCE
 from ..store import RunRecord
 from ..store._stall import stall_reason
-from ..store.sqlite import EventRow, OperationRow, TimerRow, decode_json
-from ._conversation import conversation, failed_call_id
-from ._db import EVENT_PAGE_SIZE, LIST_LIMIT, ROW_LIMIT, Reader, View, open_read_only
+from ..store.sqlite import EventRow, TimerRow, decode_json
+from ._conversation import MODEL_KINDS, conversation, failed_call_id
+from ._db import (
+    CHAT_EVENTS,
+    EVENT_PAGE_SIZE,
+    LIST_LIMIT,
+    OPERATION_PAGE,
+    ROW_LIMIT,
+    Reader,
+    View,
+    open_read_only,
+)
 from ._security import SECURITY_HEADERS, SecurityMiddleware, UIAddress, parse_address
 from ._threads import thread_detail, thread_url, with_anchors
 
@@ -48,6 +57,9 @@ LONG_LINES = 12
 MAX_TEXT = 20_000  # a conversation text is cut here (the event log shows up to MAX_PRETTY)
 PREVIEW_HEAD = 2_000  # characters shown of a LangGraph value that is not decoded whole
 MAX_CURSOR_DIGITS = 18  # ?page= and ?after_seq= beyond this are refused (400), not parsed
+MAX_OPERATION_TEXT = 1_000_000  # characters of an input or record on an operation's own page
+MAX_STEP_ID = 1_024  # ?step_id= longer than this is refused (400)
+PARTS = ("input", "record")
 Row = Mapping[str, Any]
 
 
@@ -152,6 +164,20 @@ def run_url(run_id: Any) -> str:
     return "/runs/" + quote(str(run_id), safe="")
 
 
+def conversation_url(run_id: Any, before: int) -> str:
+    """The page of a run's conversation before event ``before`` (older turns)."""
+    return f"/conversation/{quote(str(run_id), safe='')}?before={int(before)}"
+
+
+def operation_url(run_id: Any, step_id: Any, sequence: Any, part: str | None = None) -> str:
+    """The page of one operation (its input and record whole), or with ``part`` the JSON of
+    its input or record alone."""
+    query = f"step_id={quote(str(step_id), safe='')}&sequence={int(sequence)}"
+    if part is None:
+        return f"/operation/{quote(str(run_id), safe='')}?{query}"
+    return f"/api/operation/{quote(str(run_id), safe='')}?{query}&part={part}"
+
+
 def status_class(status: Any) -> str:
     """A CSS class for a known status (unknown values never reach the class attribute)."""
     return f"status-{status}" if status in BADGES else "status-other"
@@ -253,9 +279,8 @@ def event_view(event: EventRow, answered: set[str], failed: Collection[str] = ()
     return {**event, "summary": summary, "flags": flags}
 
 
-def operation_view(op: OperationRow) -> dict[str, Any]:
-    """An operation row with its decoded outcome detail."""
-    record = op.get("record")
+def outcome_detail(record: Any) -> Any:
+    """The decoded detail of a record's outcome (output, error or wait reason), or None."""
     outcome = record.get("outcome") if isinstance(record, dict) else None
     detail: Any = None
     if isinstance(outcome, dict) and len(outcome) == 1:
@@ -265,7 +290,22 @@ def operation_view(op: OperationRow) -> dict[str, Any]:
                 key: (decode_json(value) if key.endswith("_json") else value)
                 for key, value in detail.items()
             }
-    return {**op, "outcome_detail": detail}
+    return detail
+
+
+def operation_summary(
+    run_id: str, op: Mapping[str, Any], outcome: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """An operation of a page (no input or record: links load them), with the outcome
+    detail of its record where that record was read (``outcome``)."""
+    step, sequence = op["step_id"], op["sequence"]
+    return {
+        **op,
+        "outcome_detail": None if outcome is None else outcome_detail(outcome.get("record")),
+        "url": operation_url(run_id, step, sequence),
+        "input_url": operation_url(run_id, step, sequence, "input"),
+        "record_url": operation_url(run_id, step, sequence, "record"),
+    }
 
 
 def timer_view(timer: TimerRow, now: datetime) -> dict[str, Any]:
@@ -352,32 +392,80 @@ class Pages:
 
     # -- one run ------------------------------------------------------------------------
 
-    def _cursor(self, request: Request) -> int:
-        """The ``after_seq`` of the requested event page (from ?after_seq= or ?page=).
+    def _number(self, request: Request, name: str) -> int | None:
+        """The ASCII-digit query parameter ``name`` (None when absent or empty), capped at
+        MAX_SEQUENCE; 400 for anything else (``str.isdigit`` also accepts ``²``)."""
+        raw = request.query_params.get(name)
+        if raw is None or raw == "":
+            return None
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > MAX_CURSOR_DIGITS:
+            raise HTTPException(
+                400,
+                f"{name} must be a non-negative integer of at most {MAX_CURSOR_DIGITS} digits",
+            )
+        return min(int(raw), MAX_SEQUENCE)
 
-        Only ASCII digits count (``str.isdigit`` also accepts ``²`` and other scripts'
-        digits); a page past the end of the log is an empty page, not an error.
-        """
-        params = request.query_params
-        for name in ("after_seq", "page"):
-            raw = params.get(name)
-            if raw is None or raw == "":
-                continue
-            if not (raw.isascii() and raw.isdigit()) or len(raw) > MAX_CURSOR_DIGITS:
-                raise HTTPException(
-                    400,
-                    f"{name} must be a non-negative integer of at most {MAX_CURSOR_DIGITS} digits",
-                )
-            value = int(raw)
-            if name == "page":
-                value = max(value - 1, 0) * EVENT_PAGE_SIZE
-            return min(value, MAX_SEQUENCE)
-        return 0
+    def _cursor(self, request: Request) -> int | None:
+        """The ``after_seq`` of the requested event page (from ?after_seq= or ?page=), None
+        when neither is given; a page past the end of the log is an empty page."""
+        after = self._number(request, "after_seq")
+        if after is not None:
+            return after
+        page = self._number(request, "page")
+        if page is not None:
+            return min(max(page - 1, 0) * EVENT_PAGE_SIZE, MAX_SEQUENCE)
+        return None
+
+    def _conversation_window(self, reader: Reader, run: RunRecord, before: int) -> dict[str, Any]:
+        """The conversation of the CHAT_EVENTS events before ``before`` (one bounded read
+        backwards), the seqs it spans, and the URL of the window before it (None at the
+        log's start)."""
+        run_id = str(run["id"])
+        window = reader.events_before(run_id, before, CHAT_EVENTS)
+        start = not window or int(window[0]["seq"]) <= 1 or len(window) < CHAT_EVENTS
+        last_seq = int(run.get("last_seq") or 0)
+        return {
+            "conversation": conversation(
+                reader, run, window, first_page=start, last_page=before > last_seq
+            ),
+            "first_seq": window[0]["seq"] if window else None,
+            "last_seq": window[-1]["seq"] if window else None,
+            "older_conversation": None
+            if start
+            else conversation_url(run_id, int(window[0]["seq"])),
+        }
+
+    def _operations(self, reader: Reader, run_id: str, offset: int) -> dict[str, Any]:
+        """One page of the run's operations, the newest OPERATION_PAGE after ``offset`` in
+        the order they ran; records are read only of operations other than successful
+        model requests (whose records hold the whole conversation), inputs never."""
+        found = reader.operation_page(run_id, offset, OPERATION_PAGE + 1)
+        rows = found[:OPERATION_PAGE][::-1]
+        keys = [
+            (row["step_id"], row["sequence"])
+            for row in rows
+            if row["kind"] not in MODEL_KINDS or row["outcome"] not in (None, "success")
+        ]
+        outcomes = {
+            (row["step_id"], row["sequence"]): row
+            for row in (reader.operation_outcomes(run_id, keys) if keys else ())
+        }
+        return {
+            "rows": [
+                operation_summary(run_id, row, outcomes.get((row["step_id"], row["sequence"])))
+                for row in rows
+            ],
+            "offset": offset,
+            "older": offset + OPERATION_PAGE if len(found) > OPERATION_PAGE else None,
+            "newer": max(offset - OPERATION_PAGE, 0) if offset > 0 else None,
+            "page_size": OPERATION_PAGE,
+        }
 
     def _run_detail(
-        self, reader: Reader, run: RunRecord, after: int, now: datetime
+        self, reader: Reader, run: RunRecord, cursor: int | None, ops: int, now: datetime
     ) -> dict[str, Any]:
         run_id = str(run["id"])
+        after = cursor or 0
         events = reader.events(run_id, after, EVENT_PAGE_SIZE)
         intent_ids = [
             str(e["tool_call_id"])
@@ -388,13 +476,18 @@ class Pages:
         last_seq = int(run.get("last_seq") or 0)
         next_after = events[-1]["seq"] if events and events[-1]["seq"] < last_seq else None
         parent = reader.get_run(run["parent_id"]) if run["parent_id"] else None
-        operations = [operation_view(op) for op in reader.operations(run_id, ROW_LIMIT)]
-        chat = conversation(
-            reader, run, events, first_page=after == 0, last_page=next_after is None
-        )
+        operations = self._operations(reader, run_id, ops)
+        if cursor is None:  # the latest turns; older ones are loaded on demand
+            latest = self._conversation_window(reader, run, MAX_SEQUENCE)
+            chat = latest["conversation"]
+        else:  # the turns among this page of the event log
+            chat = conversation(
+                reader, run, events, first_page=after == 0, last_page=next_after is None
+            )
+            latest = {"first_seq": None, "last_seq": None, "older_conversation": None}
         failed = {entry["call_id"] for entry in chat["entries"] if "call_id" in entry} | {
             call_id
-            for op in operations
+            for op in reader.failed_operations(run_id, "tool_call", ROW_LIMIT)
             if (call_id := failed_call_id(op["kind"], op["outcome"], op["record"])) is not None
         }
         detail = {
@@ -422,11 +515,16 @@ class Pages:
             ],
             "checkpoints": reader.checkpoints(run_id, ROW_LIMIT),
             "restart_checkpoints": reader.restart_checkpoints(run_id, ROW_LIMIT),
-            "operations": operations,
+            "operations": operations["rows"],
+            "operations_page": {key: value for key, value in operations.items() if key != "rows"},
             "steps": reader.steps(run_id, ROW_LIMIT),
             "timers": [timer_view(timer, now) for timer in reader.timers(run_id, ROW_LIMIT)],
             "messages": reader.messages(run_id, ROW_LIMIT),
             "conversation": chat,
+            "conversation_latest": cursor is None,
+            "conversation_first_seq": latest["first_seq"],
+            "conversation_last_seq": latest["last_seq"],
+            "older_conversation": latest["older_conversation"],
             "events": [event_view(event, answered, failed) for event in events],
             "after_seq": after,
             "next_after_seq": next_after,
@@ -445,13 +543,14 @@ class Pages:
     ) -> Response:
         """Look the run up (404 if absent), build its detail page of events, then ``render``."""
         run_id = str(request.path_params["run_id"])
-        after = self._cursor(request)
+        cursor = self._cursor(request)
+        ops = self._number(request, "ops") or 0
 
         def build(reader: Reader, now: datetime) -> Response:
             run = reader.get_run(run_id)
             if run is None:
                 return self._missing_run(request, run_id)
-            return render(self._run_detail(reader, run, after, now), after, now)
+            return render(self._run_detail(reader, run, cursor, ops, now), cursor or 0, now)
 
         return self.guarded(request, build)
 
@@ -501,6 +600,100 @@ class Pages:
             return json_response(detail)
 
         return self._with_run(request, render)
+
+    # -- a long run's parts, on demand ----------------------------------------------------
+
+    def _with_conversation(
+        self, request: Request, render: Callable[[dict[str, Any], datetime], Response]
+    ) -> Response:
+        """The conversation window before ?before= (the latest when absent), then ``render``."""
+        run_id = str(request.path_params["run_id"])
+        before = self._number(request, "before")
+
+        def build(reader: Reader, now: datetime) -> Response:
+            run = reader.get_run(run_id)
+            if run is None:
+                return self._missing_run(request, run_id)
+            start = MAX_SEQUENCE if before is None else before
+            window = self._conversation_window(reader, run, start)
+            return render({"run": run_summary(run, now), "before": before, **window}, now)
+
+        return self.guarded(request, build)
+
+    def show_conversation(self, request: Request) -> Response:
+        def render(detail: dict[str, Any], now: datetime) -> Response:
+            return self.html(
+                "conversation.html",
+                d=detail,
+                now=now,
+                page_of=lambda seq: (max(int(seq), 1) - 1) // EVENT_PAGE_SIZE * EVENT_PAGE_SIZE,
+            )
+
+        return self._with_conversation(request, render)
+
+    def api_conversation(self, request: Request) -> Response:
+        return self._with_conversation(request, lambda detail, now: json_response(detail))
+
+    def _with_operation(
+        self, request: Request, render: Callable[[dict[str, Any], datetime], Response]
+    ) -> Response:
+        """One operation by ?step_id= and ?sequence= (404 if absent), input and record whole."""
+        run_id = str(request.path_params["run_id"])
+        step_id = request.query_params.get("step_id", "")
+        sequence = self._number(request, "sequence")
+        if not step_id or len(step_id) > MAX_STEP_ID or sequence is None:
+            raise HTTPException(
+                400,
+                f"an operation is named by ?step_id= (1 to {MAX_STEP_ID:,} characters) and "
+                "?sequence= (a non-negative integer)",
+            )
+
+        def build(reader: Reader, now: datetime) -> Response:
+            op = reader.operation(run_id, step_id, sequence)
+            if op is None:
+                return self.error(
+                    request,
+                    404,
+                    "Operation not found",
+                    f"Run {run_id!r} has no operation {step_id!r} #{sequence} in this database.",
+                )
+            detail = {
+                **{key: value for key, value in op.items() if key not in ("input_json", "record")},
+                "run_url": run_url(run_id),
+                "input": op["input_json"],
+                "record": op["record"],
+                "outcome_detail": outcome_detail(op["record"]),
+            }
+            return render(detail, now)
+
+        return self.guarded(request, build)
+
+    def show_operation(self, request: Request) -> Response:
+        def render(detail: dict[str, Any], now: datetime) -> Response:
+            return self.html(
+                "operation.html",
+                op=detail,
+                now=now,
+                input_text=pretty_capped(detail["input"], MAX_OPERATION_TEXT),
+                record_text=pretty_capped(detail["record"], MAX_OPERATION_TEXT),
+            )
+
+        return self._with_operation(request, render)
+
+    def api_operation(self, request: Request) -> Response:
+        part = request.query_params.get("part", "")
+        if part and part not in PARTS:
+            raise HTTPException(400, "part must be input or record (or absent for both)")
+
+        def render(detail: dict[str, Any], now: datetime) -> Response:
+            if not part:
+                return json_response(detail)
+            keys = ("run_id", "step_id", "sequence", "kind", "status", "outcome")
+            return json_response(
+                {**{key: detail[key] for key in keys}, "part": part, "value": detail[part]}
+            )
+
+        return self._with_operation(request, render)
 
     # -- LangGraph threads --------------------------------------------------------------
 
@@ -573,6 +766,7 @@ def _environment() -> Environment:
         utc=utc_text,
         iso=iso_text,
         run_url=run_url,
+        conversation_url=conversation_url,
         thread_url=thread_url,
         head_text=head_text,
         status_class=status_class,
@@ -630,6 +824,10 @@ def create_app(
             Route("/runs/{run_id:path}", pages.show_run, methods=["GET"]),
             Route("/api/runs", pages.api_runs, methods=["GET"]),
             Route("/api/runs/{run_id:path}", pages.api_run, methods=["GET"]),
+            Route("/conversation/{run_id:path}", pages.show_conversation, methods=["GET"]),
+            Route("/api/conversation/{run_id:path}", pages.api_conversation, methods=["GET"]),
+            Route("/operation/{run_id:path}", pages.show_operation, methods=["GET"]),
+            Route("/api/operation/{run_id:path}", pages.api_operation, methods=["GET"]),
             Route("/threads", pages.list_threads, methods=["GET"]),
             Route("/threads/{thread_id:path}", pages.show_thread, methods=["GET"]),
             Route("/api/threads", pages.api_threads, methods=["GET"]),

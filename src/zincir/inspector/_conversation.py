@@ -20,7 +20,7 @@ from ..store import RunRecord
 from ..store.sqlite import EventRow
 from ._db import Reader
 
-__all__ = ["MAX_LOOKUPS", "conversation", "failed_call_id"]
+__all__ = ["MAX_LOOKUPS", "MODEL_KINDS", "conversation", "failed_call_id"]
 
 MODEL_KINDS = frozenset({"model_request", "model_stream"})
 NOTED_KINDS = MODEL_KINDS | {"tool_call", "mcp_request", "approval_resume"}

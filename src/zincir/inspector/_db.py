@@ -11,8 +11,10 @@ from ..store._readonly import ReadOnlySnapshot, ReadOnlyView, open_read_only
 from ..store.sqlite import ReadOnlyDatabase
 
 __all__ = [
+    "CHAT_EVENTS",
     "EVENT_PAGE_SIZE",
     "LIST_LIMIT",
+    "OPERATION_PAGE",
     "ROW_LIMIT",
     "InspectorDatabase",
     "Reader",
@@ -22,7 +24,9 @@ __all__ = [
 
 EVENT_PAGE_SIZE = 200
 LIST_LIMIT = 100
-ROW_LIMIT = 500  # operations, steps, timers, checkpoints, children and messages per run page
+ROW_LIMIT = 500  # steps, timers, checkpoints, children and messages per run page
+CHAT_EVENTS = 150  # events of a conversation window: the latest ~30 turns of an agent run
+OPERATION_PAGE = 50  # operations per page, listed without their inputs and records
 
 InspectorDatabase = ReadOnlyDatabase
 """The SQLite file's view (built from a path); any :data:`View` serves the inspector."""
