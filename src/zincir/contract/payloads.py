@@ -249,9 +249,7 @@ class _Strict(BaseModel):
         deepest = 0
         for name, key in _field_keys(type(self)).items():
             if name in kept:
-                texts = [_kept_text(item) for item in values[name]]
-                part = "[" + ",".join(text for text, _ in texts) + "]"
-                depth = 1 + max((depth for _, depth in texts), default=0)
+                part, depth = _items_text(type(self), name, values[name])
             else:
                 value = plain[name]
                 part = encode_part(value)
@@ -265,6 +263,27 @@ class _Strict(BaseModel):
             text = dumps(value, what=what, str_keys=True)
             return text, depth_bound(text, value)
         return checked_size("{" + ",".join(pieces) + "}", what=what), deepest + 1
+
+
+def _items_text(cls: type[_Strict], name: str, items: Sequence[_Strict]) -> tuple[str, int]:
+    """The JSON array of ``items``' kept texts and its depth bound; when the last array
+    this field was written with is a prefix of ``items`` (a conversation that grew), only
+    the new items are joined to its text, so earlier messages are not walked again."""
+    items = tuple(items)
+    slot = (cls, name)
+    known = _LAST_ITEMS.get(slot)
+    start, inner, deepest = 0, "", 0
+    if known is not None:
+        previous, previous_inner, previous_depth = known
+        if len(previous) <= len(items) and items[: len(previous)] == previous:
+            start, inner, deepest = len(previous), previous_inner, previous_depth
+    texts = [_kept_text(item) for item in items[start:]]
+    if texts:
+        joined = ",".join(text for text, _ in texts)
+        inner = f"{inner},{joined}" if inner else joined
+        deepest = max(deepest, *(depth for _, depth in texts))
+    _LAST_ITEMS[slot] = (items, inner, deepest)
+    return "[" + inner + "]", 1 + deepest
 
 
 def _kept_text(document: _Strict) -> tuple[str, int]:
@@ -285,6 +304,9 @@ def _field_keys(cls: type[_Strict]) -> dict[str, str]:
 
 
 _KEYS: dict[type[_Strict], dict[str, str]] = {}
+_LAST_ITEMS: dict[tuple[type[_Strict], str], tuple[tuple[_Strict, ...], str, int]] = {}
+"""Per document class and kept field: the items it was last written with, their joined
+texts and depth bound."""
 _RECENT: TextMemo[_Strict] = TextMemo()
 """Documents by the text this process last wrote or read them as."""
 _TEXTS: TextsByObject[_Strict, tuple[str, int]] = TextsByObject()
