@@ -14,12 +14,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-import zincir
 from zincir import AgentContext, ToolCall
 from zincir.contract import Failure, Invocation, Record, Success, encode_record
 from zincir.durable._operations import new_operation, stored_outcome
 from zincir.runs._entries import response_entry, tool_result_entry
-from zincir.store import LogEntry
+from zincir.store import LogEntry, Store
 
 RUN = "long-agent-run"
 HANDLER = "long"
@@ -104,7 +103,7 @@ def _response(turn: int) -> str:
 
 
 async def _finish(
-    store: zincir.SQLiteStore,
+    store: Store,
     ctx: AgentContext,
     invocation: Invocation,
     outcome: Success | Failure,
@@ -120,7 +119,7 @@ async def _finish(
     )
 
 
-async def seed_long_run(store: zincir.SQLiteStore, turns: int = 1000) -> LongRun:
+async def seed_long_run(store: Store, turns: int = 1000) -> LongRun:
     """A failed agent run of ``turns`` turns, each a model request and a tool call."""
     ctx = await AgentContext.create(
         store, name="researcher", run_id=RUN, config={"agent": "researcher", "prompt": PROMPT}

@@ -8,6 +8,7 @@ import asyncio
 import html
 import json
 import re
+import secrets
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -33,7 +34,9 @@ from tests.inspector.seed_long import (
     turn_text,
 )
 from tests.inspector.test_browser import require_chromium
+from tests.inspector.test_postgres_pages import seed_pg
 from tests.inspector.ui_process import ui_server
+from tests.postgres_server import PostgresServer, schema_name
 from zincir.contract import decode_record
 from zincir.inspector import create_app
 from zincir.inspector._app import conversation_url, operation_url, run_url
@@ -42,6 +45,7 @@ from zincir.store import OperationKey
 from zincir.store._readonly import open_read_only
 
 TURNS = 1000
+PG_TURNS = 200
 MAX_PAGE_BYTES = 1_000_000
 MAX_MEDIAN_S = 0.2
 MAX_ROWS_READ = 1_500  # rows the run page may read, whatever the run's length
@@ -58,7 +62,18 @@ def client(long_run: tuple[Path, LongRun]) -> TestClient:
     return client_for(long_run[0])
 
 
-def stored(path: Path, run_id: str, step_id: str, sequence: int) -> tuple[Any, Any]:
+@pytest.fixture(scope="module")
+def pg_long(postgres_server: PostgresServer) -> Iterator[tuple[str, LongRun]]:
+    """A PostgreSQL schema holding a PG_TURNS-turn run of the same kind."""
+    name = schema_name("inspector_long", secrets.token_hex(4))
+    url = postgres_server.new_schema_url(name)
+    try:
+        yield url, seed_pg(url, lambda store: seed_long_run(store, PG_TURNS))
+    finally:
+        postgres_server.drop_schema(name)
+
+
+def stored(path: Path | str, run_id: str, step_id: str, sequence: int) -> tuple[Any, Any]:
     """An operation's input and record as ``Store.get_operation`` returns them, decoded."""
 
     async def read() -> tuple[Any, Any]:
@@ -120,6 +135,15 @@ def test_older_turns_page_back_to_the_prompt(
     client: TestClient, long_run: tuple[Path, LongRun]
 ) -> None:
     _, run = long_run
+    check_older_turns(client, run)
+    page = client.get(older_page(client, run.run_id)).text
+    assert "Load older turns" in page and html.escape(PROMPT) not in page
+    assert_inert(page)
+
+
+def check_older_turns(client: TestClient, run: LongRun) -> None:
+    """Following the older-turns links from the run page reads every turn once, in order,
+    one bounded window at a time, back to the prompt."""
     detail = client.get(f"/api/runs/{run.run_id}").json()
     windows = [detail["conversation"]]
     older = detail["older_conversation"]
@@ -128,20 +152,18 @@ def test_older_turns_page_back_to_the_prompt(
         assert body["last_seq"] - body["first_seq"] < CHAT_EVENTS
         windows.append(body["conversation"])
         older = body["older_conversation"]
-    assert len(windows) > TURNS * 5 // CHAT_EVENTS  # ~5 events a turn, one window at a time
+    assert len(windows) > run.turns * 5 // CHAT_EVENTS  # ~5 events a turn, a window at a time
     entries = [entry for window in reversed(windows) for entry in window["entries"]]
     seqs = [entry["seq"] for entry in entries]
     assert seqs == sorted(set(seqs))  # each event once, in log order
     turns = [entry for entry in entries if entry["kind"] == "response"]
-    assert [turn["content"] for turn in turns] == [turn_text(n) for n in range(TURNS)]
+    assert [turn["content"] for turn in turns] == [turn_text(n) for n in range(run.turns)]
     results = [entry for entry in entries if entry["kind"] == "tool_result"]
-    assert [result["result"] for result in results] == [result_text(n) for n in range(TURNS - 1)]
+    want = [result_text(n) for n in range(run.turns - 1)]
+    assert [result["result"] for result in results] == want
     assert all(result["name"] == "note" for result in results)  # named across window edges
     first = windows[-1]["prompt"]
     assert [message["text"] for message in first["messages"]] == [INSTRUCTIONS, PROMPT]
-    page = client.get(older_page(client, run.run_id)).text
-    assert "Load older turns" in page and html.escape(PROMPT) not in page
-    assert_inert(page)
 
 
 def older_page(client: TestClient, run_id: str) -> str:
@@ -156,7 +178,15 @@ def test_an_operations_input_and_record_load_whole(
     client: TestClient, long_run: tuple[Path, LongRun], step_id: str, sequence: int
 ) -> None:
     path, run = long_run
-    want_input, want_record = stored(path, run.run_id, step_id, sequence)
+    check_operation(client, path, run, step_id, sequence)
+
+
+def check_operation(
+    client: TestClient, location: Path | str, run: LongRun, step_id: str, sequence: int
+) -> None:
+    """An operation's input and record, loaded alone, whole and on its page, are the ones
+    ``Store.get_operation`` returns."""
+    want_input, want_record = stored(location, run.run_id, step_id, sequence)
     for part, want in (("input", want_input), ("record", want_record)):
         body = client.get(operation_url(run.run_id, step_id, sequence, part)).json()
         assert body["part"] == part and body["value"] == want
@@ -223,6 +253,22 @@ def test_bad_cursors_are_refused(client: TestClient, long_run: tuple[Path, LongR
     assert empty["conversation"]["entries"] == [] and empty["older_conversation"] is None
     assert client.get("/conversation/no-such-run").status_code == 404
     assert client.get("/api/operation/no-such-run?step_id=a&sequence=0").status_code == 404
+
+
+def test_a_long_run_on_postgresql(pg_long: tuple[str, LongRun]) -> None:
+    url, run = pg_long
+    client = TestClient(create_app(url, address=ADDRESS), base_url=BASE_URL)
+    page = client.get(run_url(run.run_id))
+    assert page.status_code == 200 and len(page.content) < MAX_PAGE_BYTES
+    chat = section(page.text, "conversation")
+    assert 'class="call call-failed"' in chat and FAILED_ERROR in chat
+    assert "in doubt" not in page.text
+    check_older_turns(client, run)
+    check_operation(client, url, run, "model.request", PG_TURNS // 2)
+    check_operation(client, url, run, "tool.call", (PG_TURNS - 1) * 1000)
+    older = client.get(f"/api/runs/{run.run_id}?ops={OPERATION_PAGE}").json()["operations"]
+    last = (PG_TURNS - OPERATION_PAGE // 2 - 1) * 1000
+    assert [(op["step_id"], op["sequence"]) for op in older][-1] == ("tool.call", last)
 
 
 @pytest.mark.browser
