@@ -1,10 +1,11 @@
 """An operation input cut into content pieces, and its digest, both computed incrementally.
 
-A piece is an exact substring of the input: each element of an array that is a member of
-the top-level object (a model request's ``messages`` and ``tools``), and each other member
-value, once it is at least :data:`PIECE_MIN_CHARS` long. Concatenating the literal text
-between pieces and the pieces gives back the exact input, so nothing depends on the
-cut being the "right" one, only on it being the same for the same text.
+A piece is an exact substring of the input: in an array that is a member of the top-level
+object (a model request's ``messages`` and ``tools``), each element, or run of consecutive
+elements, of at least :data:`PIECE_MIN_CHARS`; and each other member value of that size.
+Concatenating the literal text between pieces and the pieces gives back the exact input, so
+nothing depends on the cut being the "right" one, only on it being the same for the same
+text. An input with no piece is short (its literal text is bounded).
 
 Each piece also closes a *node*: ``[{"n": previous node}, literal before the piece,
 {"p": piece}]``, content-addressed by the SHA-256 of its text. The node of the last piece
@@ -156,6 +157,7 @@ def _scan(cut: _Cut, at: int, in_array: bool) -> None:
     True) just after an array element, or (False) just after a member's value."""
     text = cut.text
     state = "array_next" if in_array else "object_next"
+    run: int | None = None  # where the array elements not yet in a piece begin
     if at == 0:
         at = _skip(text, 0)
         if not text.startswith("{", at):
@@ -183,14 +185,17 @@ def _scan(cut: _Cut, at: int, in_array: bool) -> None:
                 at, state = end, "object_next"
         elif state == "element":
             end = _value_end(text, at)
-            cut.add(at, end, True)
+            run = at if run is None else run
+            if end - run >= PIECE_MIN_CHARS:
+                cut.add(run, end, True)
+                run = None
             at, state = end, "array_next"
         elif state == "array_next":
             at = _skip(text, at)
             if text.startswith(",", at):
                 at, state = _skip(text, at + 1), "element"
             elif text.startswith("]", at):
-                at, state = at + 1, "object_next"
+                at, state, run = at + 1, "object_next", None
             else:
                 return
         else:  # object_next

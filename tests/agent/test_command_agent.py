@@ -16,6 +16,7 @@ from tests.helpers import rows, seqs
 from zincir.agent import Agent, DurableBinding, Handlers, serve
 from zincir.contract import Invocation, OperationKind, Success
 from zincir.contract.payloads import ModelRequest, ModelResponse
+from zincir.store import OperationKey
 
 WORKER = Path(__file__).with_name("command_tool_worker.py")
 OUTPUT = "done: first=1 + second=2"
@@ -79,7 +80,11 @@ async def test_a_command_worker_serves_the_tools_and_a_replay_calls_nothing(
         assert [row[:2] for row in stored if row[0] == "tool.call"] == [
             ("tool.call", int(line.rsplit("#", 1)[1])) for line in tool_lines
         ]
-        for step_id, sequence, kind, handler_id, input_json, _ in stored:
+        for step_id, sequence, kind, handler_id, _, _ in stored:
+            # the input whole, as the store composes it from the content it keeps once
+            row = await store.get_operation(OperationKey("cmd-run", step_id, sequence))
+            assert row is not None and row.record is not None
+            input_json = zincir.decode_record(row.record).invocation.input_json
             invocation = Invocation(
                 "cmd-run", step_id, sequence, OperationKind(kind), handler_id, input_json
             )

@@ -15,6 +15,7 @@ from tests.agent.reference import build, call, lines, parallel
 from tests.helpers import event_types, select, seqs
 from zincir.agent import Agent, DurableOperationFailed, FunctionModel, ToolRetriesExhausted
 from zincir.payloads import ModelRequest, ModelResponse, TextPart
+from zincir.store import OperationKey
 
 
 def operations(db: str, run_id: str) -> list[tuple[str, int, str, str]]:
@@ -50,10 +51,12 @@ async def test_each_stored_operation_replays_without_its_handler(
     agent = build(log)
     binding = durable.binding(agent)
     await agent.run("Use both tools.", durable=binding)
-    stored = select(durable.target, "SELECT record FROM operations WHERE run_id = 'run-1'")
-    assert len(stored) == 5
-    for (text,) in stored:
-        record = zincir.decode_record(text)
+    keys = select(durable.target, "SELECT step_id, sequence FROM operations WHERE run_id = 'run-1'")
+    assert len(keys) == 5
+    for step_id, sequence in keys:  # each record composed whole from the stored content
+        row = await durable.store.get_operation(OperationKey("run-1", step_id, sequence))
+        assert row is not None and row.record is not None
+        record = zincir.decode_record(row.record)
         assert await binding.runtime.execute(record.invocation) == record
     assert len(lines(log)) == 5
 
@@ -95,11 +98,16 @@ async def test_input_documents_are_canonical(durable: Durable, tmp_path: Path) -
     for run_id in ("run-a", "run-b"):
         agent = build(tmp_path / run_id)
         await agent.run("Use both tools.", durable=durable.binding(agent, run_id))
-    inputs = select(
+    keys = select(
         durable.target,
-        "SELECT run_id, step_id, sequence, input_json FROM operations "
-        "ORDER BY run_id, step_id, sequence",
+        "SELECT run_id, step_id, sequence FROM operations ORDER BY run_id, step_id, sequence",
     )
+    inputs = []
+    for run_id, step_id, sequence in keys:  # each input whole, composed from its content
+        row = await durable.store.get_operation(OperationKey(run_id, step_id, sequence))
+        assert row is not None and row.record is not None
+        text = zincir.decode_record(row.record).invocation.input_json
+        inputs.append((run_id, step_id, sequence, text))
     by_run: dict[str, list[str]] = {}
     for run_id, _step, _sequence, text in inputs:
         by_run.setdefault(run_id, []).append(text.replace(run_id, "RUN"))

@@ -1,12 +1,13 @@
 """Content stored once: what both backends make of an operation's input and record.
 
-An ``operations`` row keeps its input in one of two forms. An input with no piece (see
-:mod:`zincir._pieces`) stays whole in ``input_json``; otherwise ``input_json`` is empty
-and ``input_parts`` holds its description (its last node and the literal after it), and
-the pieces and nodes are rows of ``content`` (digest, body), each referred to by the runs
-that use it in ``content_refs`` (run, digest). The ``record`` column holds the canonical
-record with ``null`` for its input. Every read composes both back: the exact input, and
-the canonical record text that ``decode_record`` checks against its digest.
+An ``operations`` row keeps its input in one of two forms. A short input, with no piece
+(see :mod:`zincir._pieces`), stays whole in ``input_json`` and its record whole in
+``record``, as before. Otherwise ``input_json`` is empty, ``input_parts`` holds the input's
+description (its last node and the literal after it), the pieces and nodes are rows of
+``content`` (digest, body), each referred to by the runs that use it in ``content_refs``
+(run, digest), and ``record`` holds the canonical record with ``null`` for its input.
+Every read composes both back: the exact input, and the canonical record text that
+``decode_record`` checks against its digest.
 
 A content row is written once per store (``ON CONFLICT DO NOTHING``) and a reference once
 per run. A store remembers, per run, the digests it committed, so a turn writes only the
@@ -74,8 +75,13 @@ class StoredOperation:
     rows: tuple[tuple[str, str], ...]
 
 
-def stored_record(operation: NewOperation, outcome: OperationOutcome) -> str:
-    """The ``record`` column of ``outcome``: its canonical text with ``null`` for the input."""
+def stored_record(operation: NewOperation, outcome: OperationOutcome, plan: InputPlan) -> str:
+    """The ``record`` column of ``outcome``: its canonical text with ``null`` for an input
+    stored in pieces, whole for a short input kept in ``input_json``."""
+    if plan.input_parts is None:
+        if outcome.input_left_out:
+            return record_with_input(outcome.record_json, operation.input_json)
+        return outcome.record_json
     if outcome.input_left_out:
         return outcome.record_json
     return record_input_removed(outcome.record_json)
@@ -84,10 +90,11 @@ def stored_record(operation: NewOperation, outcome: OperationOutcome) -> str:
 def convert_row(input_json: str, record: str | None) -> StoredOperation:
     """A row written whole (input and record) in the stored form: one migration step."""
     found = layout(input_json)
-    parts = found.description() if found.pieces else None
+    if not found.pieces:
+        return StoredOperation(input_json, None, record, ())
     return StoredOperation(
-        "" if parts is not None else input_json,
-        parts,
+        "",
+        found.description(),
         None if record is None else record_input_removed(record),
         tuple(found.all_content()),
     )

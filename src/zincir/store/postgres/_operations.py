@@ -124,7 +124,7 @@ def _create(
             plan.input_json,
             status,
             None if outcome is None else outcome.outcome,
-            None if outcome is None else stored_record(operation, outcome),
+            None if outcome is None else stored_record(operation, outcome, plan),
             owner,
             ttl,
             *lease_columns(lease),
@@ -181,7 +181,7 @@ def _complete(
                 f"WHERE {_WHERE}",
                 (
                     outcome.outcome,
-                    stored_record(operation, outcome),
+                    stored_record(operation, outcome, plan),
                     owner,
                     *lease_columns(lease),
                     *key_params(key),

@@ -147,7 +147,7 @@ def _complete(
     appended before the record, so a fenced finish raises with nothing stored."""
     key = operation.key
     stamp = to_db(now)
-    record = stored_record(operation, outcome)
+    record = stored_record(operation, outcome, plan)
     completed = conn.execute(
         _COMPLETE_CLAIMED,
         (
