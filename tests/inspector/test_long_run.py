@@ -39,7 +39,7 @@ from tests.inspector.ui_process import ui_server
 from tests.postgres_server import PostgresServer, schema_name
 from zincir.contract import decode_record
 from zincir.inspector import create_app
-from zincir.inspector._app import conversation_url, operation_url, run_url
+from zincir.inspector._app import conversation_url, event_url, operation_url, run_url
 from zincir.inspector._db import CHAT_EVENTS, EVENT_PAGE_SIZE, OPERATION_PAGE
 from zincir.store import OperationKey
 from zincir.store._readonly import open_read_only
@@ -252,6 +252,11 @@ def test_bad_cursors_are_refused(client: TestClient, long_run: tuple[Path, LongR
     empty = client.get(f"/api{base}?before=0").json()
     assert empty["conversation"]["entries"] == [] and empty["older_conversation"] is None
     assert client.get("/conversation/no-such-run").status_code == 404
+    for query in ("", "?seq=0", "?seq=x"):
+        assert client.get(f"/api/event/{run.run_id}{query}").status_code == 400
+    assert client.get(event_url(run.run_id, 10**9)).status_code == 404
+    event = client.get(event_url(run.run_id, 3)).json()
+    assert event["type"] == "llm_call" and event["value"]["content"] == turn_text(0)
     assert client.get("/api/operation/no-such-run?step_id=a&sequence=0").status_code == 404
 
 

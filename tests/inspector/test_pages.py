@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 import zincir
 from tests.inspector.conftest import client_for, seed
 from tests.inspector.seed import Seeded
-from zincir.inspector._app import run_url
+from zincir.inspector._app import EVENT_TEXT, event_url, run_url
 
 Fixture = tuple[Path, Seeded]
 
@@ -249,5 +249,7 @@ def test_a_huge_event_is_cut_on_the_page_not_in_the_api(tmp_path: Path) -> None:
     run_id = seed(path, huge)
     client = client_for(path)
     page = client.get(run_url(run_id)).text
-    assert "cut at 100,000 of" in page and len(page) < 200_000
+    assert f"cut at {EVENT_TEXT:,} of" in page and len(page) < 200_000
+    assert f'data-src="{event_url(run_id, 2)}"' in page  # opening it loads it whole
+    assert client.get(event_url(run_id, 2)).json()["value"]["content"] == text
     assert client.get(f"/api/runs/{run_id}").json()["events"][1]["payload"]["content"] == text

@@ -54,7 +54,9 @@ PREVIEW = 140
 MAX_PRETTY = 100_000
 LONG_TEXT = 600  # conversation texts longer than this (or of LONG_LINES lines) fold
 LONG_LINES = 12
-MAX_TEXT = 20_000  # a conversation text is cut here (the event log shows up to MAX_PRETTY)
+MAX_TEXT = 3_000  # a conversation text is cut here (its event loads whole on demand)
+EVENT_TEXT = 2_000  # characters of an event's JSON in the log; opening it loads it whole
+OUTCOME_TEXT = 300  # characters of an operation's outcome in its row; its record loads whole
 PREVIEW_HEAD = 2_000  # characters shown of a LangGraph value that is not decoded whole
 MAX_CURSOR_DIGITS = 18  # ?page= and ?after_seq= beyond this are refused (400), not parsed
 MAX_OPERATION_TEXT = 1_000_000  # characters of an input or record on an operation's own page
@@ -167,6 +169,11 @@ def run_url(run_id: Any) -> str:
 def conversation_url(run_id: Any, before: int) -> str:
     """The page of a run's conversation before event ``before`` (older turns)."""
     return f"/conversation/{quote(str(run_id), safe='')}?before={int(before)}"
+
+
+def event_url(run_id: Any, seq: Any) -> str:
+    """The JSON of one event of a run, whole."""
+    return f"/api/event/{quote(str(run_id), safe='')}?seq={int(seq)}"
 
 
 def operation_url(run_id: Any, step_id: Any, sequence: Any, part: str | None = None) -> str:
@@ -680,6 +687,33 @@ class Pages:
 
         return self._with_operation(request, render)
 
+    def api_event(self, request: Request) -> Response:
+        """One event of a run, whole, by ?seq= (one primary-key read)."""
+        run_id = str(request.path_params["run_id"])
+        seq = self._number(request, "seq")
+        if seq is None or seq < 1:
+            raise HTTPException(400, "seq must be a positive integer")
+
+        def build(reader: Reader, now: datetime) -> Response:
+            found = reader.events(run_id, seq - 1, 1)
+            if not found or found[0]["seq"] != seq:
+                return self.error(
+                    request, 404, "Event not found", f"Run {run_id!r} has no event #{seq}."
+                )
+            event = found[0]
+            return json_response(
+                {
+                    "run_id": event["run_id"],
+                    "seq": event["seq"],
+                    "type": event["type"],
+                    "created_at": event["created_at"],
+                    "tool_call_id": event["tool_call_id"],
+                    "value": event["payload"],
+                }
+            )
+
+        return self.guarded(request, build)
+
     def api_operation(self, request: Request) -> Response:
         part = request.query_params.get("part", "")
         if part and part not in PARTS:
@@ -767,6 +801,7 @@ def _environment() -> Environment:
         iso=iso_text,
         run_url=run_url,
         conversation_url=conversation_url,
+        event_url=event_url,
         thread_url=thread_url,
         head_text=head_text,
         status_class=status_class,
@@ -775,7 +810,7 @@ def _environment() -> Environment:
         text_capped=text_capped,
         is_long=is_long,
     )
-    env.globals.update(age=age)
+    env.globals.update(age=age, EVENT_TEXT=EVENT_TEXT, OUTCOME_TEXT=OUTCOME_TEXT)
     return env
 
 
@@ -827,6 +862,7 @@ def create_app(
             Route("/conversation/{run_id:path}", pages.show_conversation, methods=["GET"]),
             Route("/api/conversation/{run_id:path}", pages.api_conversation, methods=["GET"]),
             Route("/operation/{run_id:path}", pages.show_operation, methods=["GET"]),
+            Route("/api/event/{run_id:path}", pages.api_event, methods=["GET"]),
             Route("/api/operation/{run_id:path}", pages.api_operation, methods=["GET"]),
             Route("/threads", pages.list_threads, methods=["GET"]),
             Route("/threads/{thread_id:path}", pages.show_thread, methods=["GET"]),
