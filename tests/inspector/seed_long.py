@@ -40,9 +40,9 @@ def turn_text(turn: int) -> str:
     return f"Turn {turn}: reading source {turn}. " + ("The findings hold up well. " * 40)[:1000]
 
 
-def result_text(turn: int) -> str:
-    """The tool's result of ``turn``: about 1 KB."""
-    return f"note {turn} saved: " + ("lorem ipsum dolor sit amet " * 40)[:1000]
+def result_text(turn: int, size: int = 1000) -> str:
+    """The tool's result of ``turn``: about ``size`` characters (1 KB by default)."""
+    return f"note {turn} saved: " + ("lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
 
 
 def call_id(turn: int) -> str:
@@ -53,7 +53,7 @@ def _text(role: str, text: str) -> dict[str, object]:
     return {"role": role, "parts": [{"type": "text", "text": text}]}
 
 
-def _request(turn: int) -> str:
+def _request(turn: int, size: int) -> str:
     """The input of model request ``turn``: the prompt and the last WINDOW messages."""
     history: list[dict[str, object]] = []
     for earlier in range(max(turn - WINDOW // 2, 0), turn):
@@ -74,7 +74,7 @@ def _request(turn: int) -> str:
                         "type": "tool_return",
                         "tool_call_id": call_id(earlier),
                         "tool_name": "note",
-                        "content": result_text(earlier),
+                        "content": result_text(earlier, size),
                     }
                 ],
             }
@@ -119,14 +119,20 @@ async def _finish(
     )
 
 
-async def seed_long_run(store: Store, turns: int = 1000) -> LongRun:
-    """A failed agent run of ``turns`` turns, each a model request and a tool call."""
+async def seed_long_run(store: Store, turns: int = 1000, result_size: int = 1000) -> LongRun:
+    """A failed agent run of ``turns`` turns, each a model request and a tool call whose
+    result is ``result_size`` characters."""
     ctx = await AgentContext.create(
         store, name="researcher", run_id=RUN, config={"agent": "researcher", "prompt": PROMPT}
     )
     for turn in range(turns):
         model = Invocation(
-            RUN, "model.request", turn, "model_request", f"{HANDLER}.model-request", _request(turn)
+            RUN,
+            "model.request",
+            turn,
+            "model_request",
+            f"{HANDLER}.model-request",
+            _request(turn, result_size),
         )
         entry = response_entry(
             RUN,
@@ -173,7 +179,7 @@ async def seed_long_run(store: Store, turns: int = 1000) -> LongRun:
                 "version": 1,
                 "tool_call_id": call_id(turn),
                 "tool_name": "note",
-                "content": result_text(turn),
+                "content": result_text(turn, result_size),
                 "is_error": False,
             }
         )
@@ -182,6 +188,6 @@ async def seed_long_run(store: Store, turns: int = 1000) -> LongRun:
             ctx,
             tool,
             Success(output),
-            [tool_result_entry(RUN, call_id(turn), result_text(turn))],
+            [tool_result_entry(RUN, call_id(turn), result_text(turn, result_size))],
         )
     raise AssertionError("unreachable: the last turn fails the run")

@@ -46,6 +46,7 @@ from zincir.store._readonly import open_read_only
 
 TURNS = 1000
 PG_TURNS = 200
+BIG_RESULT = 50_000  # characters of each tool result of the heavy run
 MAX_PAGE_BYTES = 1_000_000
 MAX_MEDIAN_S = 0.2
 MAX_ROWS_READ = 1_500  # rows the run page may read, whatever the run's length
@@ -119,6 +120,17 @@ def test_the_page_is_small_and_fast(client: TestClient, long_run: tuple[Path, Lo
     assert "older operations" in ops
     assert len(re.findall(r'<li id="e\d+" class="event', page.text)) == EVENT_PAGE_SIZE
     assert_inert(page.text)
+
+
+def test_the_page_stays_small_when_tool_results_are_large(tmp_path: Path) -> None:
+    """A coding agent's tool results are kilobytes each: texts, events and outcomes are cut
+    on the page (each loads whole on demand), so it stays small."""
+    path = tmp_path / "zincir.db"
+    run = seed(path, lambda store: seed_long_run(store, 300, result_size=BIG_RESULT))
+    page = client_for(path).get(run_url(run.run_id))
+    print(f"\nrun page of 300 turns with {BIG_RESULT:,}-character results: {len(page.content):,}")
+    assert page.status_code == 200 and len(page.content) < MAX_PAGE_BYTES
+    assert result_text(run.turns - 2, BIG_RESULT) not in page.text
 
 
 def test_the_page_reads_a_bounded_number_of_rows(long_run: tuple[Path, LongRun]) -> None:
