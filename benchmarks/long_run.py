@@ -1,7 +1,8 @@
 """Long-run figures for ``make bench``: what one durable agent run costs as it grows.
 
     python benchmarks/long_run.py [--turns N] [--quick] [--json PATH] [--write]
-                                  [--before PATH] [--peers-python PATH] [--no-input-limit]
+                                  [--before PATH] [--from PATH] [--peers-python PATH]
+                                  [--no-input-limit]
 
 One run of a ``FunctionModel`` agent with one tool, through ``zincir.agent.Runner`` on a
 SQLite file with ``synchronous="normal"``, goes on for N turns (a turn: one model request
@@ -21,7 +22,8 @@ with ``LocalRuntime(max_input_bytes=None)`` (``--no-input-limit`` goes there at 
 The windows scale with N: bytes per turn over turns N/20–3N/20 and 9N/10–N (50–150 and
 900–1,000 at N = 1,000), the median turn over N/100–N/10 and 9N/10–N (10–100, 900–1,000).
 ``--write`` rewrites docs/long-run.md and docs/long-run.png (matplotlib) from this run;
-``--before`` adds a curve from an earlier run's ``--json`` file to the plot.
+``--before`` adds a curve from an earlier run's ``--json`` file to the plot; ``--from``
+reports (and with ``--write`` writes) a run's ``--json`` file instead of running.
 """
 
 from __future__ import annotations
@@ -437,42 +439,46 @@ def plot(result: dict[str, Any], path: Path, before: dict[str, Any] | None = Non
 
 
 def write_doc(result: dict[str, Any], turns: int, before: dict[str, Any] | None) -> None:
-    """Rewrite docs/long-run.md (and the plot) from ``result``."""
-    rows = [
-        f"| {name} | {value:,.2f} | {_verdict(value, FIGURE_TARGETS.get(name))} |"
-        for name, value in result["figures"].items()
-    ]
-    rows += [
-        f"| {name} | {value:,.2f} | {_verdict(value, TARGETS.get(name))} |"
-        for name, value in result["ratios"].items()
-    ]
+    """Rewrite docs/long-run.md (and the plot) from ``result``; ``before``, an earlier
+    run's result, adds a column and a dotted curve."""
+    earlier = {} if before is None else {**before["figures"], **before["ratios"]}
+    head = "| figure | value |" + (" before |" if before else "") + " target |"
+    rows = [head, "|---|---:|" + ("---:|" if before else "") + "---|"]
+    for values, targets in ((result["figures"], FIGURE_TARGETS), (result["ratios"], TARGETS)):
+        for name, value in values.items():
+            was = f" {earlier[name]:,.2f} |" if name in earlier else " |"
+            rows.append(
+                f"| {name} | {value:,.2f} |{was if before else ''} "
+                f"{_verdict(value, targets.get(name))} |"
+            )
     machine = f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
     text = [
         "# Long runs",
         "",
         "Written by `make bench` (benchmarks/long_run.py): one durable agent run of "
         f"{turns} turns (a `FunctionModel` agent with one tool through `Runner`, SQLite with "
-        '`synchronous="normal"`, each turn about 2 KB of new text), and the same '
-        "conversation on LangGraph's `SqliteSaver` (a messages graph, one super-step a turn). "
-        "Database bytes are the main file after `wal_checkpoint(TRUNCATE)` (WAL empty); "
-        "MB = 10^6 bytes. Resume: a new process opening the store and continuing the "
-        "unfinished run to its next model request.",
+        '`synchronous="normal"`, each turn about 2 KB of new text: a 2,048-character tool '
+        "result and a short reply), and the same conversation on LangGraph's `SqliteSaver` "
+        "(a messages graph, one super-step a turn). Database bytes are the main file after "
+        "`wal_checkpoint(TRUNCATE)` (the WAL then empty); MB = 10^6 bytes. Bytes per turn "
+        "are differences of those sizes; a turn's time runs from one model request to the "
+        "next. Resume: a new process opening the store and continuing the unfinished run "
+        "until the model is asked again, from the `Runner.resume` call (`_ms`) and from the "
+        "process's start (`_process_ms`), median of the resumes.",
         "",
-        "| figure | value | target |",
-        "|---|---:|---|",
         *rows,
         "",
         f"Notes: {'; '.join(result['notes'].values())}. {machine}.",
         "",
-        "![bytes against turns](long-run.png)",
-        "",
     ]
     if before is not None:
-        text[-2:-2] = [
-            "The dotted curve is the same run before each message was stored once "
+        text += [
+            "The before column and the dotted curves are the same benchmark on the store "
+            "that kept each model request's whole input "
             f"({max(map(int, before['curves']['zincir']))} turns).",
             "",
         ]
+    text += ["![bytes and turn time against turns](long-run.png)", ""]
     DOC.write_text("\n".join(text))
     plot(result, PLOT, before)
 
@@ -503,22 +509,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="also write the result to this file")
     parser.add_argument("--write", action="store_true", help="rewrite docs/long-run.{md,png}")
     parser.add_argument("--before", type=Path, help="an earlier run's --json, for the plot")
+    parser.add_argument(
+        "--from", dest="source", type=Path, help="report a run's --json instead of running"
+    )
     parser.add_argument("--peers-python", default=str(HERE.parent / ".venv-peers/bin/python"))
     parser.add_argument(
         "--no-input-limit", action="store_true", help="lift the runtime's 1 MiB input limit at once"
     )
     args = parser.parse_args(argv)
     turns = 100 if args.quick else args.turns
-    with tempfile.TemporaryDirectory(prefix="zincir-long-run-") as folder:
-        result = measure(
-            turns,
-            folder=folder,
-            resumes=3 if args.quick else args.resumes,
-            peers_python=args.peers_python,
-            limit=not args.no_input_limit,
-        )
+    if args.source is not None:
+        result = json.loads(args.source.read_text())
+        turns = max(map(int, result["curves"]["zincir"]))
+    else:
+        with tempfile.TemporaryDirectory(prefix="zincir-long-run-") as folder:
+            result = measure(
+                turns,
+                folder=folder,
+                resumes=3 if args.quick else args.resumes,
+                peers_python=args.peers_python,
+                limit=not args.no_input_limit,
+            )
     print_table(result)
-    if args.json:
+    if args.json and args.source is None:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     if args.write:
         before = json.loads(args.before.read_text()) if args.before else None
