@@ -1,0 +1,339 @@
+"""Content stored once: a long conversation's messages are kept once, its records and inputs
+are whole on read, a prune keeps what another run refers to, and a database written before
+(whole inputs and records in every row) is migrated and replayed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import zincir
+from tests.conftest import REPO
+from tests.helpers import BOTH_BACKENDS, backend_target, is_postgres, select
+from tests.store import content_agent
+from zincir.contract import decode_record, encode_record
+from zincir.store import OperationKey, Store
+from zincir.store._readonly import open_read_only
+
+FIXTURE = Path(__file__).with_name("pre_content.db")
+"""A SQLite database written by zincir before content was stored once (see
+make_pre_content_db.py): run ``catalogue`` stopped after 12 turns."""
+WORKER = Path(__file__).with_name("content_agent.py")
+
+
+def keys(target: str, run_id: str) -> list[OperationKey]:
+    return [
+        OperationKey(run_id, step, sequence)
+        for step, sequence in select(
+            target,
+            "SELECT step_id, sequence FROM operations WHERE run_id = ? ORDER BY sequence, step_id",
+            (run_id,),
+        )
+    ]
+
+
+async def whole_records(store: Store, target: str, run_id: str) -> dict[OperationKey, str]:
+    """Every record of the run as ``get_operation`` returns it, each checked canonical."""
+    found = {}
+    for key in keys(target, run_id):
+        row = await store.get_operation(key)
+        assert row is not None
+        if row.status == "claimed":  # the request a stopped run was about to make
+            assert row.record is None
+            continue
+        assert row.record is not None
+        record = decode_record(row.record)  # the digest of the composed input is checked
+        assert encode_record(record) == row.record
+        assert record.input_digest == row.input_digest
+        found[key] = row.record
+    return found
+
+
+def no_dangling_content(target: str) -> None:
+    """Every reference names stored content, and all content is referred to."""
+    assert (
+        select(
+            target,
+            "SELECT hash FROM content_refs WHERE hash NOT IN (SELECT hash FROM content)",
+        )
+        == []
+    )
+    assert (
+        select(target, "SELECT hash FROM content WHERE hash NOT IN (SELECT hash FROM content_refs)")
+        == []
+    )
+
+
+async def test_a_long_conversation_is_stored_once_and_read_whole(
+    store: Store, store_url: str
+) -> None:
+    await content_agent.run_on(store, "long", 30)
+    records = await whole_records(store, store_url, "long")
+    model = [key for key in records if key.step_id.endswith("model.request")]
+    assert len(model) == 31
+    last = decode_record(records[model[-1]]).invocation.input_json
+    assert content_agent.section_text(30) in last and content_agent.section_text(1) in last
+    # The rows hold descriptions and records without their input: no message is repeated.
+    stored = select(
+        store_url,
+        "SELECT input_json, input_parts, record FROM operations WHERE run_id = 'long' "
+        "AND kind = 'model_request' ORDER BY sequence",
+    )
+    assert all(parts is not None and text == "" for text, parts, _ in stored[1:])
+    assert max(len(record) for _, _, record in stored) < 2_000
+    assert max(len(parts) for _, parts, _ in stored[1:]) < 2_000
+    total = select(store_url, "SELECT SUM(LENGTH(body)) FROM content")[0][0]
+    assert total < 3 * 30 * 500  # each tool result once (with its node), not 30 times
+    no_dangling_content(store_url)
+    # The read-only view (the inspector, zincir runs) shows the same whole input and record.
+    with open_read_only(store_url).snapshot() as view:
+        rows = {(row["step_id"], row["sequence"]): row for row in view.operations("long", 500)}
+    key = model[-1]
+    row = rows[(key.step_id, key.sequence)]
+    assert row["record"] == zincir_json(records[key])
+    assert row["input_json"] == zincir_json(last)
+
+
+def zincir_json(text: str) -> Any:
+    from zincir._json import loads_strict
+
+    return loads_strict(text)
+
+
+async def test_a_prune_keeps_the_content_another_run_refers_to(
+    store: Store, store_url: str
+) -> None:
+    await content_agent.run_on(store, "done", 9)  # completed, one turn further
+    await content_agent.stop(store, "live", 8)  # the same first 8 turns, still running
+    shared = select(
+        store_url,
+        "SELECT hash FROM content_refs WHERE run_id = 'done' "
+        "INTERSECT SELECT hash FROM content_refs WHERE run_id = 'live'",
+    )
+    assert len(shared) >= 8  # the same messages, stored once for both runs
+    only_done = select(
+        store_url,
+        "SELECT hash FROM content_refs WHERE run_id = 'done' "
+        "EXCEPT SELECT hash FROM content_refs WHERE run_id = 'live'",
+    )
+    assert only_done  # its ninth turn
+    report = await store.prune_runs(
+        before=store.now() + timedelta(days=1), statuses=["completed"], max_events=10_000
+    )
+    assert report.run_ids == ["done"]
+    assert select(store_url, "SELECT COUNT(*) FROM content_refs WHERE run_id = 'done'") == [(0,)]
+    present = {digest for (digest,) in select(store_url, "SELECT hash FROM content")}
+    assert {digest for (digest,) in shared} <= present
+    assert not {digest for (digest,) in only_done} & present
+    no_dangling_content(store_url)
+    await whole_records(store, store_url, "live")
+    calls: list[str] = []
+    result = await content_agent.run_on(store, "live", 8, calls.append)
+    assert result.output == "read 8 sections" and calls == ["model 8"]
+
+
+async def test_a_thousand_turn_run_replays_calling_nothing(db_path: Path) -> None:
+    target = str(db_path)
+    store = zincir.open_store(target, synchronous="normal")
+    try:
+        await content_agent.stop(store, "thousand", 1000)
+    finally:
+        await store.close()
+    store = zincir.open_store(target)
+    try:
+        calls: list[str] = []
+        result = await content_agent.run_on(store, "thousand", 1000, calls.append)
+        assert result.output == "read 1000 sections"
+        assert calls == ["model 1000"]  # every earlier turn replayed from its records
+    finally:
+        await store.close()
+    assert os.path.getsize(target) < 12 * 1024 * 1024
+
+
+# -- the former format ---------------------------------------------------------------------
+
+
+def former_records(path: Path) -> dict[tuple[str, int], tuple[str, str]]:
+    """(input, record) of each operation of a database written before content."""
+    import apsw
+
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return {
+            (step, sequence): (text, record)
+            for step, sequence, text, record in conn.execute(
+                "SELECT step_id, sequence, input_json, record FROM operations"
+            )
+        }
+    finally:
+        conn.close()
+
+
+async def test_a_database_of_the_former_format_is_migrated_and_replayed(tmp_path: Path) -> None:
+    db = tmp_path / "former.db"
+    shutil.copy(FIXTURE, db)
+    before = former_records(db)
+    assert len(before) == 25  # 12 turns of a request and a call, and the next request claimed
+    store = zincir.open_store(str(db))
+    try:
+        records = await whole_records(store, str(db), "catalogue")
+        assert {(k.step_id, k.sequence): r for k, r in records.items()} == {
+            key: record for key, (_, record) in before.items() if record is not None
+        }
+        converted = select(
+            str(db), "SELECT COUNT(*) FROM operations WHERE input_parts IS NOT NULL"
+        )[0][0]
+        assert converted >= 10  # the long model requests
+        no_dangling_content(str(db))
+        calls: list[str] = []
+        result = await content_agent.run_on(store, "catalogue", 12, calls.append)
+        assert result.output == "read 12 sections" and calls == ["model 12"]
+    finally:
+        await store.close()
+
+
+async def test_a_killed_conversion_resumes(tmp_path: Path, monkeypatch: Any) -> None:
+    """Each batch of the conversion commits: a migration killed midway leaves the rows it
+    converted, the step unrecorded, and the next open converts the rest."""
+    from zincir.store.sqlite import _content as sqlite_content
+
+    db = tmp_path / "former.db"
+    shutil.copy(FIXTURE, db)
+    before = former_records(db)
+    real = sqlite_content._convert
+    done: list[int] = []
+
+    def dies_after_five(conn: Any, key: Any) -> int:
+        if len(done) == 5:
+            raise KeyboardInterrupt  # as a kill would stop it
+        done.append(1)
+        return real(conn, key)
+
+    monkeypatch.setattr(sqlite_content, "CONVERT_BATCH", 2)
+    monkeypatch.setattr(sqlite_content, "_convert", dies_after_five)
+    with pytest.raises(KeyboardInterrupt):
+        zincir.open_store(str(db))
+    monkeypatch.setattr(sqlite_content, "_convert", real)
+    assert select(str(db), "SELECT COUNT(*) FROM operations WHERE input_parts IS NOT NULL")[0][
+        0
+    ] in range(1, 5)
+    store = zincir.open_store(str(db))
+    try:
+        records = await whole_records(store, str(db), "catalogue")
+        assert {(k.step_id, k.sequence): r for k, r in records.items()} == {
+            key: record for key, (_, record) in before.items() if record is not None
+        }
+        no_dangling_content(str(db))
+    finally:
+        await store.close()
+
+
+async def test_rows_of_the_former_shape_are_converted_on_open(store: Store, store_url: str) -> None:
+    """Rows put back into the former shape (whole input, record repeating it, no content)
+    and the conversion step unrecorded: opening converts them, and the run replays."""
+    await content_agent.stop(store, "old", 10)
+    records = await whole_records(store, store_url, "old")
+    await store.close()
+    statements = [
+        # the claim the stopped run left (no record, so no input to put back): taken again
+        "DELETE FROM operations WHERE record IS NULL",
+        "DELETE FROM content",
+        "DELETE FROM content_refs",
+        "DELETE FROM schema_migrations WHERE name = 'content_rows'",
+    ]
+    for key, record in records.items():
+        text = decode_record(record).invocation.input_json
+        statements.append(
+            (
+                "UPDATE operations SET input_json = ?, record = ?, input_parts = NULL "
+                "WHERE run_id = ? AND step_id = ? AND sequence = ?",
+                (text, record, key.run_id, key.step_id, key.sequence),
+            )
+        )
+    execute(store_url, statements)
+    assert select(store_url, "SELECT COUNT(*) FROM operations WHERE input_parts IS NOT NULL") == [
+        (0,)
+    ]
+    reopened = zincir.open_store(store_url)
+    try:
+        assert (
+            select(store_url, "SELECT COUNT(*) FROM operations WHERE input_parts IS NOT NULL")[0][0]
+            >= 8
+        )
+        assert await whole_records(reopened, store_url, "old") == records
+        no_dangling_content(store_url)
+        calls: list[str] = []
+        result = await content_agent.run_on(reopened, "old", 10, calls.append)
+        assert result.output == "read 10 sections" and calls == ["model 10"]
+    finally:
+        await reopened.close()
+
+
+def execute(target: str, statements: list[Any]) -> None:
+    """Run statements (text, or (text, params) with ``?`` marks) in one transaction."""
+    if is_postgres(target):
+        import psycopg
+
+        from zincir.store.postgres._base import split_schema
+
+        conninfo, schema, _ = split_schema(target)
+        with psycopg.connect(conninfo, options=f"-c search_path={schema}") as conn:
+            for statement in statements:
+                text, params = statement if isinstance(statement, tuple) else (statement, ())
+                conn.execute(text.replace("?", "%s"), params)
+        return
+    import apsw
+
+    conn = apsw.Connection(target)
+    try:
+        with conn:
+            for statement in statements:
+                text, params = statement if isinstance(statement, tuple) else (statement, ())
+                conn.execute(text, params)
+    finally:
+        conn.close()
+
+
+# -- a kill while a turn's content is half written ----------------------------------------
+
+
+@pytest.fixture(params=BOTH_BACKENDS)
+def crash_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return backend_target(request, tmp_path)
+
+
+@pytest.mark.crash
+async def test_a_kill_with_a_turns_content_half_written_loses_nothing(
+    crash_target: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "log"
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
+    env["ZINCIR_CRASH_AT"] = "store.content_half_written:6"
+    worker = subprocess.run(
+        [sys.executable, str(WORKER), crash_target, "killed", "10", str(log)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert worker.returncode == -signal.SIGKILL, worker.stderr
+    no_dangling_content(crash_target)
+    store = zincir.open_store(crash_target)
+    try:
+        await whole_records(store, crash_target, "killed")
+        calls: list[str] = []
+        result = await content_agent.run_on(store, "killed", 10, calls.append)
+        assert result.output == "read 10 sections"
+        assert "model 10" in calls and len(calls) < 10  # the turns before the kill replayed
+        await whole_records(store, crash_target, "killed")
+        no_dangling_content(crash_target)
+    finally:
+        await store.close()
