@@ -163,7 +163,9 @@ def encode_checked(value: Any) -> str:
     return text
 
 
-_ENCODED: TextMemo[bool] = TextMemo()
+_ENCODED: TextMemo[bool] = TextMemo(chars=32 << 20)
+"""Texts :func:`dumps` produced lately; room for a long conversation's request (8 M
+characters each at most), which is then not parsed again to be known strict."""
 
 
 def known_strict(text: str) -> bool:

@@ -307,8 +307,9 @@ _KEYS: dict[type[_Strict], dict[str, str]] = {}
 _LAST_ITEMS: dict[tuple[type[_Strict], str], tuple[tuple[_Strict, ...], str, int]] = {}
 """Per document class and kept field: the items it was last written with, their joined
 texts and depth bound."""
-_RECENT: TextMemo[_Strict] = TextMemo()
-"""Documents by the text this process last wrote or read them as."""
+_RECENT: TextMemo[_Strict] = TextMemo(chars=32 << 20)
+"""Documents by the text this process last wrote or read them as (a long conversation's
+request up to 8 M characters included: its handler then reads it without parsing it)."""
 _TEXTS: TextsByObject[_Strict, tuple[str, int]] = TextsByObject()
 """The text and depth bound of each live document kept for reuse."""
 
