@@ -26,10 +26,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 __all__ = [
     "PIECE_MIN_CHARS",
+    "Expansions",
     "InputLayout",
     "Piece",
     "compose",
@@ -272,14 +273,62 @@ def parse_description(text: str) -> list[Any]:
     return segments
 
 
+class Expansions(Protocol):
+    """Remembers the text a node stands for (its whole prefix), within some bound."""
+
+    def get(self, node: str) -> str | None: ...
+
+    def put(self, node: str, text: str) -> None: ...
+
+
 def compose(
     description: str,
     fetch: Callable[[Iterable[str]], Mapping[str, str]],
+    expansions: Expansions | None = None,
 ) -> str:
     """The text a description stands for; ``fetch(digests)`` returns the stored text of
-    pieces and nodes (a missing one raises KeyError)."""
+    pieces and nodes (a missing one raises KeyError). With ``expansions``, a node chain is
+    walked back only to the newest node whose text is remembered (the previous request's),
+    and the text of the description's first node is remembered in turn."""
+    segments = parse_description(description)
+    if expansions is not None and segments and _node_of(segments[0]) is not None:
+        head = _chain(_node_of(segments[0]) or "", fetch, expansions)
+        return head + _flat(segments[1:], fetch)
+    return _flat(segments, fetch)
+
+
+def _node_of(segment: Any) -> str | None:
+    return segment.get("n") if isinstance(segment, dict) else None
+
+
+def _chain(
+    node: str, fetch: Callable[[Iterable[str]], Mapping[str, str]], expansions: Expansions
+) -> str:
+    """The text of ``node``: its chain walked back to a remembered node, then forward."""
+    walked: list[list[Any]] = []
+    current: str | None = node
+    known = ""
+    while current is not None:
+        remembered = expansions.get(current)
+        if remembered is not None:
+            known = remembered
+            break
+        segments = parse_description(fetch((current,))[current])
+        walked.append(segments)
+        current = _node_of(segments[0]) if segments else None
+    parts = [known]
+    for segments in reversed(walked):
+        rest = segments[1:] if segments and _node_of(segments[0]) is not None else segments
+        parts.append(_flat(rest, fetch))
+    text = "".join(parts)
+    expansions.put(node, text)
+    return text
+
+
+def _flat(segments: list[Any], fetch: Callable[[Iterable[str]], Mapping[str, str]]) -> str:
+    """The text of ``segments``, nodes among them expanded without remembering."""
     out: list[str] = []
-    stack = list(reversed(parse_description(description)))
+    stack = list(reversed(segments))
     while stack:
         segment = stack.pop()
         if isinstance(segment, str):

@@ -51,6 +51,7 @@ backend's placeholder); run before the run's ``content_refs`` rows are deleted."
 CONVERT_BATCH: Final = 200
 """Rows of the former format converted per transaction by the migration."""
 _CACHED_CHARS: Final = 64 * 1024 * 1024
+_EXPANDED_CHARS: Final = 32 * 1024 * 1024
 _KNOWN_RUNS: Final = 1024
 
 
@@ -110,6 +111,8 @@ class ContentIndex:
         self._known: OrderedDict[str, set[str]] = OrderedDict()
         self._cache: OrderedDict[str, str] = OrderedDict()
         self._cached_chars = 0
+        self._expanded: OrderedDict[str, str] = OrderedDict()
+        self._expanded_chars = 0
 
     def plan(self, operation: NewOperation) -> InputPlan:
         """How ``operation``'s input is written, given what its run already stored."""
@@ -206,7 +209,26 @@ class ContentIndex:
         """The exact input of a row (``input_json`` itself when it has no parts)."""
         if input_parts is None:
             return input_json
-        return compose(input_parts, self.fetcher(read, run_id))
+        return compose(input_parts, self.fetcher(read, run_id), self)
+
+    def get(self, node: str) -> str | None:
+        """The text ``node`` stands for, when it was composed lately."""
+        with self._lock:
+            text = self._expanded.get(node)
+            if text is not None:
+                self._expanded.move_to_end(node)
+            return text
+
+    def put(self, node: str, text: str) -> None:
+        """Remember the text ``node`` stands for (the newest few, within a bound)."""
+        with self._lock:
+            if node in self._expanded:
+                return
+            self._expanded[node] = text
+            self._expanded_chars += len(text)
+            while self._expanded_chars > _EXPANDED_CHARS and len(self._expanded) > 1:
+                _, dropped = self._expanded.popitem(last=False)
+                self._expanded_chars -= len(dropped)
 
     def compose_record(
         self,
