@@ -16,6 +16,7 @@ because the digest binds their exact bytes. Strings are written as UTF-8, not ``
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -50,6 +51,9 @@ INPUT_LEFT_OUT: Final = ',"input_json":null},"input_digest":'
 hold this text (a quote inside one is escaped), so its first occurrence is the slot."""
 _INPUT_END: Final = '},"input_digest":'
 
+_COMPOSED: Final[deque[tuple[str, str, str]]] = deque(maxlen=4)
+"""The last texts :func:`record_with_input` composed, with their parts (held by identity:
+a store's reader decodes the text it was just given)."""
 _TOP_FIELDS: Final = ("version", "invocation", "input_digest", "outcome")
 _OUTCOME_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "success": ("output_json",),
@@ -88,7 +92,9 @@ def record_with_input(text: str, input_json: str) -> str:
     if at < 0:
         return text
     head = at + len(',"input_json":')
-    return "".join((text[:head], encode_part(input_json), text[head + len("null") :]))
+    whole = "".join((text[:head], encode_part(input_json), text[head + len("null") :]))
+    _COMPOSED.append((whole, text, input_json))
+    return whole
 
 
 def record_input_removed(text: str) -> str:
@@ -165,7 +171,9 @@ def decode_record(text: str | bytes | bytearray) -> Record:
     or ``DigestMismatch`` (all ``RecordFormatError``) and nothing else.
     ``encode_record(decode_record(s)) == s`` for every canonical ``s``.
     """
-    data = _parse(text)
+    data = _parse_composed(text)
+    if data is None:
+        data = _parse(text)
     _check_version(data)
     _check_fields("record", data, _TOP_FIELDS, required=("invocation", "input_digest"))
     invocation = _decode_invocation(data["invocation"])
@@ -176,6 +184,21 @@ def decode_record(text: str | bytes | bytearray) -> Record:
     record = Record(invocation, digest, _decode_outcome(data.get("outcome"), run_id))
     record.validate()
     return record
+
+
+def _parse_composed(text: object) -> dict[str, Any] | None:
+    """The parsed record of ``text`` when :func:`record_with_input` composed this very
+    object lately: its small part parsed and the input put back (the same document, without
+    parsing the input's escaped text again); None otherwise."""
+    for whole, stripped, input_json in reversed(tuple(_COMPOSED)):
+        if whole is text:
+            data = _parse(stripped)
+            invocation = data.get("invocation")
+            if isinstance(invocation, dict) and invocation.get("input_json", "") is None:
+                invocation["input_json"] = input_json
+                return data
+            return None
+    return None
 
 
 def _parse(text: object) -> dict[str, Any]:
