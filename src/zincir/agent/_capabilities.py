@@ -57,9 +57,32 @@ def load_capability_tool(names: Sequence[str]) -> Tool:
 
 
 def loaded_capabilities(messages: Iterable[Message], known: Iterable[str]) -> list[str]:
-    """The capabilities the conversation has loaded so far, in the order they were loaded."""
+    """The capabilities the conversation has loaded so far, in the order they were loaded;
+    a conversation that extends the one asked last is read from its new messages on."""
+    global _LAST
     names = set(known)
-    loaded: list[str] = []
+    conversation = tuple(messages)
+    start, loaded = 0, []
+    last = _LAST
+    if last is not None:
+        seen, seen_names, seen_loaded = last
+        if (
+            seen_names == names
+            and len(seen) <= len(conversation)
+            and conversation[: len(seen)] == seen
+        ):
+            start, loaded = len(seen), list(seen_loaded)
+    _read_loaded(conversation[start:], names, loaded)
+    _LAST = (conversation, names, tuple(loaded))
+    return loaded
+
+
+_LAST: tuple[tuple[Message, ...], set[str], tuple[str, ...]] | None = None
+"""The conversation last asked about, its capability names, and what it had loaded."""
+
+
+def _read_loaded(messages: Iterable[Message], names: set[str], loaded: list[str]) -> None:
+    """Append to ``loaded`` the capabilities ``messages`` load, in order."""
     for message in messages:
         for part in message.parts:
             if isinstance(part, ToolReturnPart) and part.tool_name == LOAD_CAPABILITY:
@@ -67,4 +90,3 @@ def loaded_capabilities(messages: Iterable[Message], known: Iterable[str]) -> li
                 name = content.get("loaded") if isinstance(content, dict) else None
                 if isinstance(name, str) and name in names and name not in loaded:
                     loaded.append(name)
-    return loaded
