@@ -28,6 +28,7 @@ from zincir.agent import (
     decide,
     pending_approvals,
 )
+from zincir.payloads import ModelRequest, ModelResponse, TextPart, ToolCallPart
 from zincir.store import Store
 
 WORKER = Path(__file__).with_name("runner_worker.py")
@@ -371,3 +372,28 @@ async def test_resume_continues_a_streamed_run_streamed(
     result = await Runner(store, [agent]).resume("streamed-left")
     assert result.output == f"{PROMPT} -> Oslo clear"
     assert lines(log).count("model 0") == 1
+
+
+async def test_a_conversation_past_one_mib_runs_on_a_runner(store: Store) -> None:
+    """A long conversation is one model request's input: the runner allows it past the 1 MiB
+    default of a bare invocation (the content is stored once)."""
+    page = "x" * 300_000
+
+    @zincir.agent.tool
+    async def read_page(number: int) -> str:
+        """Read one page of the document."""
+        return f"page {number}: {page}"
+
+    def model(request: ModelRequest) -> ModelResponse:
+        done = sum(message.role == "tool" for message in request.messages)
+        if done < 5:
+            call = ToolCallPart(
+                tool_call_id=f"c{done}", tool_name="read_page", arguments={"number": done}
+            )
+            return ModelResponse(parts=[call])
+        return ModelResponse(parts=[TextPart(text=f"read {done} pages")])
+
+    reader = zincir.agent.Agent(zincir.agent.FunctionModel(model), name="reader", tools=[read_page])
+    result = await Runner(store, [reader]).run(reader, "Read the document.")
+    assert result.output == "read 5 pages"
+    assert len(json.dumps([m.model_dump(mode="json") for m in result.messages])) > 1_500_000

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .._errors import InvalidInput, RunNotFound, ZincirError
+from .._json import MAX_DOCUMENT_BYTES
 from .._validate import MAX_ID_BYTES, check_count, check_id, check_lease_ttl
 from .._validate import check_positive_duration as _check_interval
 from ..durable import DurableRuntime, HandlerRegistry, LocalRuntime
@@ -85,8 +86,13 @@ class Runner:
         self.store: Store = (
             open_store(store) if isinstance(store, str | os.PathLike) else as_store(store)
         )
+        # A long conversation is one model request's input: it is stored once (each message
+        # once), so the runner allows the largest document zincir stores, not the 1 MiB
+        # default of a bare invocation.
         self.runtime: DurableRuntime = (
-            runtime if runtime is not None else LocalRuntime(self.store, self.registry)
+            runtime
+            if runtime is not None
+            else LocalRuntime(self.store, self.registry, max_input_bytes=MAX_DOCUMENT_BYTES)
         )
 
     def __repr__(self) -> str:

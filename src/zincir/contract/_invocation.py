@@ -62,7 +62,11 @@ def document_problem(what: str, value: object, *, max_bytes: int | None = None) 
 
 
 def _too_large(what: str, size: int, max_bytes: int) -> str:
-    return f"{what} is {size} bytes; the limit is {max_bytes} (store large data elsewhere)"
+    return (
+        f"{what} is {size} bytes; the limit is {max_bytes} (raise the runtime's "
+        "max_input_bytes, as zincir.agent.Runner does for a long conversation, or store "
+        "large data elsewhere)"
+    )
 
 
 def _escape(part: str) -> str:
