@@ -42,6 +42,7 @@ __all__ = [
 PIECE_MIN_CHARS: Final = 256
 """A member value or array element shorter than this stays in the literal text."""
 _CACHED_STEPS: Final = 256
+_CACHED_CHARS: Final = 64 * 1024 * 1024  # the layouts kept hold their texts alive
 _CACHE_MIN_CHARS: Final = 4096  # shorter inputs are cut afresh: cheaper than keeping them
 _WS: Final = " \t\n\r"
 _DECODER: Final = json.JSONDecoder()
@@ -242,6 +243,7 @@ def _shared(previous: InputLayout, text: str) -> tuple[Piece, ...]:
 
 
 _LAYOUTS: OrderedDict[tuple[str, str, str], InputLayout] = OrderedDict()
+_HELD = 0  # characters of the texts in _LAYOUTS
 _LOCK: Final = threading.Lock()
 
 
@@ -257,11 +259,15 @@ def layout(text: str, step: tuple[str, str, str] | None = None) -> InputLayout:
     if previous is not None and previous.text == text:
         return previous
     found = _cut(text, () if previous is None else _shared(previous, text))
+    global _HELD
     with _LOCK:
+        replaced = _LAYOUTS.pop(step, None)
+        _HELD -= 0 if replaced is None else len(replaced.text)
         _LAYOUTS[step] = found
-        _LAYOUTS.move_to_end(step)
-        while len(_LAYOUTS) > _CACHED_STEPS:
-            _LAYOUTS.popitem(last=False)
+        _HELD += len(text)
+        while len(_LAYOUTS) > 1 and (len(_LAYOUTS) > _CACHED_STEPS or _HELD > _CACHED_CHARS):
+            _, dropped = _LAYOUTS.popitem(last=False)
+            _HELD -= len(dropped.text)
     return found
 
 
