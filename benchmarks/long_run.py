@@ -475,7 +475,14 @@ def write_doc(result: dict[str, Any], turns: int, before: dict[str, Any] | None)
         text += [
             "The before column and the dotted curves are the same benchmark on the store "
             "that kept each model request's whole input "
-            f"({max(map(int, before['curves']['zincir']))} turns).",
+            f"({max(map(int, before['curves']['zincir']))} turns"
+            + (
+                f", {before['figures']['long_run_default_runner_turns']:.0f} on a default "
+                "Runner, whose runtime's 1 MiB input limit was lifted past them"
+                if "long_run_default_runner_turns" in before["figures"]
+                else ""
+            )
+            + ").",
             "",
         ]
     text += ["![bytes and turn time against turns](long-run.png)", ""]
