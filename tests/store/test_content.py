@@ -337,3 +337,44 @@ async def test_a_kill_with_a_turns_content_half_written_loses_nothing(
         no_dangling_content(crash_target)
     finally:
         await store.close()
+
+
+def test_records_compose_exactly_whatever_the_text_holds() -> None:
+    """Escapes, control characters, non-ASCII text and quotes in the pieces of a growing
+    input: each record composed from the stored parts (its input escaped in parts, from the
+    previous request's on) is the canonical text of the record, byte for byte."""
+    from zincir._json import dumps
+    from zincir.contract import Invocation, Record, Success
+    from zincir.contract._codec import record_without_input
+    from zincir.store import NewOperation
+    from zincir.store._content import ContentIndex, stored_record
+    from zincir.store._operation_records import OperationOutcome
+
+    index, stored = ContentIndex(), {}
+    messages: list[dict[str, str]] = []
+    for turn in range(12):
+        odd = f'turn {turn}: "quoted" back\\slash \n\t\x01 é 😀 \u2028 ' * 20
+        messages.append({"role": "tool", "content": odd})
+        messages.append({"role": "assistant", "content": f"ok {turn}"})
+        text = dumps({"model": "m", "messages": messages, "tools": []})
+        invocation = Invocation("odd", "model.request", turn, "model_request", "h", text)
+        record = Record.for_invocation(invocation, Success('{"text":"\\"ok\\""}'))
+        operation = NewOperation(
+            OperationKey("odd", "model.request", turn),
+            "model_request",
+            "h",
+            invocation.input_digest(),
+            text,
+        )
+        plan = index.plan(operation)
+        stored.update(plan.rows)
+        index.committed("odd", [plan])
+        outcome = OperationOutcome(record_without_input(record), "success", {}, True)
+        column = stored_record(operation, outcome, plan)
+        assert plan.input_parts is not None and len(column) < 400
+        reader = ContentIndex()  # a fresh reader composes every part once
+        for index_reading in (index, reader):
+            composed = index_reading.compose_record(
+                column, plan.input_json, plan.input_parts, lambda ds: {d: stored[d] for d in ds}
+            )
+            assert composed == encode_record(record)

@@ -85,14 +85,16 @@ def record_without_input(record: Record) -> str:
     return _encode(record, "null")
 
 
-def record_with_input(text: str, input_json: str) -> str:
+def record_with_input(text: str, input_json: str, encoded: str | None = None) -> str:
     """The canonical record text of ``text``, a record kept without its input (returned
-    unchanged when it holds its input already), with ``input_json`` put back."""
+    unchanged when it holds its input already), with ``input_json`` put back; ``encoded``
+    is its JSON string when the caller has it (composed of parts escaped earlier)."""
     at = text.find(INPUT_LEFT_OUT)
     if at < 0:
         return text
     head = at + len(',"input_json":')
-    whole = "".join((text[:head], encode_part(input_json), text[head + len("null") :]))
+    encoded = encode_part(input_json) if encoded is None else encoded
+    whole = "".join((text[:head], encoded, text[head + len("null") :]))
     _COMPOSED.append((whole, text, input_json))
     return whole
 

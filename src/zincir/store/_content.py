@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from .._errors import StoreError
-from .._pieces import InputLayout, compose, layout
+from .._json import encode_part
+from .._pieces import InputLayout, compose, layout, parse_description
 from ..contract._codec import INPUT_LEFT_OUT, record_input_removed, record_with_input
 from ._operation_records import NewOperation, OperationOutcome
 
@@ -113,6 +114,8 @@ class ContentIndex:
         self._cached_chars = 0
         self._expanded: OrderedDict[str, str] = OrderedDict()
         self._expanded_chars = 0
+        self._escapes: OrderedDict[str, tuple[int, str]] = OrderedDict()
+        self._escaped_chars = 0
 
     def plan(self, operation: NewOperation) -> InputPlan:
         """How ``operation``'s input is written, given what its run already stored."""
@@ -241,7 +244,53 @@ class ContentIndex:
         """The canonical record text of a row, its input put back."""
         if record is None or INPUT_LEFT_OUT not in record:
             return record  # written whole, before content was stored once
-        return record_with_input(record, self.compose_input(input_json, input_parts, read, run_id))
+        whole = self.compose_input(input_json, input_parts, read, run_id)
+        encoded = None if input_parts is None else self._encoded(input_parts, whole, read, run_id)
+        return record_with_input(record, whole, encoded)
+
+    def _encoded(
+        self,
+        input_parts: str,
+        whole: str,
+        read: Callable[[Sequence[str]], Mapping[str, str]],
+        run_id: str | None,
+    ) -> str | None:
+        """``whole`` (the input ``input_parts`` describes) as a JSON string, its first node's
+        part escaped from the newest escaped node of its chain on (the previous request's):
+        JSON escapes each character on its own, so escaped parts concatenate."""
+        segments = parse_description(input_parts)
+        node = segments[0].get("n") if segments and isinstance(segments[0], dict) else None
+        prefix = None if node is None else self.get(node)
+        if node is None or prefix is None:
+            return None
+        with self._lock:
+            hit = self._escapes.get(node)
+        if hit is None:
+            fetch = self.fetcher(read, run_id)
+            current: str | None = node
+            base_length, base = 0, ""
+            while current is not None:
+                with self._lock:
+                    found = self._escapes.get(current)
+                if found is not None:
+                    base_length, base = found
+                    break
+                chain = parse_description(fetch((current,))[current])
+                first = chain[0] if chain else None
+                current = first.get("n") if isinstance(first, dict) else None
+            hit = (len(prefix), base + _escaped(prefix[base_length:]))
+            with self._lock:
+                self._escapes[node] = hit
+                self._escaped_chars += len(hit[1])
+                while self._escaped_chars > _EXPANDED_CHARS and len(self._escapes) > 1:
+                    _, (_, dropped) = self._escapes.popitem(last=False)
+                    self._escaped_chars -= len(dropped)
+        return '"' + hit[1] + _escaped(whole[hit[0] :]) + '"'
+
+
+def _escaped(text: str) -> str:
+    """``text`` as the inside of a JSON string."""
+    return encode_part(text)[1:-1]
 
 
 READ_INDEX: Final = ContentIndex()
