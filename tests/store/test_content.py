@@ -20,6 +20,7 @@ from tests.conftest import REPO
 from tests.helpers import BOTH_BACKENDS, backend_target, is_postgres, select
 from tests.store import content_agent
 from zincir.contract import decode_record, encode_record
+from zincir.contract._codec import decode_record_for, record_input_removed
 from zincir.store import OperationKey, Store
 from zincir.store._readonly import open_read_only
 
@@ -100,6 +101,14 @@ async def test_a_long_conversation_is_stored_once_and_read_whole(
     row = rows[(key.step_id, key.sequence)]
     assert row["record"] == zincir_json(records[key])
     assert row["input_json"] == zincir_json(last)
+    # A replaying runtime's read: the record as stored, bound to its input by the digest.
+    kept = await store.get_operation_as_stored(key)
+    assert kept is not None and kept.record is not None
+    assert kept.record == record_input_removed(records[key]) != records[key]
+    assert kept.input_digest == decode_record(records[key]).input_digest
+    invocation = decode_record(records[key]).invocation
+    invocation.validate(None)
+    assert encode_record(decode_record_for(kept.record, invocation)) == records[key]
 
 
 def zincir_json(text: str) -> Any:
@@ -378,3 +387,63 @@ def test_records_compose_exactly_whatever_the_text_holds() -> None:
                 column, plan.input_json, plan.input_parts, lambda ds: {d: stored[d] for d in ds}
             )
             assert composed == encode_record(record)
+
+
+# -- replay reads no stored input ------------------------------------------------------------
+
+
+async def test_a_resumed_long_run_composes_no_input_it_replays(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replaying runtime holds each finished operation's invocation: its record is bound to
+    it by the input digest, and no stored input is composed; a changed input still drifts
+    (the stored input read then, to say what differs)."""
+    from zincir.agent import Agent, FunctionModel, tool
+    from zincir.contract.payloads import ModelResponse, TextPart
+    from zincir.store._content import ContentIndex
+
+    target = str(db_path)
+    store = zincir.open_store(target, synchronous="normal")
+    try:
+        await content_agent.stop(store, "resumed", 120)
+        await content_agent.stop(store, "drifting", 30)
+    finally:
+        await store.close()
+    composed: list[str | None] = []
+    compose_input = ContentIndex.compose_input
+
+    def counted(self: ContentIndex, *args: Any, **kwargs: Any) -> str:
+        composed.append(args[1] if len(args) > 1 else kwargs.get("input_parts"))
+        return compose_input(self, *args, **kwargs)
+
+    monkeypatch.setattr(ContentIndex, "compose_input", counted)
+    store = zincir.open_store(target)
+    try:
+        calls: list[str] = []
+        result = await content_agent.run_on(store, "resumed", 120, calls.append)
+        assert result.output == "read 120 sections"
+        assert calls == ["model 120"]  # every earlier turn replayed from its records
+        assert [parts for parts in composed if parts is not None] == []
+    finally:
+        await store.close()
+
+    store = zincir.open_store(target)  # a run stopped at turn 30 asked with other tools
+    try:
+
+        @tool(name="read_section")
+        async def read_section(section: int) -> str:
+            """Read one section of the catalogue, whole."""  # a changed tool definition
+            return content_agent.section_text(section)
+
+        drifted = Agent(
+            FunctionModel(lambda request: ModelResponse(parts=[TextPart(text="unasked")])),
+            name="catalogue",
+            tools=[read_section],
+        )
+        with pytest.raises(zincir.InputDrift, match="recorded with other input") as raised:
+            await drifted.run(
+                content_agent.PROMPT, durable=content_agent.binding(store, drifted, "drifting")
+            )
+        assert "read_section" in str(raised.value)  # the stored input read to say what differs
+    finally:
+        await store.close()

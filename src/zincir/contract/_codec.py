@@ -36,6 +36,7 @@ __all__ = [
     "INPUT_LEFT_OUT",
     "RECORD_VERSION",
     "decode_record",
+    "decode_record_for",
     "encode_record",
     "encode_valid_record",
     "record_input_removed",
@@ -184,6 +185,31 @@ def decode_record(text: str | bytes | bytearray) -> Record:
     if not isinstance(digest, str):
         raise InvalidPayload(f"input_digest must be a str, got {_json_type(digest)}", run_id=run_id)
     record = Record(invocation, digest, _decode_outcome(data.get("outcome"), run_id))
+    record.validate()
+    return record
+
+
+def decode_record_for(text: str, invocation: Invocation) -> Record:
+    """:func:`decode_record` of ``text``, a record stored with or without its input, for the
+    validated ``invocation`` that holds it: a record kept without its input is checked
+    against ``invocation``'s fields and digest instead of having the input put back and
+    parsed (the record returned then holds ``invocation`` itself)."""
+    if text.find(INPUT_LEFT_OUT) < 0:
+        return decode_record(text)
+    data = _parse(text)
+    stored = data.get("invocation")
+    mine = invocation.to_dict()
+    mine["input_json"] = None
+    if not isinstance(stored, dict) or stored != mine:
+        return decode_record(record_with_input(text, invocation.input_json))
+    _check_version(data)
+    _check_fields("record", data, _TOP_FIELDS, required=("invocation", "input_digest"))
+    digest = data["input_digest"]
+    if not isinstance(digest, str):
+        raise InvalidPayload(
+            f"input_digest must be a str, got {_json_type(digest)}", run_id=invocation.run_id
+        )
+    record = Record(invocation, digest, _decode_outcome(data.get("outcome"), invocation.run_id))
     record.validate()
     return record
 

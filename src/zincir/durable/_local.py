@@ -47,9 +47,8 @@ from ..contract import (
     Invocation,
     Outcome,
     Record,
-    decode_record,
 )
-from ..contract._codec import record_without_input
+from ..contract._codec import decode_record_for, record_without_input
 from ..store import (
     Lease,
     LogEntry,
@@ -242,7 +241,9 @@ class LocalRuntime:
                 return await self._run(inv, operation, handler, early.owner, lease, log, ahead)
             del self._ahead[key]
             await self.store.release_operation_claim(operation.key, owner=early.owner)
-        row = None if new_work else await self.store.get_operation(operation.key)
+        # A replay holds the invocation: its record is read without the stored input, bound
+        # to it by the input digest (an input that drifted differs in digest).
+        row = None if new_work else await self.store.get_operation_as_stored(operation.key)
         if row is not None:
             _check_same(row, inv, operation)
             if row.status == "completed":
@@ -444,7 +445,7 @@ def _decode(text: str | None, inv: Invocation) -> Record:
             "edited outside zincir",
             run_id=inv.run_id,
         )
-    record = decode_record(text)
+    record = decode_record_for(text, inv)
     if record.invocation != inv:
         raise StoreError(
             f"the stored record of operation {inv.stable_key()} belongs to another "

@@ -433,6 +433,12 @@ class DryStore:
             self.recorded.ask(operation_name(key))
         return row
 
+    async def get_operation_as_stored(self, key: OperationKey) -> OperationRow | None:
+        row = await self.inner.get_operation_as_stored(key)
+        if row is not None and row.status == "completed" and self._ours(key.run_id):
+            self.recorded.ask(operation_name(key))
+        return row
+
     async def claim_operation(
         self,
         operation: NewOperation,

@@ -225,6 +225,11 @@ class Store(Protocol):
     # without waiting for its expiry. A claim made without a lease lives until it expires.
 
     async def get_operation(self, key: OperationKey) -> OperationRow | None: ...
+    async def get_operation_as_stored(self, key: OperationKey) -> OperationRow | None:
+        """:meth:`get_operation` with the record as stored: ``null`` for an input the store
+        keeps apart (a runtime replaying the invocation holds it and checks its digest)."""
+        ...
+
     async def claim_operation(
         self,
         operation: NewOperation,

@@ -35,6 +35,7 @@ from .._operation_records import (
 from .._operation_rows import (
     OPERATION_COLUMNS,
     OPERATION_WIDTH,
+    as_stored,
     check_log_lease,
     claimed_row,
     completed_event,
@@ -78,10 +79,11 @@ def _select(
     *,
     judge: bool = True,
     lock: bool = False,
+    whole: bool = True,
 ) -> tuple[OperationRow, datetime] | None:
     """The identity's row, its claim judged against its run's lease at the database's now
     (unless ``judge`` is off: ``claim_fenced`` is then False), and that now; ``lock`` takes
-    the row's lock until COMMIT."""
+    the row's lock until COMMIT; its record composed whole (as stored unless ``whole``)."""
     found = conn.execute(
         _SELECT + (" FOR UPDATE" if lock else ""), (judge, *key_params(key))
     ).fetchone()
@@ -92,8 +94,14 @@ def _select(
     row = operation_row(
         found[:OPERATION_WIDTH],
         fenced=bool(fenced),
-        compose=lambda record, text, parts: content.compose_record(
-            record, text, parts, read, key.run_id
+        compose=(
+            (
+                lambda record, text, parts: content.compose_record(
+                    record, text, parts, read, key.run_id
+                )
+            )
+            if whole
+            else as_stored
         ),
     )
     return row, now
@@ -247,6 +255,15 @@ class OperationOps(PostgresBase):
 
         def read(conn: Conn) -> OperationRow | None:
             found = _select(conn, key, self._content)
+            return None if found is None else found[0]
+
+        return await self._read(read)
+
+    async def get_operation_as_stored(self, key: OperationKey) -> OperationRow | None:
+        """The identity's row, its record as stored (``null`` for an input kept apart)."""
+
+        def read(conn: Conn) -> OperationRow | None:
+            found = _select(conn, key, self._content, whole=False)
             return None if found is None else found[0]
 
         return await self._read(read)

@@ -33,6 +33,7 @@ from .._operation_records import (
 )
 from .._operation_rows import (
     OPERATION_COLUMNS,
+    as_stored,
     check_log_lease,
     claimed_row,
     completed_event,
@@ -106,9 +107,11 @@ def _select(
     content: ContentIndex,
     *,
     judge: bool = True,
+    whole: bool = True,
 ) -> OperationRow | None:
-    """The identity's row, its record composed whole, its claim judged at ``now`` against
-    its run's lease (unless ``judge`` is off: ``claim_fenced`` is then False)."""
+    """The identity's row, its record composed whole (as stored unless ``whole``), its claim
+    judged at ``now`` against its run's lease (unless ``judge`` is off: ``claim_fenced`` is
+    then False)."""
     row = conn.execute(_SELECT, key_params(key)).fetchone()
     if row is None:
         return None
@@ -122,8 +125,14 @@ def _select(
         row,
         fenced=fenced,
         time=from_db,
-        compose=lambda record, text, parts: content.compose_record(
-            record, text, parts, read, key.run_id
+        compose=(
+            (
+                lambda record, text, parts: content.compose_record(
+                    record, text, parts, read, key.run_id
+                )
+            )
+            if whole
+            else as_stored
         ),
     )
 
@@ -224,6 +233,12 @@ class OperationOps(SQLiteBase):
     async def get_operation(self, key: OperationKey) -> OperationRow | None:
         """The identity's row, or None."""
         return await self._read(lambda conn: _select(conn, key, self.clock(), self._content))
+
+    async def get_operation_as_stored(self, key: OperationKey) -> OperationRow | None:
+        """The identity's row, its record as stored (``null`` for an input kept apart)."""
+        return await self._read(
+            lambda conn: _select(conn, key, self.clock(), self._content, whole=False)
+        )
 
     async def claim_operation(
         self,
