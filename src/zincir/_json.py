@@ -279,7 +279,7 @@ def checked_size(text: str, *, what: str = "value", run_id: str | None = None) -
     """``text`` (JSON just encoded, or composed of such texts), refused if it holds a lone
     surrogate (NotJsonSerializable) or is over MAX_DOCUMENT_BYTES (PayloadTooLarge)."""
     try:
-        size = len(text.encode("utf-8"))
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except UnicodeEncodeError:
         raise _not_serializable(
             what, "it holds a lone surrogate, which is not valid Unicode text", run_id

@@ -64,6 +64,15 @@ def utf8(value: str) -> bytes | None:
         return None
 
 
+def utf8_size(value: str) -> int | None:
+    """How many bytes ``value`` is as UTF-8 (its length when ASCII, known without a pass),
+    or None when it holds lone surrogates."""
+    if value.isascii():
+        return len(value)
+    data = utf8(value)
+    return None if data is None else len(data)
+
+
 def printable(text: str) -> str:
     """``text`` with lone surrogates escaped, so it is valid UTF-8 (error descriptions)."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")

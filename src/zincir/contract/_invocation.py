@@ -10,7 +10,7 @@ from typing import Any, Final, Self
 from .._errors import InvalidInput, InvalidInvocation
 from .._json import StrictJsonError, known_strict, loads_strict
 from .._pieces import layout
-from .._validate import MAX_ID_BYTES, MAX_SEQUENCE, int_problem, name_problem, shown, utf8
+from .._validate import MAX_ID_BYTES, MAX_SEQUENCE, int_problem, name_problem, shown, utf8_size
 
 __all__ = [
     "DEFAULT_MAX_INPUT_BYTES",
@@ -47,11 +47,11 @@ def document_problem(what: str, value: object, *, max_bytes: int | None = None) 
     """Why ``value`` is not exactly one strict JSON document (None when it is)."""
     if not isinstance(value, str):
         return f"{what} must be a str holding one JSON document, got {type(value).__name__}"
-    data = utf8(value)
-    if data is None:
+    size = utf8_size(value)
+    if size is None:
         return f"{what} is not valid UTF-8 text (it holds a lone surrogate)"
-    if max_bytes is not None and len(data) > max_bytes:
-        return _too_large(what, len(data), max_bytes)
+    if max_bytes is not None and size > max_bytes:
+        return _too_large(what, size, max_bytes)
     if known_strict(value):
         return None
     try:
@@ -126,7 +126,7 @@ class Invocation:
             raise InvalidInvocation(
                 "invalid invocation: " + "; ".join(problems), run_id=self._safe_run_id()
             )
-        object.__setattr__(self, "_input_bytes", len(self.input_json.encode("utf-8")))
+        object.__setattr__(self, "_input_bytes", utf8_size(self.input_json))
 
     def stable_key(self) -> str:
         """The idempotency key ``<run_id>/<step_id>/<sequence>``, unique per identity.
