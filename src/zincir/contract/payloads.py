@@ -245,45 +245,52 @@ class _Strict(BaseModel):
             return text, depth_bound(text, value)
         plain = self._dump(set(kept))
         values = self.__dict__
-        pieces = []
+        pieces = ["{"]  # joined once: a long conversation's text is copied once a turn
         deepest = 0
         for name, key in _field_keys(type(self)).items():
+            pieces.append(key if len(pieces) == 1 else "," + key)
             if name in kept:
-                part, depth = _items_text(type(self), name, values[name])
+                inner, depth = _items_text(type(self), name, values[name])
+                pieces += ("[", *inner, "]")
             else:
                 value = plain[name]
                 part = encode_part(value)
                 depth = depth_bound(part, value) if isinstance(value, dict | list) else 0
+                pieces.append(part)
             deepest = max(deepest, depth)
-            pieces.append(key + part)
         if deepest + 1 > MAX_NESTING:
             # The kept depths are bounds (bracket counts, strings' brackets included): let
             # the encoder judge the real depth of the whole document.
             value = self.to_dict()
             text = dumps(value, what=what, str_keys=True)
             return text, depth_bound(text, value)
-        return checked_size("{" + ",".join(pieces) + "}", what=what), deepest + 1
+        pieces.append("}")
+        return checked_size("".join(pieces), what=what), deepest + 1
 
 
-def _items_text(cls: type[_Strict], name: str, items: Sequence[_Strict]) -> tuple[str, int]:
-    """The JSON array of ``items``' kept texts and its depth bound; when the last array
-    this field was written with is a prefix of ``items`` (a conversation that grew), only
-    the new items are joined to its text, so earlier messages are not walked again."""
+def _items_text(
+    cls: type[_Strict], name: str, items: Sequence[_Strict]
+) -> tuple[tuple[str, ...], int]:
+    """The texts that joined make the inside of the JSON array of ``items`` (their kept
+    texts and the commas), and its depth bound; when the last array this field was written
+    with is a prefix of ``items`` (a conversation that grew), only the new items' texts are
+    added, so earlier messages are not walked or copied again."""
     items = tuple(items)
     slot = (cls, name)
     known = _LAST_ITEMS.get(slot)
-    start, inner, deepest = 0, "", 0
+    inner: tuple[str, ...] = ()
+    start, deepest = 0, 0
     if known is not None:
         previous, previous_inner, previous_depth = known
         if len(previous) <= len(items) and items[: len(previous)] == previous:
             start, inner, deepest = len(previous), previous_inner, previous_depth
     texts = [_kept_text(item) for item in items[start:]]
     if texts:
-        joined = ",".join(text for text, _ in texts)
-        inner = f"{inner},{joined}" if inner else joined
+        added = [part for text, _ in texts for part in (",", text)]
+        inner = (*inner, *added) if inner else tuple(added[1:])
         deepest = max(deepest, *(depth for _, depth in texts))
     _LAST_ITEMS[slot] = (items, inner, deepest)
-    return "[" + inner + "]", 1 + deepest
+    return inner, 1 + deepest
 
 
 def _kept_text(document: _Strict) -> tuple[str, int]:
@@ -304,9 +311,9 @@ def _field_keys(cls: type[_Strict]) -> dict[str, str]:
 
 
 _KEYS: dict[type[_Strict], dict[str, str]] = {}
-_LAST_ITEMS: dict[tuple[type[_Strict], str], tuple[tuple[_Strict, ...], str, int]] = {}
-"""Per document class and kept field: the items it was last written with, their joined
-texts and depth bound."""
+_LAST_ITEMS: dict[tuple[type[_Strict], str], tuple[tuple[_Strict, ...], tuple[str, ...], int]] = {}
+"""Per document class and kept field: the items it was last written with, the texts that
+joined make their array's inside, and its depth bound."""
 _RECENT: TextMemo[_Strict] = TextMemo(chars=32 << 20)
 """Documents by the text this process last wrote or read them as (a long conversation's
 request up to 8 M characters included: its handler then reads it without parsing it)."""
