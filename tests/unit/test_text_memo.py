@@ -138,6 +138,44 @@ def test_concurrent_threads_keep_both_bounds() -> None:
     assert sum(len(key) for key in kept) <= chars
 
 
+class CountedHash(str):
+    """A text that counts how often it is hashed."""
+
+    hashed = 0
+
+    def __hash__(self) -> int:
+        CountedHash.hashed += 1
+        return str.__hash__(self)
+
+
+def test_a_long_text_is_kept_without_hashing_it_and_found_by_identity_or_equality() -> None:
+    memo: TextMemo[int] = TextMemo(entries=10, chars=1 << 24)
+    long = CountedHash("x" * (1 << 17))
+    CountedHash.hashed = 0
+    memo.put(long, 1)
+    assert memo.get(long) == 1
+    assert CountedHash.hashed == 0  # a request's text read back: no pass to hash it
+    assert memo.get("x" * (1 << 17)) == 1  # an equal text read from elsewhere
+    assert memo.get("y" * (1 << 17)) is None and memo.get("x" * ((1 << 17) + 1)) is None
+
+
+def test_long_texts_keep_their_own_bounds() -> None:
+    memo: TextMemo[int] = TextMemo(entries=2, chars=1 << 24)
+    longs = [text(n, size=1 << 16) for n in range(20)]
+    for n, key in enumerate(longs):
+        memo.put(key, n)
+    assert [memo.get(key) for key in longs[:4]] == [None] * 4  # the latest 16 are kept
+    assert [memo.get(key) for key in longs[4:]] == list(range(4, 20))
+    memo.put(text(0), 0)
+    memo.put(text(1), 1)
+    memo.put(text(2), 2)  # the short texts' entry bound leaves the long texts be
+    assert memo.get(longs[-1]) == 19 and memo.get(text(0)) is None
+    small: TextMemo[int] = TextMemo(chars=6 << 16)  # long texts within half the characters
+    for n, key in enumerate(longs[:5]):
+        small.put(key, n)
+    assert [small.get(key) for key in longs[:5]] == [None, None, 2, 3, 4]
+
+
 # -- documents read back as the object just written --------------------------------------------
 
 
