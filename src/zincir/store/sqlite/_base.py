@@ -272,9 +272,12 @@ class SQLiteBase:
             conn.execute(_MIGRATIONS_TABLE)
             for version, name, sql in known:
                 convert = _CONVERSIONS.get(name)
-                if convert is not None and not conn.execute(
-                    "SELECT 1 FROM schema_migrations WHERE version = ?", (version,)
-                ).fetchall():
+                if (
+                    convert is not None
+                    and not conn.execute(
+                        "SELECT 1 FROM schema_migrations WHERE version = ?", (version,)
+                    ).fetchall()
+                ):
                     convert(conn)  # data moved in bounded transactions of its own first
                 conn.execute("BEGIN IMMEDIATE")
                 try:
