@@ -19,16 +19,21 @@ _BATCH_CHARS: Final = 32 * 1024 * 1024
 
 
 def write_content(conn: Conn, run_id: str, plan: InputPlan) -> None:
-    """Insert the plan's new pieces and nodes and the run's references to them."""
+    """Insert the run's references to the plan's new pieces and nodes, then the pieces.
+
+    References go first: a prune holds ``content_refs`` in SHARE mode while it sweeps, so
+    a reference either commits before the sweep (which then keeps the piece) or waits for
+    it, and the piece inserted after the wait is there even if the sweep removed it.
+    """
     rows = plan.rows
     if not rows:
         return
     half = len(rows) // 2
     with conn.cursor() as cursor:
+        cursor.executemany(_REFER, [(run_id, digest) for digest, _ in rows])
         cursor.executemany(_INSERT, rows[:half])
         crash_point("store.content_half_written")
         cursor.executemany(_INSERT, rows[half:])
-        cursor.executemany(_REFER, [(run_id, digest) for digest, _ in rows])
 
 
 def reader(conn: Conn) -> Callable[[Sequence[str]], Mapping[str, str]]:

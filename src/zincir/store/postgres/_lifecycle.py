@@ -75,6 +75,7 @@ _ARCHIVE: Final = (
 )
 _UNLOG: Final = f"DELETE FROM events AS e {_MOVABLE}"
 _PAGE: Final = 1000  # candidates read per snapshot
+_HOLD_REFERENCES: Final = "LOCK TABLE content_refs IN SHARE MODE"
 _DELETES: Final = (
     SWEEP,  # the content only this run refers to, before its references go
     *(f"DELETE FROM {table} WHERE {column} = %s" for table, column in RUN_TABLES),
@@ -150,6 +151,9 @@ class LifecycleOps(PostgresBase):
             return [(str(run_id), int(last_seq), at) for run_id, last_seq, at in rows]
 
         def delete(conn: Conn, run_ids: tuple[str, ...]) -> tuple[list[str], int]:
+            # No reference is added while the sweep judges which pieces only the pruned
+            # runs refer to (a writer adds its references before its pieces).
+            conn.execute(_HOLD_REFERENCES)
             return delete_whole_runs(
                 conn.execute,
                 run_ids,
