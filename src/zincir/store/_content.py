@@ -21,7 +21,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from .._errors import StoreError
 from .._json import encode_part
@@ -38,6 +38,7 @@ __all__ = [
     "StoredOperation",
     "compose_read_rows",
     "convert_row",
+    "convert_stored_row",
     "read_columns",
     "stored_record",
 ]
@@ -100,6 +101,32 @@ def convert_row(input_json: str, record: str | None) -> StoredOperation:
         None if record is None else record_input_removed(record),
         tuple(found.all_content()),
     )
+
+
+def convert_stored_row(
+    execute: Callable[[str, tuple[Any, ...]], Any],
+    execute_many: Callable[[str, Sequence[tuple[Any, ...]]], Any],
+    key: tuple[str, str, int],
+    *,
+    select: str,
+    insert: str,
+    refer: str,
+    update: str,
+) -> int:
+    """Convert operation ``key``'s row written whole to the stored form, with the backend's
+    statements (``select`` its input and record, ``refer``/``insert`` a reference and a
+    piece, ``update`` its columns); 1 when the row changed. References go before pieces,
+    as every writer of content does."""
+    row = execute(select, key).fetchone()
+    if row is None:
+        return 0
+    stored = convert_row(str(row[0]), None if row[1] is None else str(row[1]))
+    if stored.input_parts is None and stored.record == row[1]:
+        return 0
+    execute_many(refer, [(key[0], digest) for digest, _ in stored.rows])
+    execute_many(insert, stored.rows)
+    execute(update, (stored.input_json, stored.input_parts, stored.record, *key))
+    return 1
 
 
 class ContentIndex:

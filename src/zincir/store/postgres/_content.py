@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from ..._crash import crash_point
-from .._content import CONVERT_BATCH, SWEEP_RUN_CONTENT, InputPlan, convert_row
+from .._content import CONVERT_BATCH, SWEEP_RUN_CONTENT, InputPlan, convert_stored_row
 from ._base import Conn
 
 __all__ = ["SWEEP", "convert_rows", "reader", "write_content"]
@@ -15,6 +15,15 @@ __all__ = ["SWEEP", "convert_rows", "reader", "write_content"]
 SWEEP: Final = SWEEP_RUN_CONTENT.format(param="%s")
 _INSERT: Final = "INSERT INTO content (hash, body) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING"
 _REFER: Final = "INSERT INTO content_refs (run_id, hash) VALUES (%s, %s) ON CONFLICT DO NOTHING"
+_CONVERT: Final = {
+    "select": "SELECT input_json, record FROM operations "
+    "WHERE run_id = %s AND step_id = %s AND sequence = %s FOR UPDATE",
+    "insert": _INSERT,
+    "refer": _REFER,
+    "update": "UPDATE operations SET input_json = %s, input_parts = %s, record = %s "
+    "WHERE run_id = %s AND step_id = %s AND sequence = %s",
+}
+"""The statements converting one row written whole (see .._content.convert_stored_row)."""
 _BATCH_CHARS: Final = 32 * 1024 * 1024
 
 
@@ -75,22 +84,4 @@ def convert_rows(conn: Conn) -> int:
 
 
 def _convert(conn: Conn, key: tuple[str, str, int]) -> int:
-    row = conn.execute(
-        "SELECT input_json, record FROM operations "
-        "WHERE run_id = %s AND step_id = %s AND sequence = %s FOR UPDATE",
-        key,
-    ).fetchone()
-    if row is None:
-        return 0
-    stored = convert_row(str(row[0]), None if row[1] is None else str(row[1]))
-    if stored.input_parts is None and stored.record == row[1]:
-        return 0
-    with conn.cursor() as cursor:
-        cursor.executemany(_INSERT, stored.rows)
-        cursor.executemany(_REFER, [(key[0], digest) for digest, _ in stored.rows])
-    conn.execute(
-        "UPDATE operations SET input_json = %s, input_parts = %s, record = %s "
-        "WHERE run_id = %s AND step_id = %s AND sequence = %s",
-        (stored.input_json, stored.input_parts, stored.record, *key),
-    )
-    return 1
+    return convert_stored_row(conn.execute, conn.cursor().executemany, key, **_CONVERT)

@@ -9,13 +9,22 @@ from typing import Final, cast
 import apsw
 
 from ..._crash import crash_point
-from .._content import CONVERT_BATCH, SWEEP_RUN_CONTENT, InputPlan, convert_row
+from .._content import CONVERT_BATCH, SWEEP_RUN_CONTENT, InputPlan, convert_stored_row
 
 __all__ = ["SWEEP", "convert_rows", "reader", "write_content"]
 
 SWEEP: Final = SWEEP_RUN_CONTENT.format(param="?")
 _INSERT: Final = "INSERT INTO content (hash, body) VALUES (?, ?) ON CONFLICT (hash) DO NOTHING"
 _REFER: Final = "INSERT INTO content_refs (run_id, hash) VALUES (?, ?) ON CONFLICT DO NOTHING"
+_CONVERT: Final = {
+    "select": "SELECT input_json, record FROM operations "
+    "WHERE run_id = ? AND step_id = ? AND sequence = ?",
+    "insert": _INSERT,
+    "refer": _REFER,
+    "update": "UPDATE operations SET input_json = ?, input_parts = ?, record = ? "
+    "WHERE run_id = ? AND step_id = ? AND sequence = ?",
+}
+"""The statements converting one row written whole (see .._content.convert_stored_row)."""
 _MAX_KEYS: Final = 500
 _BATCH_CHARS: Final = 32 * 1024 * 1024
 
@@ -84,21 +93,4 @@ def convert_rows(conn: apsw.Connection) -> int:
 
 
 def _convert(conn: apsw.Connection, key: tuple[str, str, int]) -> int:
-    row = conn.execute(
-        "SELECT input_json, record FROM operations "
-        "WHERE run_id = ? AND step_id = ? AND sequence = ?",
-        key,
-    ).fetchone()
-    if row is None:
-        return 0
-    stored = convert_row(str(row[0]), None if row[1] is None else str(row[1]))
-    if stored.input_parts is None and stored.record == row[1]:
-        return 0
-    conn.executemany(_INSERT, stored.rows)
-    conn.executemany(_REFER, [(key[0], digest) for digest, _ in stored.rows])
-    conn.execute(
-        "UPDATE operations SET input_json = ?, input_parts = ?, record = ? "
-        "WHERE run_id = ? AND step_id = ? AND sequence = ?",
-        (stored.input_json, stored.input_parts, stored.record, *key),
-    )
-    return 1
+    return convert_stored_row(conn.execute, conn.executemany, key, **_CONVERT)
