@@ -37,6 +37,7 @@ import uuid
 
 from openai import AsyncOpenAI
 
+from zincir import ZincirError
 from zincir.agent import Agent, OpenAIChatModel, Runner, tool
 
 SERVICE_SECONDS = float(os.environ.get("WEATHER_SERVICE_SECONDS", "3"))
@@ -109,3 +110,5 @@ if __name__ == "__main__":
         asyncio.run(main())
     except KeyboardInterrupt:  # the run keeps what it did so far
         raise SystemExit("stopped: start it again with the same run id to continue") from None
+    except ZincirError as error:  # says what happened and what to do (e.g. InputDrift)
+        raise SystemExit(f"{type(error).__name__}: {error}") from None
