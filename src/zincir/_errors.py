@@ -14,7 +14,8 @@
     │   ├── DatabaseCorrupt          damaged pages: restore from a backup
     │   ├── DatabaseReadOnly         the file or its folder cannot be written
     │   ├── SchemaTooNew
-    │   └── NotAZincirDatabase       missing, not SQLite, or another application's database
+    │   ├── NotAZincirDatabase       missing, not SQLite, or another application's database
+    │   └── ContentMissing           a content reference names content the store lacks
     ├── RunNotFound
     ├── RunExists
     ├── RunTerminal
@@ -76,6 +77,7 @@ __all__ = [
     "CheckpointError",
     "CommitUncertain",
     "ConnectionLost",
+    "ContentMissing",
     "DatabaseCorrupt",
     "DatabaseReadOnly",
     "DigestMismatch",
@@ -208,6 +210,11 @@ class SchemaTooNew(StoreError):
 
 class NotAZincirDatabase(StoreError):
     """The file is missing, is not SQLite, or holds another application's tables."""
+
+
+class ContentMissing(StoreError):
+    """Content a reference names (by its SHA-256) is not in the store, or not what the
+    reference says: the sides use different stores, or the run's content was pruned."""
 
 
 class RunNotFound(ZincirError, LookupError):

@@ -29,6 +29,7 @@ EXPORTS = [
     "CommitUncertain",
     "CompactReport",
     "ConnectionLost",
+    "ContentMissing",
     "DatabaseCorrupt",
     "DatabaseReadOnly",
     "DigestMismatch",

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 from temporalio.client import Client
@@ -77,7 +77,7 @@ async def _serve(
         client = await Client.connect(address, namespace=namespace, tls=tls, api_key=api_key)
     except (RPCError, RuntimeError) as error:
         raise click.ClickException(f"cannot connect to Temporal at {address}: {error}") from None
-    options: dict[str, object] = {"graceful_shutdown_timeout": timedelta(seconds=shutdown_grace)}
+    options: dict[str, Any] = {"graceful_shutdown_timeout": timedelta(seconds=shutdown_grace)}
     if max_concurrent_activities is not None:
         options["max_concurrent_activities"] = max_concurrent_activities
     stop = asyncio.Event()

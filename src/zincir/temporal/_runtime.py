@@ -7,6 +7,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from types import EllipsisType
 from typing import Any, Final
 
 from temporalio.client import (
@@ -26,6 +27,7 @@ from temporalio.exceptions import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from .._errors import (
+    ContentMissing,
     DigestMismatch,
     InputDrift,
     InvalidInput,
@@ -36,11 +38,22 @@ from .._errors import (
     WorkerError,
     ZincirError,
 )
+from .._json import MAX_DOCUMENT_BYTES
 from .._validate import check_count, check_positive_duration
 from ..contract import DEFAULT_MAX_INPUT_BYTES, Invocation, OperationKind, Record
 from ..durable._registry import HandlerRegistry
 from ..durable._retry import RetryPolicy
 from ..store import Store, as_store
+from ._content import (
+    OFFLOAD_ABOVE,
+    WIRE_PREFIX,
+    ContentStore,
+    ContentWriter,
+    content_store_of,
+    proxy_of,
+    read_record_wire,
+    rebind,
+)
 from ._record_store import load_record, save_record
 from ._wire import DEFAULT_MAX_RECORD_BYTES, decode_wire
 from ._workflow import FAIL_CLOSED, WORKFLOW_NAME
@@ -53,6 +66,7 @@ _LOOKUP_TIMEOUT: Final = timedelta(seconds=10)
 _MEMO_DIGEST: Final = "zincir_input_digest"
 _MEMO_KEY: Final = "zincir_stable_key"
 _ERRORS: Final[dict[str, type[ZincirError]]] = {
+    "ContentMissing": ContentMissing,
     "DigestMismatch": DigestMismatch,
     "InputDrift": InputDrift,
     "MissingDurableHandler": MissingDurableHandler,
@@ -185,6 +199,13 @@ class TemporalRuntime:
     when a context of this process holds the run's lease, the record is kept together with
     an ``operation_completed`` event appended under it (FencedOut or RunTerminal, with
     nothing kept, once the run was taken over or finished), else the record alone.
+
+    ``content_store`` is a zincir store the workers reach too (give them the same one,
+    ``Worker(content_store=...)``; PostgreSQL across machines; it may be ``record_store``):
+    an input or record longer than 64 KiB then travels through Temporal as a reference to
+    its content there, so the workflow history holds references and a conversation of
+    several MiB runs. Without one, inputs travel whole and ``max_input_bytes`` defaults to
+    1 MiB (a Temporal payload holds 2 MiB); with one, to 16 MiB.
     """
 
     def __init__(
@@ -196,9 +217,10 @@ class TemporalRuntime:
         retry: RetryPolicy | TemporalRetryPolicy | None = None,
         activity_timeouts: ActivityTimeouts | Mapping[str, Any] | timedelta | float | None = None,
         timeouts: ActivityTimeouts | Mapping[str, Any] | timedelta | float | None = None,
-        max_input_bytes: int | None = DEFAULT_MAX_INPUT_BYTES,
+        max_input_bytes: int | None | EllipsisType = ...,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         record_store: Store | None = None,
+        content_store: Store | None = None,
         workflow_id_prefix: str = DEFAULT_WORKFLOW_ID_PREFIX,
     ) -> None:
         if not isinstance(task_queue, str) or not task_queue:
@@ -213,6 +235,16 @@ class TemporalRuntime:
             )
         if activity_timeouts is not None and timeouts is not None:
             raise InvalidInput("pass activity_timeouts or timeouts (its alias), not both")
+        if record_store is not None:
+            as_store(record_store, "record_store")
+        self._writer: ContentWriter | None = None
+        if content_store is not None:
+            store = as_store(content_store, "content_store")
+            self._writer = ContentWriter(content_store_of(store, "content_store"))
+        if isinstance(max_input_bytes, EllipsisType):
+            max_input_bytes = (
+                DEFAULT_MAX_INPUT_BYTES if self._writer is None else MAX_DOCUMENT_BYTES
+            )
         for name, value in (
             ("max_input_bytes", max_input_bytes),
             ("max_record_bytes", max_record_bytes),
@@ -220,8 +252,6 @@ class TemporalRuntime:
             if name == "max_input_bytes" and value is None:
                 continue
             check_count(value, name, maximum=1 << 40)
-        if record_store is not None:
-            as_store(record_store, "record_store")
         self.client = client
         self.task_queue = task_queue
         self.registrations: HandlerRegistry | frozenset[tuple[OperationKind, str]] = (
@@ -241,6 +271,13 @@ class TemporalRuntime:
             "timeouts": self.timeouts.to_options(),
             "max_record_bytes": max_record_bytes,
         }
+        if self._writer is not None:
+            self._options["offload_above"] = OFFLOAD_ABOVE
+
+    @property
+    def content_store(self) -> ContentStore | None:
+        """The store large inputs and records travel through (None: they travel whole)."""
+        return None if self._writer is None else self._writer.store
 
     def _registered(self, invocation: Invocation) -> bool:
         return (OperationKind(invocation.kind), invocation.handler_id) in self.registrations
@@ -255,14 +292,32 @@ class TemporalRuntime:
             raise InvalidInvocation(
                 f"execute() takes an Invocation, not {type(invocation).__name__}"
             )
-        invocation.validate(self.max_input_bytes)
+        try:
+            invocation.validate(self.max_input_bytes)
+        except InvalidInvocation as error:
+            if self._writer is None and "max_input_bytes" in error.detail:
+                raise InvalidInvocation(
+                    f"{error.detail}; on Temporal, pass content_store= (a zincir store the "
+                    "workers reach too, Worker(content_store=...)) so that large inputs "
+                    "travel as references",
+                    run_id=invocation.run_id,
+                ) from None
+            raise
         lease = None
         if self.record_store is not None:
             stored = await load_record(self.record_store, invocation)
             if stored is not None:
                 return _checked(invocation, stored)
             lease = self.record_store.lease_for(invocation.run_id)
-        found = await self._run_workflow(invocation, start=self._registered(invocation))
+        try:
+            found = await self._run_workflow(invocation, start=self._registered(invocation))
+        except ContentMissing:
+            if self._writer is None:
+                raise
+            # the run's content may have been pruned since this runtime wrote it: once more,
+            # every piece written anew (the failed workflow left no record)
+            self._writer.forget(invocation.run_id)
+            found = await self._run_workflow(invocation, start=self._registered(invocation))
         if found is None:
             raise MissingDurableHandler(
                 f"no handler registered for kind {invocation.kind!s} and handler id "
@@ -271,7 +326,7 @@ class TemporalRuntime:
                 "workflow was started",
                 run_id=invocation.run_id,
             )
-        record = _checked(invocation, found)
+        record = _checked(invocation, rebind(invocation, found))
         if self.record_store is not None:
             stored_record = await save_record(self.record_store, record, lease)
             if stored_record is None:
@@ -346,10 +401,15 @@ class TemporalRuntime:
         self, invocation: Invocation, workflow_id: str, digest: str
     ) -> Record:
         """Start the workflow, or attach to the one holding the id; wait for its record."""
+        sent, options = invocation, self._options
+        if self._writer is not None and len(invocation.input_json) > OFFLOAD_ABOVE:
+            # written before the workflow starts: the worker reads it by its digest
+            sent = proxy_of(invocation, await self._writer.put_input(invocation))
+            options = {**options, "input_ref": True}
         try:
             started: WorkflowHandle[Any, str] = await self.client.start_workflow(
                 WORKFLOW_NAME,
-                args=[invocation.to_dict(), self._options],
+                args=[sent.to_dict(), options],
                 id=workflow_id,
                 task_queue=self.task_queue,
                 result_type=str,
@@ -397,6 +457,14 @@ class TemporalRuntime:
         except WorkflowFailureError as error:
             raise _closed_error(invocation, workflow_id, error.cause) from None
         try:
+            if isinstance(wire, str) and wire.startswith(WIRE_PREFIX):
+                return await read_record_wire(
+                    self.content_store,
+                    wire,
+                    run_id=invocation.run_id,
+                    what=f"workflow {workflow_id} for {invocation.stable_key()}",
+                    limit=2 * self.max_record_bytes,
+                )
             return decode_wire(wire, limit=2 * self.max_record_bytes)
         except RecordFormatError as error:
             raise type(error)(

@@ -12,6 +12,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from .._errors import InvalidInput
 from ..durable._registry import HandlerRegistry
+from ..store import Store, as_store
+from ._content import content_store_of
 from ._workflow import OperationActivities, OperationWorkflow
 
 __all__ = ["Worker"]
@@ -31,10 +33,19 @@ class Worker:
     Use ``async with Worker(...)`` around code that executes operations, or ``await
     worker.run()`` in a worker process. Extra keyword arguments go to
     ``temporalio.worker.Worker`` (e.g. ``max_concurrent_activities``, ``workflow_runner``).
+    ``content_store`` is the zincir store the ``TemporalRuntime`` writes large inputs to
+    (its ``content_store``): inputs and records longer than 64 KiB then travel through
+    Temporal as references to it.
     """
 
     def __init__(
-        self, client: Client, registry: HandlerRegistry, task_queue: str, **options: Any
+        self,
+        client: Client,
+        registry: HandlerRegistry,
+        task_queue: str,
+        *,
+        content_store: Store | None = None,
+        **options: Any,
     ) -> None:
         if not isinstance(registry, HandlerRegistry):
             raise InvalidInput(
@@ -45,7 +56,13 @@ class Worker:
         self.client = client
         self.registry = registry
         self.task_queue = task_queue
-        self._activities = OperationActivities(registry)
+        self.content_store = content_store
+        self._activities = OperationActivities(
+            registry,
+            None
+            if content_store is None
+            else content_store_of(as_store(content_store, "content_store"), "content_store"),
+        )
         options.setdefault("workflow_runner", default_workflow_runner())
         self._worker = TemporalWorker(
             client,

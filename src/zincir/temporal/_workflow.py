@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     import asyncio
 
     from .._errors import (
+        ContentMissing,
         DigestMismatch,
         InputDrift,
         InvalidInvocation,
@@ -41,7 +42,8 @@ with workflow.unsafe.imports_passed_through():
     from .._validate import printable
     from ..contract import Failure, Invocation, Record
     from ..durable._registry import HandlerRegistry, attempt_outcome
-    from ._wire import DEFAULT_MAX_RECORD_BYTES, encode_wire, record_wire
+    from ._content import ContentStore, offloaded_record_wire, resolve_input
+    from ._wire import DEFAULT_MAX_RECORD_BYTES, encode_wire
 
 __all__ = [
     "ACTIVITY_NAME",
@@ -55,7 +57,13 @@ WORKFLOW_NAME: Final = "zincir.operation.v1"
 ACTIVITY_NAME: Final = "zincir.execute.v1"
 
 FAIL_CLOSED: Final = frozenset(
-    {"DigestMismatch", "InputDrift", "MissingDurableHandler", "InvalidInvocation"}
+    {
+        "ContentMissing",
+        "DigestMismatch",
+        "InputDrift",
+        "MissingDurableHandler",
+        "InvalidInvocation",
+    }
 )
 """Error types that fail the workflow without persisting a record."""
 
@@ -88,9 +96,12 @@ class OperationWorkflow:
         schedule_to_close = _seconds(timeouts.get("schedule_to_close"))
         if start_to_close is None and schedule_to_close is None:
             start_to_close = timedelta(minutes=10)
-        activity_options = {
+        activity_options: dict[str, Any] = {
             "max_record_bytes": int(options.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES))
         }
+        for name in ("input_ref", "offload_above"):  # content references (see _content)
+            if name in options:
+                activity_options[name] = options[name]
         try:
             result: str = await workflow.execute_activity(
                 ACTIVITY_NAME,
@@ -160,10 +171,17 @@ def _failure_wire(invocation: dict[str, Any], failure: Failure) -> str:
 
 
 class OperationActivities:
-    """The activity side: dispatches each invocation to a registered handler, never serialized."""
+    """The activity side: dispatches each invocation to a registered handler, never serialized.
 
-    def __init__(self, registry: HandlerRegistry) -> None:
+    With ``content_store`` an input sent as a content reference is read from it, and a
+    record longer than the runtime's threshold is written to it and sent as a reference.
+    """
+
+    def __init__(
+        self, registry: HandlerRegistry, content_store: ContentStore | None = None
+    ) -> None:
         self.registry = registry
+        self.content_store = content_store
 
     @activity.defn(name=ACTIVITY_NAME)
     async def execute(
@@ -172,7 +190,15 @@ class OperationActivities:
         """One attempt: dispatch, then return the record (or raise for Temporal to retry)."""
         options = options or {}
         max_record_bytes = int(options.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES))
-        request = _parse_invocation(invocation)
+        request = sent = _parse_invocation(invocation)
+        if options.get("input_ref"):
+            try:
+                request = await resolve_input(self.content_store, sent)
+            except ContentMissing as error:
+                raise ApplicationError(
+                    error.detail, type="ContentMissing", non_retryable=True
+                ) from None
+        above = options.get("offload_above") if self.content_store is not None else None
         handler = self.registry.get(request.kind, request.handler_id)
         if handler is None:
             raise ApplicationError(
@@ -192,15 +218,21 @@ class OperationActivities:
         finally:
             if beat is not None:
                 beat.cancel()
+        wire = await offloaded_record_wire(
+            self.content_store,
+            sent,  # the record of what Temporal carries: a proxy's holds the reference
+            outcome,
+            max_record_bytes=max_record_bytes,
+            above=None if above is None else int(above),
+        )
         if isinstance(outcome, Failure) and outcome.retryable:
-            wire = record_wire(request, outcome, max_record_bytes=max_record_bytes)
             raise ApplicationError(
                 (outcome.message or outcome.error)[:1000],
                 wire,
                 type=outcome.error,
                 non_retryable=False,
             )
-        return record_wire(request, outcome, max_record_bytes=max_record_bytes)
+        return wire
 
 
 def _start_heartbeat() -> asyncio.Task[None] | None:

@@ -6,6 +6,7 @@ from ._agent import AgentOps
 from ._approvals import ApprovalOps
 from ._base import PostgresBase
 from ._claims import ClaimOps
+from ._content_ops import ContentOps
 from ._langgraph import LangGraphOps
 from ._lifecycle import LifecycleOps
 from ._operations import OperationOps
@@ -26,6 +27,7 @@ class PostgresStore(
     RestartOps,
     ApprovalOps,
     LangGraphOps,
+    ContentOps,
     PostgresBase,
 ):
     """An opened, migrated PostgreSQL schema implementing every operation of ``Store``."""

@@ -1,0 +1,67 @@
+"""Content by digest on PostgreSQL: put a run's content (its references first) and read it
+back, for a side that sends references instead of the text (a TemporalRuntime and its
+workers on several machines)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
+
+from ..._errors import ContentMissing
+from ._base import Conn, PostgresBase
+from ._content import reader
+
+__all__ = ["ContentOps"]
+
+_INSERT: Final = "INSERT INTO content (hash, body) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING"
+_REFER: Final = "INSERT INTO content_refs (run_id, hash) VALUES (%s, %s) ON CONFLICT DO NOTHING"
+
+
+class ContentOps(PostgresBase):
+    """``content`` rows written and read by their SHA-256 hex digest."""
+
+    async def put_content(self, run_id: str, items: Sequence[tuple[str, str]]) -> None:
+        """Store each (digest, text) once, referred to by ``run_id``: references first, so
+        a concurrent prune (which holds ``content_refs`` in SHARE mode) keeps the rows."""
+        rows = list(items)
+        if not rows:
+            return
+
+        def write(conn: Conn) -> None:
+            with conn.cursor() as cursor:
+                cursor.executemany(_REFER, [(run_id, digest) for digest, _ in rows])
+                cursor.executemany(_INSERT, rows)
+
+        await self._write(write)
+
+    async def read_content(self, digests: Sequence[str]) -> Mapping[str, str]:
+        """The stored text of each digest found (a missing one is left out)."""
+        wanted = list(digests)
+        if not wanted:
+            return {}
+        return await self._read(lambda conn: dict(reader(conn)(wanted)))
+
+    async def compose_content(self, description: str, *, run_id: str | None = None) -> str:
+        """The text a content description stands for (see ``zincir._pieces``), composed in
+        one read through the store's content cache; ContentMissing names a missing piece."""
+        return await self._read(
+            lambda conn: self._content.compose_input(
+                "", description, _strict(reader(conn)), run_id
+            ),
+            offload=True,
+        )
+
+
+def _strict(
+    read: Callable[[Sequence[str]], Mapping[str, str]],
+) -> Callable[[Sequence[str]], Mapping[str, str]]:
+    """``read`` that raises ContentMissing for a digest it does not find."""
+
+    def strict(digests: Sequence[str]) -> Mapping[str, str]:
+        found = read(digests)
+        for digest in digests:
+            if digest not in found:
+                raise ContentMissing(f"the stored content {digest} is missing")
+        return found
+
+    return strict

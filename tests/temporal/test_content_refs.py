@@ -1,0 +1,337 @@
+"""Large inputs and records travel through Temporal as content references.
+
+A TemporalRuntime and its workers given the same zincir store (``content_store=``) send an
+input or record longer than 64 KiB as a reference to its content in that store: the workflow
+histories hold references, and a conversation of several MiB runs (without a content store
+an input over 1 MiB is refused, as before).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import zincir
+from tests.agent.reference import lines
+from tests.conftest import REPO
+from tests.integration.temporal_server import TemporalServer
+from tests.temporal.content_agents import HANG_ENV, LOG_ENV, PAGE_CHARS, PAGES, reader
+from zincir import ContentMissing, InvalidInvocation
+from zincir.agent import Runner
+from zincir.contract import Invocation, OperationKind, Success, decode_record
+from zincir.durable import HandlerRegistry, RetryPolicy
+from zincir.store import OperationKey, Store
+
+try:
+    from temporalio.client import Client
+
+    from zincir.temporal import ActivityTimeouts, TemporalRuntime, Worker
+    from zincir.temporal._content import OFFLOAD_ABOVE, ContentRef
+except ImportError:
+    if os.environ.get("CI"):
+        raise
+    pytest.skip('needs the temporal extra: pip install "zincir[temporal]"', allow_module_level=True)
+
+pytestmark = pytest.mark.temporal
+
+PROMPT = "Read the document."
+OUTPUT = f"read {PAGES} pages"
+WORKER = Path(__file__).with_name("content_worker.py")
+FAST_RETRY = RetryPolicy(
+    max_attempts=5,
+    initial_interval=timedelta(milliseconds=100),
+    max_interval=timedelta(milliseconds=500),
+)
+
+
+@pytest.fixture
+async def client(temporal_server: TemporalServer) -> Client:
+    return await Client.connect(temporal_server.address, namespace=temporal_server.namespace)
+
+
+def runtime_for(client: Client, queue: str, store: Store, **options: Any) -> TemporalRuntime:
+    return TemporalRuntime(
+        client,
+        task_queue=queue,
+        registrations=Runner.handlers_for(reader).configured(),
+        record_store=store,
+        retry=FAST_RETRY,
+        **options,
+    )
+
+
+async def histories(client: Client, queue: str) -> dict[str, int]:
+    """The history size in bytes of every workflow run on ``queue``, by workflow id."""
+    sizes: dict[str, int] = {}
+    async for execution in client.list_workflows(f'TaskQueue="{queue}"'):
+        description = await client.get_workflow_handle(execution.id).describe()
+        info = description.raw_description.workflow_execution_info
+        sizes[execution.id] = info.history_size_bytes
+    return sizes
+
+
+async def all_histories(client: Client, queue: str, count: int) -> dict[str, int]:
+    """:func:`histories` once visibility lists ``count`` workflows (it lags a little)."""
+    for _ in range(100):
+        sizes = await histories(client, queue)
+        if len(sizes) >= count:
+            return sizes
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"visibility listed {len(sizes)} workflows, not {count}")
+
+
+def conversation_bytes(result: Any) -> int:
+    return len(json.dumps([message.model_dump(mode="json") for message in result.messages]))
+
+
+async def test_a_conversation_of_several_mib_runs_on_temporal_through_references(
+    client: Client, store: Store
+) -> None:
+    queue = f"content-{uuid.uuid4().hex}"
+    runtime = runtime_for(client, queue, store, content_store=store)
+    runner = Runner(store, [reader], runtime=runtime)
+    async with Worker(client, runner.registry, queue, content_store=store):
+        result = await runner.run(reader, PROMPT)
+    assert result.output == OUTPUT and result.run_id is not None
+    assert conversation_bytes(result) > PAGES * PAGE_CHARS > 3_500_000
+
+    # 7 model requests and 6 tool calls, each a workflow holding references only
+    sizes = await all_histories(client, queue, 2 * PAGES + 1)
+    assert len(sizes) == 2 * PAGES + 1
+    assert sum(sizes.values()) < 100_000, sizes
+    assert max(sizes.values()) < 16_000, sizes
+
+    # the records kept are the real ones, whole: the last request's input is the conversation
+    row = await store.get_operation(OperationKey(result.run_id, "model.request", PAGES))
+    assert row is not None and row.record is not None
+    record = decode_record(row.record)
+    assert len(record.invocation.input_json) > PAGES * PAGE_CHARS
+    assert ContentRef.parse(record.invocation.input_json) is None
+    assert record.input_digest == record.invocation.input_digest()
+
+    # replay reads every record from the store and starts nothing
+    again = await runner.run(reader, PROMPT, run_id=result.run_id)
+    assert again.output == OUTPUT
+
+
+async def test_without_a_content_store_an_input_over_one_mib_is_refused(
+    client: Client, store: Store
+) -> None:
+    queue = f"content-{uuid.uuid4().hex}"
+    runtime = runtime_for(client, queue, store)
+    runner = Runner(store, [reader], runtime=runtime)
+    async with Worker(client, runner.registry, queue):
+        with pytest.raises(InvalidInvocation, match="content_store=") as raised:
+            await runner.run(reader, PROMPT, run_id="too-long")
+    assert raised.value.run_id == "too-long"
+
+
+def start_worker(
+    server: TemporalServer, queue: str, target: str, log: Path, hang: int | None = None
+) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
+        LOG_ENV: str(log),
+    }
+    env.pop(HANG_ENV, None)
+    if hang is not None:
+        env[HANG_ENV] = str(hang)
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), server.address, server.namespace, queue, target],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+async def read_line(proc: subprocess.Popen[str], timeout: float = 60) -> str:
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), timeout)
+    if not line and proc.stderr is not None:
+        raise AssertionError(f"the worker exited: {proc.stderr.read()[-3000:]}")
+    return line
+
+
+def stop(proc: subprocess.Popen[str], sig: signal.Signals = signal.SIGKILL) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+
+
+@pytest.fixture
+async def workers() -> AsyncIterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        stop(proc)
+
+
+@pytest.mark.crash
+async def test_a_worker_killed_inside_a_request_sent_by_reference_is_replaced(
+    client: Client,
+    temporal_server: TemporalServer,
+    store_target: str,
+    tmp_path: Path,
+    workers: list[subprocess.Popen[str]],
+) -> None:
+    """SIGKILL inside the model request that has read 3 pages (its input, 1.8 MB, sent by
+    reference); a new worker process reads the input from the store and finishes the run."""
+    queue, log = f"content-kill-{uuid.uuid4().hex}", tmp_path / "log"
+    workers.append(start_worker(temporal_server, queue, store_target, log, hang=3))
+    assert await read_line(workers[0]) == "ready\n"
+    store = zincir.open_store(store_target)
+    try:
+        runtime = runtime_for(
+            client,
+            queue,
+            store,
+            content_store=store,
+            # a heartbeat timeout notices the killed worker; the retried attempt runs elsewhere
+            timeouts=ActivityTimeouts(start_to_close=120, heartbeat=1),
+        )
+        runner = Runner(store, [reader], runtime=runtime)
+        running = asyncio.create_task(runner.run(reader, PROMPT))
+        assert await read_line(workers[0]) == "inside\n"
+        stop(workers[0])
+        assert not running.done()
+        workers.append(start_worker(temporal_server, queue, store_target, log))
+        assert await read_line(workers[1]) == "ready\n"
+        result = await asyncio.wait_for(running, 120)
+        assert result.output == OUTPUT
+        assert conversation_bytes(result) > PAGES * PAGE_CHARS
+    finally:
+        await store.close()
+    calls = lines(log)
+    assert calls.count("model 3") == 2  # the killed request, then its retry
+    assert [line for line in calls if line.startswith("tool")] == [
+        f"tool {n}" for n in range(PAGES)
+    ]
+    sizes = await all_histories(client, queue, 2 * PAGES + 1)
+    assert max(sizes.values()) < 32_000, sizes
+
+
+# -- a reference to content the worker cannot read --------------------------------------------
+
+
+def big_invocation(run_id: str) -> Invocation:
+    document = json.dumps({"text": "x" * (2 * OFFLOAD_ABOVE), "n": 1})
+    return Invocation(run_id, "tool.call", 0, OperationKind.TOOL_CALL, "echo", document)
+
+
+async def echo(invocation: Invocation, request: Any) -> Any:
+    return {"chars": len(request["text"])}
+
+
+@pytest.fixture
+async def registry() -> HandlerRegistry:
+    found = HandlerRegistry()
+    found.register(OperationKind.TOOL_CALL, "echo", echo)
+    return found
+
+
+async def test_a_reference_to_content_missing_from_the_workers_store_is_a_typed_error(
+    client: Client, registry: HandlerRegistry, tmp_path: Path
+) -> None:
+    """The worker reads another store than the runtime wrote to: ContentMissing names the
+    run and says what to do; nothing is recorded, and the right worker then runs it."""
+    queue = f"content-missing-{uuid.uuid4().hex}"
+    written, other = zincir.open_store(tmp_path / "a.db"), zincir.open_store(tmp_path / "b.db")
+    try:
+        runtime = TemporalRuntime(
+            client,
+            task_queue=queue,
+            registrations=[("tool_call", "echo")],
+            content_store=written,
+            retry=FAST_RETRY,
+        )
+        invocation = big_invocation(f"missing-{uuid.uuid4().hex}")
+        async with Worker(client, registry, queue, content_store=other):
+            with pytest.raises(ContentMissing, match="same store") as raised:
+                await runtime.execute(invocation)
+        assert raised.value.run_id == invocation.run_id
+        assert invocation.run_id in str(raised.value)
+        async with Worker(client, registry, queue, content_store=written):
+            record = await runtime.execute(invocation)
+        assert isinstance(record.outcome, Success)
+        assert json.loads(record.outcome.output_json) == {"chars": 2 * OFFLOAD_ABOVE}
+        assert record.invocation == invocation
+    finally:
+        await written.close()
+        await other.close()
+
+
+async def test_a_worker_without_a_content_store_says_to_give_it_one(
+    client: Client, registry: HandlerRegistry, tmp_path: Path
+) -> None:
+    queue = f"content-none-{uuid.uuid4().hex}"
+    store = zincir.open_store(tmp_path / "a.db")
+    try:
+        runtime = TemporalRuntime(
+            client,
+            task_queue=queue,
+            registrations=[("tool_call", "echo")],
+            content_store=store,
+            retry=FAST_RETRY,
+        )
+        invocation = big_invocation(f"none-{uuid.uuid4().hex}")
+        async with Worker(client, registry, queue):
+            with pytest.raises(ContentMissing, match=r"pass content_store=") as raised:
+                await runtime.execute(invocation)
+        assert raised.value.run_id == invocation.run_id
+    finally:
+        await store.close()
+
+
+async def test_a_small_input_travels_whole_and_a_large_output_by_reference(
+    client: Client, tmp_path: Path
+) -> None:
+    queue = f"content-out-{uuid.uuid4().hex}"
+    store = zincir.open_store(tmp_path / "a.db")
+    registry = HandlerRegistry()
+
+    async def long_answer(invocation: Invocation, request: Any) -> Any:
+        return {"text": "y" * (3 * 1024 * 1024)}  # over the 2 MiB Temporal payload whole
+
+    registry.register(OperationKind.TOOL_CALL, "long", long_answer)
+    try:
+        runtime = TemporalRuntime(
+            client,
+            task_queue=queue,
+            registrations=[("tool_call", "long")],
+            content_store=store,
+            retry=FAST_RETRY,
+        )
+        invocation = Invocation(
+            f"out-{uuid.uuid4().hex}", "tool.call", 0, OperationKind.TOOL_CALL, "long", "{}"
+        )
+        async with Worker(client, registry, queue, content_store=store):
+            record = await runtime.execute(invocation)
+        assert isinstance(record.outcome, Success)
+        assert json.loads(record.outcome.output_json) == {"text": "y" * (3 * 1024 * 1024)}
+        handle = client.get_workflow_handle(runtime.workflow_id(invocation))
+        history = await handle.fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        assert json.loads(started.input.payloads[0].data) == invocation.to_dict()
+        description = await handle.describe()
+        assert description.raw_description.workflow_execution_info.history_size_bytes < 8_000
+    finally:
+        await store.close()
