@@ -66,6 +66,6 @@ async def test_a_growing_conversation_in_a_tools_arguments_is_stored_at_linear_c
     messages: list[dict[str, Any]] = []
     for turn in range(TURNS):
         messages.append({"role": "user", "content": f"section {turn}: {SECTION}"})
-        await client.call_tool("echo", {"text": f"turn {turn}", "messages": messages})
+        await client.call_tool("echo", {"messages": messages, "text": f"turn {turn}"})
         growth.sample()
     growth.assert_linear()
