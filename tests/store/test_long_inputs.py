@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import select
 from tests.store.growth import Growth, stored_bytes
-from zincir import HandlerRegistry, Invocation, LocalRuntime, OperationKind
+from zincir import HandlerRegistry, InvalidInvocation, Invocation, LocalRuntime, OperationKind
 from zincir.contract import decode_record
 from zincir.restart import CheckpointedStreamSink, FileRestartStore, SQLRestartStore
 from zincir.store import OperationKey, Store
@@ -101,6 +101,24 @@ async def test_local_runtime_alone_stores_a_growing_request_at_linear_cost(
         last, inline=refuse
     )
     assert replayed.invocation == last
+
+
+async def test_local_runtime_alone_takes_a_request_past_one_mib(
+    store: Store, store_url: str
+) -> None:
+    """By default a LocalRuntime allows an input up to the largest document zincir stores
+    (16 MiB), not the 1 MiB of a bare invocation: a long conversation is stored once."""
+    runtime = LocalRuntime(store, HandlerRegistry())
+    text = model_request([message(turn) for turn in range(600)])
+    assert len(text) > 1024 * 1024
+    long = Invocation("past", "model.request", 0, OperationKind.MODEL_REQUEST, "model", text)
+    assert (await runtime.execute(long, inline=answer)).invocation == long
+    ((parts,),) = select(store_url, "SELECT input_parts FROM operations WHERE run_id = 'past'")
+    assert parts is not None and len(parts) < 1_000
+    huge = compact({"messages": ["x" * (16 * 1024 * 1024)]})
+    too_large = Invocation("past", "model.request", 1, OperationKind.MODEL_REQUEST, "model", huge)
+    with pytest.raises(InvalidInvocation, match="max_input_bytes"):
+        await runtime.execute(too_large, inline=answer)
 
 
 @pytest.mark.sqlite_only

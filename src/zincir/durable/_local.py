@@ -38,11 +38,10 @@ from .._errors import (
     StoreError,
     UnknownToolCall,
 )
-from .._json import checked_size
+from .._json import MAX_DOCUMENT_BYTES, checked_size
 from .._replay import operation_item, replay_for
 from .._validate import DEFAULT_POLL_INTERVAL, check_count, check_positive_duration
 from ..contract import (
-    DEFAULT_MAX_INPUT_BYTES,
     Failure,
     Invocation,
     Outcome,
@@ -72,6 +71,9 @@ DEFAULT_CLAIM_TTL: Final = timedelta(seconds=30)
 class LocalRuntime:
     """A DurableRuntime on a zincir store: at most one record per invocation identity.
 
+    ``max_input_bytes`` bounds an invocation's input (16 MiB, the largest document zincir
+    stores: a long conversation's content is stored once, so its requests may grow past
+    the 1 MiB a bare invocation allows; None lifts it).
     ``retry`` retries retryable failures in place before one is persisted; ``claim_ttl``
     bounds how long a dead process's claim made without a lease blocks others (it is renewed
     while the handler runs); ``poll_interval`` is how often a waiter looks for another
@@ -96,7 +98,7 @@ class LocalRuntime:
         retry: RetryPolicy = DEFAULT_RETRY,
         *,
         claim_ttl: timedelta | float = DEFAULT_CLAIM_TTL,
-        max_input_bytes: int | None = DEFAULT_MAX_INPUT_BYTES,
+        max_input_bytes: int | None = MAX_DOCUMENT_BYTES,
         poll_interval: timedelta | float = DEFAULT_POLL_INTERVAL,
     ) -> None:
         as_store(store)
