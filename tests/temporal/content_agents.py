@@ -4,6 +4,9 @@
 Each model request and each tool run appends a line to the file named by ``$ZINCIR_READER_LOG``
 when set. With ``$ZINCIR_READER_HANG=N`` the model request that has seen N pages prints
 ``inside`` and sleeps until the process is killed.
+
+``echo_registry`` serves ``tool_call/echo`` (the size of its request's text), for
+``zincir temporal-worker tests.temporal.content_agents:echo_registry``.
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ import os
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.agent.reference import append
 from zincir.agent import Agent, FunctionModel, tool
+from zincir.contract import Invocation, OperationKind
+from zincir.durable import HandlerRegistry
 from zincir.payloads import ModelRequest, ModelResponse, TextPart, ToolCallPart
 
 PAGE_CHARS = 600_000
@@ -59,3 +65,11 @@ async def _model(request: ModelRequest) -> ModelResponse:
 
 
 reader = Agent(FunctionModel(_model), name="reader", tools=[read_page])
+
+echo_registry = HandlerRegistry()
+
+
+@echo_registry.handler(OperationKind.TOOL_CALL, "echo")
+async def echo(invocation: Invocation, request: Any) -> Any:
+    """The length of the request's text (the input it was given, whole)."""
+    return {"chars": len(request["text"])}

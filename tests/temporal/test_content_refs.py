@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,14 @@ import zincir
 from tests.agent.reference import lines
 from tests.conftest import REPO
 from tests.integration.temporal_server import TemporalServer
-from tests.temporal.content_agents import HANG_ENV, LOG_ENV, PAGE_CHARS, PAGES, reader
+from tests.temporal.content_agents import (
+    HANG_ENV,
+    LOG_ENV,
+    PAGE_CHARS,
+    PAGES,
+    echo_registry,
+    reader,
+)
 from zincir import ContentMissing, InvalidInvocation
 from zincir.agent import Runner
 from zincir.contract import Invocation, OperationKind, Success, decode_record
@@ -37,7 +44,7 @@ try:
     from temporalio.client import Client
 
     from zincir.temporal import ActivityTimeouts, TemporalRuntime, Worker
-    from zincir.temporal._content import OFFLOAD_ABOVE, ContentRef
+    from zincir.temporal._content import OFFLOAD_ABOVE, WIRE_PREFIX, ContentRef
 except ImportError:
     if os.environ.get("CI"):
         raise
@@ -123,6 +130,47 @@ async def test_a_conversation_of_several_mib_runs_on_temporal_through_references
     # replay reads every record from the store and starts nothing
     again = await runner.run(reader, PROMPT, run_id=result.run_id)
     assert again.output == OUTPUT
+
+    # what the histories refer to: each request's input but the first, each tool's record
+    inputs, records = await references(client, sizes)
+    assert len(inputs) == PAGES and len(records) == PAGES
+    assert all(ref.size > OFFLOAD_ABOVE for ref in [*inputs, *records])
+    digests = [first_digest(ref) for ref in [*inputs, *records]]
+    assert set(await store.read_content(digests)) == set(digests)
+    # the content is the run's: a prune of the run removes it
+    report = await store.prune_runs(
+        before=store.now() + timedelta(days=1), statuses=["completed"], max_events=10_000
+    )
+    assert report.run_ids == [result.run_id]
+    assert await store.read_content(digests) == {}
+
+
+async def references(
+    client: Client, workflow_ids: Iterable[str]
+) -> tuple[list[ContentRef], list[ContentRef]]:
+    """The content references in the workflows' inputs and in their results."""
+    inputs: list[ContentRef] = []
+    records: list[ContentRef] = []
+    for workflow_id in workflow_ids:
+        handle = client.get_workflow_handle(workflow_id)
+        history = await handle.fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        sent = json.loads(started.input.payloads[0].data)
+        found = ContentRef.parse(sent["input_json"])
+        if found is not None:
+            inputs.append(found)
+        wire = await handle.result()
+        if wire.startswith(WIRE_PREFIX):
+            ref = ContentRef.parse(wire[len(WIRE_PREFIX) :])
+            assert ref is not None
+            records.append(ref)
+    return inputs, records
+
+
+def first_digest(ref: ContentRef) -> str:
+    """The digest of the first node or piece a reference's description names."""
+    first = json.loads(ref.parts)[0]
+    return str(first.get("n") or first.get("p"))
 
 
 async def test_without_a_content_store_an_input_over_one_mib_is_refused(
@@ -237,15 +285,9 @@ def big_invocation(run_id: str) -> Invocation:
     return Invocation(run_id, "tool.call", 0, OperationKind.TOOL_CALL, "echo", document)
 
 
-async def echo(invocation: Invocation, request: Any) -> Any:
-    return {"chars": len(request["text"])}
-
-
 @pytest.fixture
 async def registry() -> HandlerRegistry:
-    found = HandlerRegistry()
-    found.register(OperationKind.TOOL_CALL, "echo", echo)
-    return found
+    return echo_registry
 
 
 async def test_a_reference_to_content_missing_from_the_workers_store_is_a_typed_error(
@@ -335,3 +377,52 @@ async def test_a_small_input_travels_whole_and_a_large_output_by_reference(
         assert description.raw_description.workflow_execution_info.history_size_bytes < 8_000
     finally:
         await store.close()
+
+
+async def test_the_cli_worker_reads_references_from_its_content_store(
+    client: Client, temporal_server: TemporalServer, tmp_path: Path
+) -> None:
+    """``zincir temporal-worker --content-store PATH`` serves inputs sent by reference."""
+    queue, db = f"content-cli-{uuid.uuid4().hex}", tmp_path / "x.db"
+    store = zincir.open_store(db)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "zincir",
+            "temporal-worker",
+            "tests.temporal.content_agents:echo_registry",
+            "--address",
+            temporal_server.address,
+            "--task-queue",
+            queue,
+            "--content-store",
+            str(db),
+        ],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert worker.stderr is not None
+        line = await asyncio.wait_for(asyncio.to_thread(worker.stderr.readline), 60)
+        assert "serving 1 handler(s)" in line, line + worker.stderr.read()[-3000:]
+        runtime = TemporalRuntime(
+            client,
+            task_queue=queue,
+            registrations=[("tool_call", "echo")],
+            content_store=store,
+            retry=FAST_RETRY,
+        )
+        invocation = big_invocation(f"cli-{uuid.uuid4().hex}")
+        record = await asyncio.wait_for(runtime.execute(invocation), 60)
+        assert isinstance(record.outcome, Success)
+        assert json.loads(record.outcome.output_json) == {"chars": 2 * OFFLOAD_ABOVE}
+    finally:
+        await store.close()
+        stop(worker, signal.SIGTERM)
+    assert worker.returncode == 0

@@ -16,9 +16,10 @@ import click
 from temporalio.client import Client
 from temporalio.service import RPCError, TLSConfig
 
-from .._cli_options import Seconds
+from .._cli_options import DatabaseLocation, Seconds
 from .._target import import_target
 from ..durable._registry import HandlerRegistry
+from ..store import open_store
 from ._worker import Worker
 
 __all__ = ["exit_now", "load_registry", "temporal_worker_command"]
@@ -72,6 +73,7 @@ async def _serve(
     api_key: str | None,
     max_concurrent_activities: int | None,
     shutdown_grace: float,
+    content_store: str | None = None,
 ) -> None:
     try:
         client = await Client.connect(address, namespace=namespace, tls=tls, api_key=api_key)
@@ -84,17 +86,22 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    async with Worker(client, registry, task_queue, **options):
-        click.echo(
-            f"zincir temporal-worker: serving {len(registry)} handler(s) on task queue "
-            f"{task_queue!r} at {address} (namespace {namespace}); Ctrl-C stops",
-            err=True,
-        )
-        await stop.wait()
-        click.echo(
-            f"zincir temporal-worker: stopping; running handlers have {shutdown_grace:g} s",
-            err=True,
-        )
+    store = None if content_store is None else open_store(content_store)
+    try:
+        async with Worker(client, registry, task_queue, content_store=store, **options):
+            click.echo(
+                f"zincir temporal-worker: serving {len(registry)} handler(s) on task queue "
+                f"{task_queue!r} at {address} (namespace {namespace}); Ctrl-C stops",
+                err=True,
+            )
+            await stop.wait()
+            click.echo(
+                f"zincir temporal-worker: stopping; running handlers have {shutdown_grace:g} s",
+                err=True,
+            )
+    finally:
+        if store is not None:
+            await store.close()
 
 
 @click.command("temporal-worker")
@@ -155,6 +162,15 @@ async def _serve(
     show_default=True,
     help="Seconds running handlers may finish in after SIGINT/SIGTERM.",
 )
+@click.option(
+    "--content-store",
+    type=DatabaseLocation(),
+    metavar="PATH",
+    default=None,
+    help="The zincir database the TemporalRuntime keeps large inputs in (its "
+    "content_store=): a SQLite file or postgresql://URL. Inputs and records over 64 KiB "
+    "then travel through Temporal as references to it.",
+)
 def temporal_worker_command(
     target: str,
     address: str,
@@ -167,6 +183,7 @@ def temporal_worker_command(
     api_key: str | None,
     max_concurrent_activities: int | None,
     shutdown_grace: float,
+    content_store: str | None,
 ) -> None:
     """Run zincir operations from Temporal with the handlers of MODULE:REGISTRY.
 
@@ -184,6 +201,7 @@ def temporal_worker_command(
             api_key=api_key,
             max_concurrent_activities=max_concurrent_activities,
             shutdown_grace=shutdown_grace,
+            content_store=content_store,
         )
     )
     exit_now(0)
