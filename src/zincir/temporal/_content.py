@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 
 from .._errors import ContentMissing, InvalidInput, InvalidPayload, RecordFormatError
+from .._validate import utf8_size
 from ..contract import Invocation, Outcome, Record, decode_record, encode_record
 from ..durable._operations import new_operation
 from ..store._content import ContentIndex
@@ -141,8 +142,7 @@ class ContentWriter:
         else:
             await self.store.put_content(invocation.run_id, rows)
             self._index.committed(invocation.run_id, (plan,))
-        size = len(invocation.input_json.encode("utf-8"))
-        return ContentRef(digest, size, parts)
+        return ContentRef(digest, utf8_size(invocation.input_json) or 0, parts)
 
     def forget(self, run_id: str) -> None:
         """The run's content may be gone (pruned): write it whole next time."""
@@ -175,11 +175,11 @@ def rebind(invocation: Invocation, record: Record) -> Record:
     return Record.for_invocation(invocation, record.outcome)
 
 
-async def read_text(store: ContentStore, ref: ContentRef, *, run_id: str, what: str) -> str:
-    """The text ``ref`` stands for, checked against its digest (the store's content cache
-    keeps a conversation's earlier pieces, so its next request reads only what it added)."""
+async def _compose(store: ContentStore, ref: ContentRef, *, run_id: str, what: str) -> str:
+    """The text ``ref`` stands for, unchecked (the store's content cache keeps a
+    conversation's earlier pieces, so its next request reads only what it added)."""
     try:
-        text = await store.compose_content(ref.parts, run_id=run_id)
+        return await store.compose_content(ref.parts, run_id=run_id)
     except ContentMissing as error:
         raise ContentMissing(
             f"the content of {what} is not in the store ({error.detail}): the worker and "
@@ -194,12 +194,21 @@ async def read_text(store: ContentStore, ref: ContentRef, *, run_id: str, what: 
             "execute the operation again to write it anew",
             run_id=run_id,
         ) from None
+
+
+def _mismatch(ref: ContentRef, *, run_id: str, what: str) -> ContentMissing:
+    return ContentMissing(
+        f"the content stored for {what} does not match its digest {ref.sha256}; the store "
+        "was changed outside zincir: execute the operation again",
+        run_id=run_id,
+    )
+
+
+async def read_text(store: ContentStore, ref: ContentRef, *, run_id: str, what: str) -> str:
+    """The text ``ref`` stands for, checked against its digest."""
+    text = await _compose(store, ref, run_id=run_id, what=what)
     if _digest(text) != ref.sha256:
-        raise ContentMissing(
-            f"the content stored for {what} does not match its digest {ref.sha256}; the "
-            "store was changed outside zincir: execute the operation again",
-            run_id=run_id,
-        )
+        raise _mismatch(ref, run_id=run_id, what=what)
     return text
 
 
@@ -220,10 +229,14 @@ async def resolve_input(store: ContentStore | None, proxy: Invocation) -> Invoca
             "TemporalRuntime writes to) to zincir.temporal.Worker",
             run_id=proxy.run_id,
         )
-    text = await read_text(store, ref, run_id=proxy.run_id, what=what)
-    return Invocation(
+    text = await _compose(store, ref, run_id=proxy.run_id, what=what)
+    real = Invocation(
         proxy.run_id, proxy.step_id, proxy.sequence, proxy.kind, proxy.handler_id, text
     )
+    # the digest of the step's previous input continues here: only the new text is hashed
+    if real.input_digest() != ref.sha256:
+        raise _mismatch(ref, run_id=proxy.run_id, what=what)
+    return real
 
 
 async def offloaded_record_wire(
@@ -242,11 +255,12 @@ async def offloaded_record_wire(
         text = encode_record(Record.for_invocation(invocation, outcome))
     except RecordFormatError:
         return record_wire(invocation, outcome, max_record_bytes=max_record_bytes)
-    if len(text) <= above or len(text.encode("utf-8")) > max_record_bytes:
+    size = utf8_size(text) or 0
+    if len(text) <= above or size > max_record_bytes:
         return record_wire(invocation, outcome, max_record_bytes=max_record_bytes)
     parts, rows = _whole(text)
     await store.put_content(invocation.run_id, rows)
-    ref = ContentRef(_digest(text), len(text.encode("utf-8")), parts)
+    ref = ContentRef("sha256:" + rows[0][0], size, parts)
     return WIRE_PREFIX + ref.to_json()
 
 
@@ -265,8 +279,8 @@ async def read_record_wire(
     if store is None:
         raise ContentMissing(
             f"{what} returned its record as a content reference ({ref.sha256}) but this "
-            "TemporalRuntime has no store to read it from: pass content_store= (or "
-            "record_store=), the store its workers write to",
+            "TemporalRuntime has no store to read it from: pass content_store=, the store "
+            "its workers write to",
             run_id=run_id,
         )
     return decode_record(await read_text(store, ref, run_id=run_id, what=what))
