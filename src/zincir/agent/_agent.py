@@ -328,7 +328,8 @@ class Agent:
                 if call_id not in logged.proposals
             )
             executor = DurableExecutor(self, binding, ctx, logged, emit)
-            result = await run_loop(self, prompt, executor, decisions=decisions)
+            start = await executor.restart_point(prompt, events)
+            result = await run_loop(self, prompt, executor, decisions=decisions, start=start)
             result = dataclasses.replace(result, run_id=binding.run_id)
             if result.paused is not None:  # parked by the executor when it logged the pause
                 if owned:

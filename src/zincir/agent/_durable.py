@@ -29,11 +29,12 @@ from .._errors import (
     InputDrift,
     InvalidDocument,
     MissingDurableHandler,
+    RecordFormatError,
     RunTerminal,
     Suspend,
 )
 from .._json import dumps, loads_strict
-from .._replay import Recorded, operation_item
+from .._replay import Item, Recorded, operation_item
 from ..contract import (
     Failure,
     Invocation,
@@ -59,6 +60,7 @@ from ..contract.payloads import (
     ToolOutput,
     ToolRequest,
     ToolReturnPart,
+    Usage,
     stream_parts,
 )
 from ..durable import LocalRuntime
@@ -67,11 +69,13 @@ from ..runs._budget import Moment
 from ..store import Event, LogEntry, NewApproval, NewEvent, OperationKey, ResponseEntry
 from ._approval import APPROVAL_TOPIC, Execution, PausedRun, args_sha256
 from ._binding import DurableBinding
-from ._conversation import response_text, tool_calls
+from ._conversation import Conversation, add_usage, response_text, tool_calls
 from ._describe import describe_operation, drift_reason
 from ._errors import DurableOperationFailed
 from ._identity import (
     APPROVAL_RESUME,
+    ATTEMPT_STRIDE,
+    MAX_CALLS_PER_RESPONSE,
     MCP_REQUEST,
     MODEL_REQUEST,
     MODEL_STREAM,
@@ -81,7 +85,7 @@ from ._identity import (
     retry_sequence,
     tool_sequence,
 )
-from ._loop import Deferred, PlannedCall, Refused
+from ._loop import Deferred, PlannedCall, Refused, Restart
 from ._preflight import ResolvedToolsets, check_route
 from ._stream import Emit
 from ._tools import Tool, ToolErrors, ToolOrigin
@@ -95,6 +99,7 @@ __all__ = ["DurableExecutor", "Logged", "success"]
 D = TypeVar("D", bound=Document)
 
 PAUSED_EVENT = "agent_paused"
+LOOP_STEPS = (MODEL_REQUEST, TOOL_CALL, MCP_REQUEST, RETRY_DELAY, APPROVAL_RESUME)
 DECIDED_EVENT = "approval_decided"
 REOPENED_EVENT = "approval_reopened"
 
@@ -174,6 +179,72 @@ class DurableExecutor:
         self.refused: dict[str, str] = {}  # call id -> the digest its refused decision binds
         # The calls claimed with the last response, by (request, position), until they run.
         self.planned: dict[tuple[int, int], tuple[PlannedCall, Invocation]] = {}
+        # The record of the model request a restarted loop begins with (see restart_point).
+        self.restarted: tuple[int, Record] | None = None
+
+    async def restart_point(self, prompt: str, events: Sequence[Event]) -> Restart | None:
+        """Where this run's loop starts again instead of its first turn: the last model
+        request with a completed record, whose stored input holds the conversation up to
+        it, with the usage the log holds of the responses before it. Replaying that request
+        checks it for drift (the prompt and instructions open its conversation; the tools
+        and model are in it); the turns before it are not replayed (their records are not
+        read again) and count as replayed.
+
+        It is never later than a turn that paused (a decided call is checked against its
+        decision as it replays) nor within a run of rejected calls that holds a failure
+        count (see :func:`_turns_before`). None when the loop replays from the start:
+        another runtime or store, a stream or hooks (they observe replayed turns), or a log
+        it cannot place.
+        """
+        agent, binding, ctx, logged = self.agent, self.binding, self.ctx, self.logged
+        runtime = binding.runtime
+        if (
+            ctx is None
+            or self.emit is not None
+            or agent.hooks
+            or not isinstance(runtime, LocalRuntime)
+            or runtime.store is not ctx.store
+        ):
+            return None
+        steps = {binding.step_id(step): step for step in LOOP_STEPS}
+        turns: list[tuple[Item, int]] = []
+        ran: set[int] = set()  # the tool sequences with a record
+        number = -1
+        for item in logged.recorded.order:
+            step = steps.get(item.name)
+            if item.kind != "operation" or step is None:
+                return None
+            base = item.sequence % ATTEMPT_STRIDE
+            turn = base if step == MODEL_REQUEST else base // MAX_CALLS_PER_RESPONSE
+            turns.append((item, turn))
+            if step in (TOOL_CALL, MCP_REQUEST):
+                ran.add(base)
+            elif step == MODEL_REQUEST and number < turn <= logged.responses:
+                number = turn
+        usages = _turns_before(events, number, ran)
+        if usages is None:
+            return None
+        number = len(usages)
+        if number < 1:
+            return None
+        key = OperationKey(binding.run_id, binding.step_id(MODEL_REQUEST), number)
+        row = await ctx.store.get_operation(key)
+        if row is None or row.status != "completed" or row.record is None:
+            return None
+        try:
+            record = decode_record(row.record)
+            request = ModelRequest.from_json(record.invocation.input_json)
+        except (InvalidDocument, RecordFormatError):
+            return None  # the replay from the start reports it where it meets it
+        opening = Conversation(agent.instructions, prompt).messages
+        if list(request.messages[: len(opening)]) != opening:
+            return None  # the replay from the start names what drifted
+        usage = Usage()
+        for one in usages:
+            usage = add_usage(usage, one)
+        ctx.replay.supersede(item for item, turn in turns if turn < number)
+        self.restarted = (number, record)
+        return Restart(number, tuple(request.messages), usage)
 
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None:
         """Re-check the route (the tools on offer may have changed), the run's budget and
@@ -231,9 +302,20 @@ class DurableExecutor:
             }
             return [invocation for _, invocation in self.planned.values()]
 
-        record, logged = await self._outcome(
-            step, sequence, kind, request, log=log, ahead=calls_ahead
-        )
+        invocation = self._invocation(step, sequence, kind, request)
+        restarted, self.restarted = self.restarted, None
+        if (
+            restarted is not None
+            and restarted[0] == number
+            and restarted[1].invocation == invocation
+        ):
+            # The request the loop restarted at, rebuilt byte for byte (no drift): its
+            # record, read and checked by restart_point, replays without a second read.
+            assert self.ctx is not None
+            self.ctx.replay.supersede([operation_item(invocation.step_id, sequence)])
+            record, logged = restarted[1], False
+        else:
+            record, logged = await self._run(invocation, log, calls_ahead)
         response = read(success(record))
         if logged:
             self.logged.responses = number + 1
@@ -675,6 +757,72 @@ class DurableExecutor:
         # Another runtime: the identity is checked here against the run's recorded work.
         async with ctx.replay.request(operation_item(invocation.step_id, invocation.sequence)):
             return await runtime.execute(invocation), False
+
+
+def _turns_before(events: Sequence[Event], limit: int, ran: set[int]) -> list[Usage] | None:
+    """The usage of each response the log holds before the turn the loop restarts at: model
+    request ``limit`` at the latest, no later than a turn that paused, and never inside a
+    run of rejected calls of a tool (an error result of a call in ``ran``'s complement, the
+    tool sequences with a record) that a later call of that tool has not ended yet: the
+    failure count it carries is not rebuilt. None when a response or result is not in the
+    form the loop logs."""
+    usages: list[Usage] = []
+    where: dict[str, tuple[int, str]] = {}  # call id -> its tool sequence, its tool
+    accepted: set[str] = set()  # the tools of this turn's calls that ran
+    opened: dict[str, int] = {}  # tool -> the turn its run of rejections began
+    spans: list[tuple[int, int]] = []  # (first, last) turn of each failure count held
+    pauses: list[int] = []
+
+    def end_turn() -> None:
+        spans.extend((opened.pop(name), len(usages) - 1) for name in accepted if name in opened)
+        accepted.clear()
+
+    for event in events:
+        payload = event.payload
+        if not isinstance(payload, dict):
+            continue
+        if event.type == "llm_call":
+            end_turn()
+            if len(usages) >= limit:
+                break  # model request ``limit``'s response: its turn replays
+            usage, calls = payload.get("usage"), payload.get("tool_calls")
+            if not isinstance(usage, dict) or not isinstance(calls, list):
+                return None
+            try:
+                usages.append(Usage.from_dict(usage))
+            except InvalidDocument:
+                return None
+            turn = len(usages) - 1
+            for position, call in enumerate(calls):
+                if not isinstance(call, dict):
+                    return None
+                sequence = turn * MAX_CALLS_PER_RESPONSE + position
+                where[str(call.get("id"))] = (sequence, str(call.get("name")))
+                if sequence in ran:
+                    accepted.add(str(call.get("name")))
+        elif event.type == "tool_result":
+            if not isinstance(payload.get("is_error"), bool):
+                return None
+            found = where.get(str(payload.get("id")))
+            if payload["is_error"] and (found is None or found[0] not in ran):
+                name = "" if found is None else found[1]
+                opened.setdefault(name, len(usages) - 1)  # a rejected call (or so it seems)
+        elif event.type == PAUSED_EVENT:
+            paused = payload.get("request_number")
+            if not isinstance(paused, int) or paused < 0:
+                return None
+            pauses.append(paused)
+    else:
+        end_turn()
+    spans.extend((first, limit) for first in opened.values())
+    number = min([len(usages), *pauses])
+    moved = True
+    while moved:  # back to a turn that no failure count spans as it begins
+        moved = False
+        for first, last in spans:
+            if first < number <= last:
+                number, moved = first, True
+    return usages[:number]
 
 
 def _read(document: type[D], output: str, where: str, handler: str, run_id: str) -> D:

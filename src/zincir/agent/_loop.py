@@ -52,7 +52,7 @@ from ._tools import (
 if TYPE_CHECKING:
     from ._agent import Agent
 
-__all__ = ["Deferred", "Executor", "PlannedCall", "Proposal", "Refused", "run_loop"]
+__all__ = ["Deferred", "Executor", "PlannedCall", "Proposal", "Refused", "Restart", "run_loop"]
 
 T = TypeVar("T")
 
@@ -128,6 +128,17 @@ class PlannedCall:
 
 
 @dataclass(frozen=True, slots=True)
+class Restart:
+    """The loop's state as model request ``number`` is built: the conversation up to it and
+    the usage of the responses before it (a resumed run starts there instead of turn 0).
+    No call before it was rejected, so no tool's failure count carries over."""
+
+    number: int
+    messages: tuple[Message, ...]
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
 class Deferred:
     """A tool asked to pause its call: for an approval, or for an external result."""
 
@@ -181,14 +192,16 @@ async def run_loop(
     *,
     decisions: Mapping[str, Proposal] | None = None,
     paused: PausedRun | None = None,
+    start: Restart | None = None,
 ) -> AgentRunResult:
     """Run the conversation to its final text, or to a pause for decisions.
 
-    ``paused`` continues a direct run from where it paused (the durable path replays from
-    the start instead); ``decisions`` are applied to the paused calls they name.
+    ``paused`` continues a direct run from where it paused (the durable path replays
+    instead, from ``start`` when given, else from the first turn); ``decisions`` are
+    applied to the paused calls they name.
     """
     try:
-        return await _conversation(agent, prompt, executor, decisions or {}, paused)
+        return await _conversation(agent, prompt, executor, decisions or {}, paused, start)
     finally:  # a call claimed with its response runs unless the loop stops before it
         await executor.release_ahead()
 
@@ -199,6 +212,7 @@ async def _conversation(
     executor: Executor,
     decisions: Mapping[str, Proposal],
     paused: PausedRun | None,
+    start: Restart | None,
 ) -> AgentRunResult:
     """:func:`run_loop`'s turns."""
     conversation = Conversation(agent.instructions, prompt)
@@ -208,6 +222,9 @@ async def _conversation(
     response: ModelResponse | None = None
     known: dict[str, ToolReturnPart] = {}
     deferred: dict[str, Execution] = {}
+    if start is not None:
+        conversation.messages = list(start.messages)
+        usage, number = start.usage, start.number
     if paused is not None:
         conversation.messages = list(paused.messages)
         usage, number = paused.usage, paused.request_number
