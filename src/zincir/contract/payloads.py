@@ -13,7 +13,10 @@ write one document class. ``to_json()`` is compact and stable, so it can be an i
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Final, Literal, Self, TypeAlias, TypeVar
@@ -45,6 +48,7 @@ from .._json import (
     too_deep,
 )
 from .._memo import TextMemo
+from .._prefixes import note_shared
 from ._invocation import OperationKind
 from ._texts import TextsByObject
 
@@ -247,11 +251,17 @@ class _Strict(BaseModel):
         values = self.__dict__
         pieces = ["{"]  # joined once: a long conversation's text is copied once a turn
         deepest = 0
+        first: tuple[_Array, _Array | None, tuple[str, ...]] | None = None
         for name, key in _field_keys(type(self)).items():
             pieces.append(key if len(pieces) == 1 else "," + key)
             if name in kept:
-                inner, depth = _items_text(type(self), name, values[name])
-                pieces += ("[", *inner, "]")
+                array, carried = _items_text(type(self), name, values[name])
+                depth = 1 + array.deepest
+                pieces.append("[")
+                if first is None:  # the parts before it are the text's head
+                    first = (array, carried, tuple(pieces))
+                pieces += array.texts
+                pieces.append("]")
             else:
                 value = plain[name]
                 part = encode_part(value)
@@ -265,32 +275,87 @@ class _Strict(BaseModel):
             text = dumps(value, what=what, str_keys=True)
             return text, depth_bound(text, value)
         pieces.append("}")
-        return checked_size("".join(pieces), what=what), deepest + 1
+        text = checked_size("".join(pieces), what=what)
+        if first is not None:
+            _joined(text, *first)
+        return text, deepest + 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Array:
+    """A kept field's array as last written: its items, the texts that joined make its
+    inside (the items' kept texts and the commas), their length and the items' depth bound;
+    and, for a document's first kept array, the document's text and the parts before the
+    array's inside (its head)."""
+
+    key: tuple[type[_Strict], str, int]
+    items: tuple[_Strict, ...]
+    texts: tuple[str, ...]
+    chars: int
+    deepest: int
+    text: str | None = None
+    head: tuple[str, ...] = ()
 
 
 def _items_text(
     cls: type[_Strict], name: str, items: Sequence[_Strict]
-) -> tuple[tuple[str, ...], int]:
-    """The texts that joined make the inside of the JSON array of ``items`` (their kept
-    texts and the commas), and its depth bound; when the last array this field was written
-    with is a prefix of ``items`` (a conversation that grew), only the new items' texts are
-    added, so earlier messages are not walked or copied again."""
+) -> tuple[_Array, _Array | None]:
+    """The array of ``items``, and the array it carried over: when the last array written
+    for this field of a conversation (told by its first item) is a prefix of ``items`` (a
+    conversation that grew), only the new items' texts are added, so earlier messages are
+    not walked or copied again."""
     items = tuple(items)
-    slot = (cls, name)
-    known = _LAST_ITEMS.get(slot)
-    inner: tuple[str, ...] = ()
-    start, deepest = 0, 0
-    if known is not None:
-        previous, previous_inner, previous_depth = known
-        if len(previous) <= len(items) and items[: len(previous)] == previous:
-            start, inner, deepest = len(previous), previous_inner, previous_depth
-    texts = [_kept_text(item) for item in items[start:]]
-    if texts:
-        added = [part for text, _ in texts for part in (",", text)]
-        inner = (*inner, *added) if inner else tuple(added[1:])
-        deepest = max(deepest, *(depth for _, depth in texts))
-    _LAST_ITEMS[slot] = (items, inner, deepest)
-    return inner, 1 + deepest
+    key = (cls, name, id(items[0]) if items else 0)  # an entry holds its first item alive
+    with _ARRAYS_LOCK:
+        previous = _ARRAYS.get(key)
+    texts: tuple[str, ...] = ()
+    chars = deepest = start = 0
+    carried = None
+    if previous is not None:
+        old = previous.items
+        if len(old) <= len(items) and items[: len(old)] == old:
+            start, texts, chars, deepest = (
+                len(old),
+                previous.texts,
+                previous.chars,
+                previous.deepest,
+            )
+            carried = previous
+    found = [_kept_text(item) for item in items[start:]]
+    if found:
+        added = [part for text, _ in found for part in (",", text)]
+        if not texts:
+            added = added[1:]
+        chars += sum(map(len, added))
+        texts = (*texts, *added)
+        deepest = max(deepest, *(depth for _, depth in found))
+    array = _Array(key, items, texts, chars, deepest)
+    _keep(array)
+    return array, carried
+
+
+def _joined(text: str, array: _Array, carried: _Array | None, head: tuple[str, ...]) -> None:
+    """``text`` was joined from ``head``, then ``array``'s texts: when ``array`` carried
+    over the previous array of its conversation with the same head, both texts begin with
+    the same parts (the very same strings), so their shared prefix is noted for the input's
+    cut (see :mod:`zincir._prefixes`) instead of being compared character by character."""
+    if carried is not None and carried.text is not None and carried.head == head:
+        note_shared(text, carried.text, sum(map(len, head)) + carried.chars)
+    _keep(replace(array, text=text, head=head))
+
+
+def _keep(array: _Array) -> None:
+    """Keep ``array`` as the latest of its field and conversation, within the bounds."""
+    global _ARRAYS_HELD
+    with _ARRAYS_LOCK:
+        replaced = _ARRAYS.pop(array.key, None)
+        if replaced is not None:
+            _ARRAYS_HELD -= len(replaced.text or "")
+        _ARRAYS_HELD += len(array.text or "")
+        _ARRAYS[array.key] = array
+        while len(_ARRAYS) > 1 and (len(_ARRAYS) > _ARRAYS_KEPT or _ARRAYS_HELD > _ARRAYS_CHARS):
+            _, dropped = _ARRAYS.popitem(last=False)
+            _ARRAYS_HELD -= len(dropped.text or "")
 
 
 def _kept_text(document: _Strict) -> tuple[str, int]:
@@ -311,9 +376,13 @@ def _field_keys(cls: type[_Strict]) -> dict[str, str]:
 
 
 _KEYS: dict[type[_Strict], dict[str, str]] = {}
-_LAST_ITEMS: dict[tuple[type[_Strict], str], tuple[tuple[_Strict, ...], tuple[str, ...], int]] = {}
-"""Per document class and kept field: the items it was last written with, the texts that
-joined make their array's inside, and its depth bound."""
+_ARRAYS: OrderedDict[tuple[type[_Strict], str, int], _Array] = OrderedDict()
+"""The latest arrays written, per document class, kept field and first item (one per
+conversation a process carries on at once), within _ARRAYS_KEPT and _ARRAYS_CHARS."""
+_ARRAYS_KEPT: Final = 64
+_ARRAYS_CHARS: Final = 64 * 1024 * 1024  # the documents' texts the arrays hold alive
+_ARRAYS_HELD = 0
+_ARRAYS_LOCK: Final = threading.Lock()
 _RECENT: TextMemo[_Strict] = TextMemo(chars=32 << 20)
 """Documents by the text this process last wrote or read them as (a long conversation's
 request up to 8 M characters included: its handler then reads it without parsing it)."""

@@ -4,12 +4,14 @@ An invocation input longer than a threshold (:data:`OFFLOAD_ABOVE`) is written, 
 workflow starts, to a zincir store that the runtime and its workers both reach (PostgreSQL
 for several machines), in the pieces the store keeps anyway (``zincir._pieces``), referred
 to by its run so ``zincir prune`` removes it with the run. Temporal then carries a *proxy*
-invocation, same identity, whose input is a small :class:`ContentRef` (the input's
-``sha256:`` digest, its size and its description: the last node of its pieces). The worker's
-activity composes the input back and checks it against the digest before the handler
-runs; a record longer than the threshold comes back the same way, as ``content:`` and a
-reference. The workflow only ever holds references: it needs no I/O, so it stays
-deterministic. A workflow history then holds a few hundred bytes per large payload.
+invocation, same identity, whose handler id is marked (:data:`PROXY_PREFIX`) and whose input
+is a small :class:`ContentRef` (the input's ``sha256:`` digest, its size and its
+description: the last node of its pieces). The worker's activity composes the input back and
+checks it against the digest before the handler runs (a worker older than this finds no
+handler for the marked id: the workflow fails closed, without a record). A record longer
+than the threshold comes back the same way, as ``content:`` and a reference, when the
+runtime asked for it. The workflow only ever holds references: it needs no I/O, so it
+stays deterministic. A workflow history then holds a few hundred bytes per large payload.
 
 Why references in zincir's own invocation rather than a Temporal ``PayloadCodec``: a codec
 sees bytes without the run they belong to, so it could not record ``content_refs`` (a
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 
 from .._errors import ContentMissing, InvalidInput, InvalidPayload, RecordFormatError
-from .._validate import utf8_size
+from .._validate import name_problem, utf8_size
 from ..contract import Invocation, Outcome, Record, decode_record, encode_record
 from ..durable._operations import new_operation
 from ..store._content import ContentIndex
@@ -34,11 +36,14 @@ from ._wire import record_wire
 
 __all__ = [
     "OFFLOAD_ABOVE",
+    "PROXY_PREFIX",
     "WIRE_PREFIX",
     "ContentRef",
     "ContentStore",
     "ContentWriter",
+    "can_proxy",
     "content_store_of",
+    "is_proxy",
     "offloaded_record_wire",
     "proxy_of",
     "read_record_wire",
@@ -52,6 +57,9 @@ OFFLOAD_ABOVE: Final = 64 * 1024
 
 WIRE_PREFIX: Final = "content:"
 """A record's wire text that is a reference: this prefix, then a :class:`ContentRef`."""
+
+PROXY_PREFIX: Final = "zincir.ref:"
+"""The handler id of a proxy invocation starts with this (reserved: no handler id may)."""
 
 _KEY: Final = "zincir_content"
 _MAX_PARTS: Final = 4096  # a description longer than this is replaced by one whole piece
@@ -149,14 +157,25 @@ class ContentWriter:
         self._index.forget((run_id,))
 
 
+def can_proxy(invocation: Invocation) -> bool:
+    """Whether the marked handler id of ``invocation``'s proxy is a valid id."""
+    return name_problem("handler_id", PROXY_PREFIX + invocation.handler_id) is None
+
+
+def is_proxy(invocation: Invocation) -> bool:
+    """Whether ``invocation`` is a proxy (its input a reference, its handler id marked)."""
+    return invocation.handler_id.startswith(PROXY_PREFIX)
+
+
 def proxy_of(invocation: Invocation, ref: ContentRef) -> Invocation:
-    """The invocation Temporal carries: the same identity, the reference as its input."""
+    """The invocation Temporal carries: the same identity, a marked handler id (a worker
+    that cannot read references finds no handler for it) and the reference as its input."""
     return Invocation(
         invocation.run_id,
         invocation.step_id,
         invocation.sequence,
         invocation.kind,
-        invocation.handler_id,
+        PROXY_PREFIX + invocation.handler_id,
         ref.to_json(),
     )
 
@@ -167,7 +186,7 @@ def rebind(invocation: Invocation, record: Record) -> Record:
     stored = record.invocation
     if stored == invocation or stored.stable_key() != invocation.stable_key():
         return record
-    if (stored.kind, stored.handler_id) != (invocation.kind, invocation.handler_id):
+    if (stored.kind, stored.handler_id) != (invocation.kind, PROXY_PREFIX + invocation.handler_id):
         return record
     ref = ContentRef.parse(stored.input_json)
     if ref is None or ref.sha256 != invocation.input_digest():
@@ -218,8 +237,8 @@ async def resolve_input(store: ContentStore | None, proxy: Invocation) -> Invoca
     what = f"the input of {proxy.stable_key()}"
     if ref is None:
         raise ContentMissing(
-            f"{what} was sent as a content reference but is not one; is the worker older "
-            "than the TemporalRuntime?",
+            f"{what} was sent as a content reference but is not one (handler ids starting "
+            f"with {PROXY_PREFIX!r} are reserved for references)",
             run_id=proxy.run_id,
         )
     if store is None:
@@ -230,9 +249,8 @@ async def resolve_input(store: ContentStore | None, proxy: Invocation) -> Invoca
             run_id=proxy.run_id,
         )
     text = await _compose(store, ref, run_id=proxy.run_id, what=what)
-    real = Invocation(
-        proxy.run_id, proxy.step_id, proxy.sequence, proxy.kind, proxy.handler_id, text
-    )
+    handler_id = proxy.handler_id.removeprefix(PROXY_PREFIX)
+    real = Invocation(proxy.run_id, proxy.step_id, proxy.sequence, proxy.kind, handler_id, text)
     # the digest of the step's previous input continues here: only the new text is hashed
     if real.input_digest() != ref.sha256:
         raise _mismatch(ref, run_id=proxy.run_id, what=what)

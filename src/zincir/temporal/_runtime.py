@@ -46,9 +46,11 @@ from ..durable._retry import RetryPolicy
 from ..store import Store, as_store
 from ._content import (
     OFFLOAD_ABOVE,
+    PROXY_PREFIX,
     WIRE_PREFIX,
     ContentStore,
     ContentWriter,
+    can_proxy,
     content_store_of,
     proxy_of,
     read_record_wire,
@@ -311,6 +313,14 @@ class TemporalRuntime:
             lease = self.record_store.lease_for(invocation.run_id)
         try:
             found = await self._run_workflow(invocation, start=self._registered(invocation))
+        except MissingDurableHandler as error:
+            if self._writer is None or PROXY_PREFIX not in error.detail:
+                raise
+            raise MissingDurableHandler(
+                f"{error.detail}; the workers are older than this TemporalRuntime and do not "
+                "read content references: upgrade them, or drop content_store=",
+                run_id=invocation.run_id,
+            ) from None
         except ContentMissing:
             if self._writer is None:
                 raise
@@ -401,15 +411,18 @@ class TemporalRuntime:
         self, invocation: Invocation, workflow_id: str, digest: str
     ) -> Record:
         """Start the workflow, or attach to the one holding the id; wait for its record."""
-        sent, options = invocation, self._options
-        if self._writer is not None and len(invocation.input_json) > OFFLOAD_ABOVE:
+        sent = invocation
+        if (
+            self._writer is not None
+            and len(invocation.input_json) > OFFLOAD_ABOVE
+            and can_proxy(invocation)
+        ):
             # written before the workflow starts: the worker reads it by its digest
             sent = proxy_of(invocation, await self._writer.put_input(invocation))
-            options = {**options, "input_ref": True}
         try:
             started: WorkflowHandle[Any, str] = await self.client.start_workflow(
                 WORKFLOW_NAME,
-                args=[sent.to_dict(), options],
+                args=[sent.to_dict(), self._options],
                 id=workflow_id,
                 task_queue=self.task_queue,
                 result_type=str,

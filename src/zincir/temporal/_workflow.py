@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from .._validate import printable
     from ..contract import Failure, Invocation, Record
     from ..durable._registry import HandlerRegistry, attempt_outcome
-    from ._content import ContentStore, offloaded_record_wire, resolve_input
+    from ._content import ContentStore, is_proxy, offloaded_record_wire, resolve_input
     from ._wire import DEFAULT_MAX_RECORD_BYTES, encode_wire
 
 __all__ = [
@@ -99,9 +99,8 @@ class OperationWorkflow:
         activity_options: dict[str, Any] = {
             "max_record_bytes": int(options.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES))
         }
-        for name in ("input_ref", "offload_above"):  # content references (see _content)
-            if name in options:
-                activity_options[name] = options[name]
+        if "offload_above" in options:  # records may come back as references (see _content)
+            activity_options["offload_above"] = options["offload_above"]
         try:
             result: str = await workflow.execute_activity(
                 ACTIVITY_NAME,
@@ -191,7 +190,7 @@ class OperationActivities:
         options = options or {}
         max_record_bytes = int(options.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES))
         request = sent = _parse_invocation(invocation)
-        if options.get("input_ref"):
+        if is_proxy(sent):
             try:
                 request = await resolve_input(self.content_store, sent)
             except ContentMissing as error:

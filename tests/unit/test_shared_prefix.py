@@ -1,0 +1,100 @@
+"""The prefix a model request shares with its conversation's previous request, known from
+how both were joined (zincir._prefixes): noted only where true, and exactly how long."""
+
+from __future__ import annotations
+
+import hashlib
+
+from zincir._prefixes import known_shared, note_shared
+from zincir.contract import Invocation, OperationKind
+from zincir.contract.payloads import (
+    Message,
+    ModelRequest,
+    TextPart,
+    ToolDefinition,
+    ToolReturnPart,
+)
+
+
+def message(run: str, n: int, size: int = 300) -> Message:
+    body = f"{run} message {n} " + "x" * size
+    if n % 2:
+        part = ToolReturnPart(tool_call_id=f"c{n}", tool_name="read", content=body)
+        return Message(role="tool", parts=(part,))
+    return Message(role="assistant", parts=(TextPart(text=body),))
+
+
+TOOLS = (ToolDefinition(name="read", description="Read one section. " + "d" * 300),)
+
+
+def common(a: str, b: str) -> int:
+    """The length of the longest common prefix, found the slow way."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def test_a_note_is_known_for_its_very_texts_only() -> None:
+    text, earlier = "".join(["ab", "cdef"]), "".join(["ab", "cdxy"])
+    note_shared(text, earlier, 4)
+    assert known_shared(text, earlier) == 4
+    assert known_shared(text, "".join(["ab", "cdxy"])) == 0  # an equal text, not the one noted
+    assert known_shared(earlier, text) == 0
+    note_shared(text, earlier, 7)  # past the shorter text: not kept
+    assert known_shared(text, earlier) == 4
+
+
+def test_a_grown_conversation_notes_exactly_the_prefix_it_shares() -> None:
+    messages = [Message(role="user", parts=(TextPart(text="Read the catalogue."),))]
+    texts: list[str] = []
+    for n in range(12):
+        request = ModelRequest(model="m", messages=tuple(messages), tools=TOOLS)
+        texts.append(request.to_json())
+        messages += [message("a", 2 * n), message("a", 2 * n + 1)]
+    for earlier, text in zip(texts, texts[1:], strict=False):
+        shared = known_shared(text, earlier)
+        assert shared == common(text, earlier) > 0
+        assert earlier[shared:].startswith("]")  # the earlier messages end there
+    assert known_shared(texts[-1], texts[-2]) > len(texts[-2]) * 0.9
+
+
+def test_conversations_carried_on_together_each_note_their_own_prefix() -> None:
+    runs = {
+        run: [Message(role="user", parts=(TextPart(text=f"prompt of {run}"),))] for run in "abc"
+    }
+    last: dict[str, str] = {}
+    for n in range(6):
+        for run, messages in runs.items():
+            text = ModelRequest(model="m", messages=tuple(messages), tools=TOOLS).to_json()
+            if run in last:
+                shared = known_shared(text, last[run])
+                assert shared == common(text, last[run]) > 0
+            last[run] = text
+            messages.append(message(run, n))
+
+
+def test_no_note_where_the_parts_before_the_messages_changed() -> None:
+    messages = [Message(role="user", parts=(TextPart(text="hello"),)), message("d", 1)]
+    first = ModelRequest(model="one", messages=tuple(messages)).to_json()
+    messages.append(message("d", 2))
+    second = ModelRequest(model="two", messages=tuple(messages)).to_json()
+    assert known_shared(second, first) == 0
+
+
+def test_no_note_where_the_conversation_did_not_grow_from_the_last_one() -> None:
+    start = Message(role="user", parts=(TextPart(text="hello"),))
+    first = ModelRequest(messages=(start, message("e", 1), message("e", 2))).to_json()
+    second = ModelRequest(messages=(start, message("e", 1), message("e", 3))).to_json()
+    assert known_shared(second, first) == 0
+    assert ModelRequest.from_json(second).messages[2] == message("e", 3)
+
+
+def test_digests_of_a_growing_conversation_are_the_sha256_of_each_whole_input() -> None:
+    messages = [Message(role="user", parts=(TextPart(text="Read the catalogue."),))]
+    for n in range(30):
+        text = ModelRequest(model="m", messages=tuple(messages), tools=TOOLS).to_json()
+        invocation = Invocation("shared-prefix", "model", n, OperationKind.MODEL_REQUEST, "h", text)
+        expected = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+        assert invocation.input_digest() == expected
+        messages += [message("f", 2 * n, size=500 + n), message("f", 2 * n + 1)]
