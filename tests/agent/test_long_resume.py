@@ -180,8 +180,15 @@ async def test_a_run_that_paused_for_an_approval_restarts_at_that_turn(
         timeout=120,
     )
     assert started.stdout == "paused c-10\n", started.stderr
+    waiting = build(TURNS, tmp_path / "waiting.log", reject=(20, TURNS - 7), approve=(10,))
+    async with Runner(store_target, [waiting], lease_ttl=LEASE_TTL) as runner:
+        still = await runner.resume("long")  # undecided: the same pause, not logged again
+    assert still.paused is not None and [c.call_id for c in still.paused.calls] == ["c-10"]
+    assert lines(tmp_path / "waiting.log") == []
     store = zincir.open_store(store_target)
     try:
+        events = await store.list_events("long")
+        assert [e.type for e in events].count("agent_paused") == 1
         await decide(store, approval_id("long", "c-10"), Approve())
     finally:
         await store.close()
@@ -195,7 +202,7 @@ async def test_a_run_that_paused_for_an_approval_restarts_at_that_turn(
         result = await runner.resume("long")
     assert lines(third)[0] == f"tool {TURNS - 6}"
     assert "refund 10" not in lines(third)
-    assert restarts == [10]  # the turn that paused replays
+    assert restarts == [10, 10]  # the turn that paused replays
     whole = await reference(
         store_target, tmp_path / "ref.log", reject=(20, TURNS - 7), approve=(10,)
     )

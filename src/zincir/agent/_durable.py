@@ -779,8 +779,10 @@ def _turns_before(events: Sequence[Event], limit: int, ran: set[int]) -> list[Us
 
     for event in events:
         payload = event.payload
-        if not isinstance(payload, dict):
+        if event.type not in ("llm_call", "tool_result", PAUSED_EVENT):
             continue
+        if not isinstance(payload, dict):
+            return None
         if event.type == "llm_call":
             end_turn()
             if len(usages) >= limit:
