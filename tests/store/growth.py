@@ -53,7 +53,8 @@ class Growth:
 
     def assert_linear(self, ratio: float = 1.1) -> tuple[float, float]:
         """Bytes added per turn over the last 30 % of the run are at most ``ratio`` times
-        those of turns 10-40 % (as stored, and for SQLite in the file); the stored pair."""
+        those of turns 10-40 % as stored, and at most :data:`FILE_RATIO` times in a SQLite
+        file; the stored pair."""
         early, late = per_turn(self.stored)
         assert late <= ratio * early, (
             f"stored bytes a turn grew from {early:.0f} early to {late:.0f} late"
@@ -63,13 +64,18 @@ class Growth:
             # The file moves in pages, and a B-tree's inner pages split now and then (a
             # logarithmic growth): three pages over the late window are let pass.
             slack = 3 * PAGE / late_window(len(self.files))
-            assert file_late <= ratio * file_early + slack, (
+            assert file_late <= FILE_RATIO * file_early + slack, (
                 f"database bytes a turn grew from {file_early:.0f} early to {file_late:.0f} late"
             )
         return early, late
 
 
 PAGE = 4096
+FILE_RATIO = 1.6
+"""How far a SQLite file's bytes a turn may drift while its content grows linearly: a
+B-tree page holds between half and all it can (``operations`` rows grow when their record
+is written, and a full page splits in two), and a 200-turn pydantic-ai run's ``operations``
+pages go from 1.33 a turn to a steady 2.0 near turn 100 (600 turns: 2.0 to the end)."""
 
 
 def late_window(turns: int) -> int:
