@@ -343,17 +343,20 @@ async def test_a_worker_without_a_content_store_says_to_give_it_one(
         await store.close()
 
 
+async def long_answer(invocation: Invocation, request: Any) -> Any:
+    return {"text": "y" * (3 * 1024 * 1024)}  # over the 2 MiB Temporal payload whole
+
+
+LONG = HandlerRegistry()
+LONG.register(OperationKind.TOOL_CALL, "long", long_answer)
+
+
 async def test_a_small_input_travels_whole_and_a_large_output_by_reference(
     client: Client, tmp_path: Path
 ) -> None:
     queue = f"content-out-{uuid.uuid4().hex}"
     store = zincir.open_store(tmp_path / "a.db")
-    registry = HandlerRegistry()
-
-    async def long_answer(invocation: Invocation, request: Any) -> Any:
-        return {"text": "y" * (3 * 1024 * 1024)}  # over the 2 MiB Temporal payload whole
-
-    registry.register(OperationKind.TOOL_CALL, "long", long_answer)
+    registry = LONG
     try:
         runtime = TemporalRuntime(
             client,
@@ -377,6 +380,35 @@ async def test_a_small_input_travels_whole_and_a_large_output_by_reference(
         assert description.raw_description.workflow_execution_info.history_size_bytes < 8_000
     finally:
         await store.close()
+
+
+async def test_a_record_reference_the_runtime_cannot_resolve_is_a_typed_error(
+    client: Client, tmp_path: Path
+) -> None:
+    """The worker kept the record in another store: ContentMissing names the run and the
+    workflow, and says what to do."""
+    queue = f"content-rec-{uuid.uuid4().hex}"
+    mine, theirs = zincir.open_store(tmp_path / "a.db"), zincir.open_store(tmp_path / "b.db")
+    try:
+        runtime = TemporalRuntime(
+            client,
+            task_queue=queue,
+            registrations=[("tool_call", "long")],
+            content_store=mine,
+            retry=FAST_RETRY,
+        )
+        invocation = Invocation(
+            f"rec-{uuid.uuid4().hex}", "tool.call", 0, OperationKind.TOOL_CALL, "long", "{}"
+        )
+        async with Worker(client, LONG, queue, content_store=theirs):
+            with pytest.raises(ContentMissing, match="the record of workflow") as raised:
+                await runtime.execute(invocation)
+        assert raised.value.run_id == invocation.run_id
+        assert runtime.workflow_id(invocation) in str(raised.value)
+        assert "content_store" in str(raised.value)
+    finally:
+        await mine.close()
+        await theirs.close()
 
 
 async def test_the_cli_worker_reads_references_from_its_content_store(

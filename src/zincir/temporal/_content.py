@@ -194,40 +194,42 @@ def rebind(invocation: Invocation, record: Record) -> Record:
     return Record.for_invocation(invocation, record.outcome)
 
 
-async def _compose(store: ContentStore, ref: ContentRef, *, run_id: str, what: str) -> str:
+_AGAIN: Final = (
+    "the worker and the TemporalRuntime must use the same store (content_store=), and a "
+    "run's content is removed when the run is pruned; execute the operation again to write "
+    "it anew"
+)
+
+
+async def _compose(
+    store: ContentStore, ref: ContentRef, *, run_id: str, what: str, advice: str
+) -> str:
     """The text ``ref`` stands for, unchecked (the store's content cache keeps a
     conversation's earlier pieces, so its next request reads only what it added)."""
     try:
         return await store.compose_content(ref.parts, run_id=run_id)
     except ContentMissing as error:
-        raise ContentMissing(
-            f"the content of {what} is not in the store ({error.detail}): the worker and "
-            "the TemporalRuntime must use the same store (content_store=), and a run's "
-            "content is removed when the run is pruned; execute the operation again to "
-            "write it anew",
-            run_id=run_id,
-        ) from None
+        problem = f"the content of {what} is not in the store ({error.detail})"
     except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise ContentMissing(
-            f"the stored content of {what} is malformed ({type(error).__name__}: {error}); "
-            "execute the operation again to write it anew",
-            run_id=run_id,
-        ) from None
+        problem = f"the stored content of {what} is malformed ({type(error).__name__}: {error})"
+    raise ContentMissing(f"{problem}: {advice}", run_id=run_id)
 
 
-def _mismatch(ref: ContentRef, *, run_id: str, what: str) -> ContentMissing:
+def _mismatch(ref: ContentRef, *, run_id: str, what: str, advice: str) -> ContentMissing:
     return ContentMissing(
-        f"the content stored for {what} does not match its digest {ref.sha256}; the store "
-        "was changed outside zincir: execute the operation again",
+        f"the content stored for {what} does not match its digest {ref.sha256} (the store "
+        f"was changed outside zincir): {advice}",
         run_id=run_id,
     )
 
 
-async def read_text(store: ContentStore, ref: ContentRef, *, run_id: str, what: str) -> str:
+async def read_text(
+    store: ContentStore, ref: ContentRef, *, run_id: str, what: str, advice: str = _AGAIN
+) -> str:
     """The text ``ref`` stands for, checked against its digest."""
-    text = await _compose(store, ref, run_id=run_id, what=what)
+    text = await _compose(store, ref, run_id=run_id, what=what, advice=advice)
     if _digest(text) != ref.sha256:
-        raise _mismatch(ref, run_id=run_id, what=what)
+        raise _mismatch(ref, run_id=run_id, what=what, advice=advice)
     return text
 
 
@@ -248,12 +250,12 @@ async def resolve_input(store: ContentStore | None, proxy: Invocation) -> Invoca
             "TemporalRuntime writes to) to zincir.temporal.Worker",
             run_id=proxy.run_id,
         )
-    text = await _compose(store, ref, run_id=proxy.run_id, what=what)
+    text = await _compose(store, ref, run_id=proxy.run_id, what=what, advice=_AGAIN)
     handler_id = proxy.handler_id.removeprefix(PROXY_PREFIX)
     real = Invocation(proxy.run_id, proxy.step_id, proxy.sequence, proxy.kind, handler_id, text)
     # the digest of the step's previous input continues here: only the new text is hashed
     if real.input_digest() != ref.sha256:
-        raise _mismatch(ref, run_id=proxy.run_id, what=what)
+        raise _mismatch(ref, run_id=proxy.run_id, what=what, advice=_AGAIN)
     return real
 
 
@@ -301,4 +303,10 @@ async def read_record_wire(
             "its workers write to",
             run_id=run_id,
         )
-    return decode_record(await read_text(store, ref, run_id=run_id, what=what))
+    advice = (
+        "the workers must write to this runtime's content_store; if the run was pruned "
+        "while Temporal still holds the workflow, delete the workflow (or wait for the "
+        "namespace's retention) and execute again"
+    )
+    text = await read_text(store, ref, run_id=run_id, what=f"the record of {what}", advice=advice)
+    return decode_record(text)
