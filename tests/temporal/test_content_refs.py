@@ -145,6 +145,55 @@ async def test_a_conversation_of_several_mib_runs_on_temporal_through_references
     assert await store.read_content(digests) == {}
 
 
+async def test_content_pruned_under_a_runtime_is_written_again(
+    client: Client, store_target: str
+) -> None:
+    """The runtime remembers what it wrote for a run; once the run is pruned, a worker that
+    must read the run's content from the database fails closed, and the runtime writes the
+    content again and starts the workflow anew."""
+    queue = f"content-pruned-{uuid.uuid4().hex}"
+    stores = [zincir.open_store(store_target) for _ in range(3)]
+    runtime_store, first_worker, fresh_worker = stores
+    try:
+        runtime = runtime_for(client, queue, runtime_store, content_store=runtime_store)
+        runner = Runner(runtime_store, [reader], runtime=runtime)
+        async with Worker(client, runner.registry, queue, content_store=first_worker):
+            result = await runner.run(reader, PROMPT)
+        assert result.run_id is not None
+        row = await runtime_store.get_operation(OperationKey(result.run_id, "model.request", PAGES))
+        assert row is not None and row.record is not None
+        last = decode_record(row.record).invocation
+        report = await runtime_store.prune_runs(
+            before=runtime_store.now() + timedelta(days=1),
+            statuses=["completed"],
+            max_events=10_000,
+        )
+        assert report.run_ids == [result.run_id]
+
+        again = Invocation(
+            last.run_id, last.step_id, 1000, last.kind, last.handler_id, last.input_json
+        )
+        async with Worker(client, runner.registry, queue, content_store=fresh_worker):
+            record = await runtime.execute(again)
+        assert isinstance(record.outcome, Success) and record.invocation == again
+        statuses: list[str] = []
+        for _ in range(100):  # visibility lags a little
+            statuses = sorted(
+                execution.status.name
+                async for execution in client.list_workflows(
+                    f'WorkflowId="{runtime.workflow_id(again)}"'
+                )
+                if execution.status is not None
+            )
+            if len(statuses) == 2:
+                break
+            await asyncio.sleep(0.1)
+        assert statuses == ["COMPLETED", "FAILED"]  # failed closed, then started anew
+    finally:
+        for opened in stores:
+            await opened.close()
+
+
 async def references(
     client: Client, workflow_ids: Iterable[str]
 ) -> tuple[list[ContentRef], list[ContentRef]]:
