@@ -178,12 +178,9 @@ async def test_content_pruned_under_a_runtime_is_written_again(
         assert isinstance(record.outcome, Success) and record.invocation == again
         statuses: list[str] = []
         for _ in range(100):  # visibility lags a little
+            listed = client.list_workflows(f'WorkflowId="{runtime.workflow_id(again)}"')
             statuses = sorted(
-                execution.status.name
-                async for execution in client.list_workflows(
-                    f'WorkflowId="{runtime.workflow_id(again)}"'
-                )
-                if execution.status is not None
+                [execution.status.name async for execution in listed if execution.status]
             )
             if len(statuses) == 2:
                 break
