@@ -7,6 +7,11 @@ Concatenating the literal text between pieces and the pieces gives back the exac
 nothing depends on the cut being the "right" one, only on it being the same for the same
 text. An input with no piece is short (its literal text is bounded).
 
+A piece that holds a JSON string of at least :data:`TEXT_PIECE_MIN_CHARS` (a tool's long
+result, say) is stored as a description of its own, ``[literal, {"p": string}, literal]``,
+referred to as ``{"d": piece}``: the string is then a piece that a record's output or an
+event's payload holding the same text shares (see :func:`text_pieces`).
+
 Each piece also closes a *node*: ``[{"n": previous node}, literal before the piece,
 {"p": piece}]``, content-addressed by the SHA-256 of its text. The node of the last piece
 names the whole prefix, so an input is described as ``[{"n": node}, tail literal]``,
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
@@ -30,17 +36,25 @@ from typing import Any, Final, Protocol
 
 __all__ = [
     "PIECE_MIN_CHARS",
+    "TEXT_PIECE_MIN_CHARS",
     "Expansions",
     "InputLayout",
     "Piece",
     "compose",
     "layout",
+    "long_strings",
     "node_text",
     "parse_description",
+    "text_pieces",
 ]
 
 PIECE_MIN_CHARS: Final = 256
 """A member value or array element shorter than this stays in the literal text."""
+TEXT_PIECE_MIN_CHARS: Final = 1024
+"""A JSON string this long (quotes included) is a piece of its own wherever it stands."""
+_LITERAL: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+"""A JSON string literal: matched from a token boundary, it tokenises every string (outside
+strings JSON has no quote), so long ones are found without parsing."""
 _CACHED_STEPS: Final = 256
 _CACHED_CHARS: Final = 64 * 1024 * 1024  # the layouts kept hold their texts alive
 _CACHE_MIN_CHARS: Final = 4096  # shorter inputs are cut afresh: cheaper than keeping them
@@ -60,6 +74,13 @@ class Piece:
     node_text: str
     in_array: bool
     state: Any  # a hashlib sha256 object holding the input's bytes up to ``end``
+    stored: str | None = None  # its description when long strings in it are pieces
+    strings: tuple[tuple[str, str], ...] = ()  # (digest, text) of those strings
+
+    def rows(self, text: str) -> list[tuple[str, str]]:
+        """(digest, text) of the content rows this piece stands on, its node's last."""
+        body = text[self.start : self.end] if self.stored is None else self.stored
+        return [*self.strings, (self.digest, body), (self.node, self.node_text)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,27 +93,42 @@ class InputLayout:
     digest: str
     reused: int = 0
 
+    def tail(self) -> tuple[str, str] | None:
+        """(digest, text) of the literal after the last piece when it is long enough to be
+        stored as a piece (a request's tools and settings, the same every turn)."""
+        if not self.pieces:
+            return None
+        text = self.text[self.pieces[-1].end :]
+        if len(text) < PIECE_MIN_CHARS:
+            return None
+        return _sha(text.encode("utf-8")), text
+
     def description(self) -> str:
-        """The stored form of the input: its last node and the literal after it."""
+        """The stored form of the input: its last node and the literal after it (or that
+        literal's piece)."""
         if not self.pieces:
             return _dumps([self.text])
         last = self.pieces[-1]
+        tail = self.tail()
+        if tail is not None:
+            return _dumps([{"n": last.node}, {"p": tail[0]}])
         return _dumps([{"n": last.node}, self.text[last.end :]])
 
     def new_content(self) -> list[tuple[str, str]]:
         """(digest, text) of every piece and node this layout did not reuse."""
-        found: list[tuple[str, str]] = []
-        for piece in self.pieces[self.reused :]:
-            found.append((piece.digest, self.text[piece.start : piece.end]))
-            found.append((piece.node, piece.node_text))
-        return found
+        return self._content(self.pieces[self.reused :])
 
     def all_content(self) -> list[tuple[str, str]]:
         """(digest, text) of every piece and node of the input."""
+        return self._content(self.pieces)
+
+    def _content(self, pieces: Iterable[Piece]) -> list[tuple[str, str]]:
         found: list[tuple[str, str]] = []
-        for piece in self.pieces:
-            found.append((piece.digest, self.text[piece.start : piece.end]))
-            found.append((piece.node, piece.node_text))
+        for piece in pieces:
+            found.extend(piece.rows(self.text))
+        tail = self.tail()
+        if tail is not None:
+            found.append(tail)
         return found
 
 
@@ -100,10 +136,42 @@ def _dumps(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def node_text(previous: str | None, literal: str, piece: str) -> str:
-    """The text of the node closing ``piece`` after ``literal``, following ``previous``."""
+def node_text(previous: str | None, literal: str, piece: str, described: bool = False) -> str:
+    """The text of the node closing ``piece`` after ``literal``, following ``previous``
+    (``described``: the piece is stored as a description, see :func:`text_pieces`)."""
     head: list[object] = [] if previous is None else [{"n": previous}]
-    return _dumps([*head, literal, {"p": piece}])
+    return _dumps([*head, literal, {"d" if described else "p": piece}])
+
+
+def text_pieces(
+    text: str, start: int = 0, end: int | None = None
+) -> tuple[str, tuple[tuple[str, str], ...]] | None:
+    """``text[start:end]`` (whole JSON values) with each JSON string of at least
+    :data:`TEXT_PIECE_MIN_CHARS` cut out: its description ``[literal, {"p": digest}, …]``
+    and the (digest, string) rows; None when it holds no such string."""
+    stop = len(text) if end is None else end
+    segments: list[object] = []
+    rows: list[tuple[str, str]] = []
+    at = start
+    for begin, finish, digest in long_strings(text, start, stop):
+        segments.extend((text[at:begin], {"p": digest}))
+        rows.append((digest, text[begin:finish]))
+        at = finish
+    if not rows:
+        return None
+    segments.append(text[at:stop])
+    return _dumps(segments), tuple(rows)
+
+
+def long_strings(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int, str]]:
+    """(start, end, SHA-256) of each JSON string of at least :data:`TEXT_PIECE_MIN_CHARS`
+    in ``text[start:end]`` (whole JSON values)."""
+    stop = len(text) if end is None else end
+    return [
+        (found.start(), found.end(), _sha(found.group().encode("utf-8")))
+        for found in _LITERAL.finditer(text, start, stop)
+        if found.end() - found.start() >= TEXT_PIECE_MIN_CHARS
+    ]
 
 
 def _sha(data: bytes) -> str:
@@ -129,8 +197,11 @@ class _Cut:
         self.hasher.update(text[self.hashed : start].encode("utf-8"))
         self.hasher.update(body)
         self.hashed = end
-        digest = _sha(body)
-        node = node_text(previous.node if previous else None, literal, digest)
+        cut = None if end - start < TEXT_PIECE_MIN_CHARS else text_pieces(text, start, end)
+        if cut is not None and cut[1][0][1] == text[start:end]:
+            cut = None  # the piece is one long string: stored as is, shared all the same
+        digest = _sha(body) if cut is None else _sha(cut[0].encode("utf-8"))
+        node = node_text(previous.node if previous else None, literal, digest, cut is not None)
         self.pieces.append(
             Piece(
                 start,
@@ -140,6 +211,8 @@ class _Cut:
                 node,
                 in_array,
                 self.hasher.copy(),
+                None if cut is None else cut[0],
+                () if cut is None else cut[1],
             )
         )
 
@@ -272,7 +345,8 @@ def layout(text: str, step: tuple[str, str, str] | None = None) -> InputLayout:
 
 
 def parse_description(text: str) -> list[Any]:
-    """The segments of a stored description (or node): strings, ``{"p":…}``, ``{"n":…}``."""
+    """The segments of a stored description (or node): strings, ``{"p":…}`` (a piece),
+    ``{"d":…}`` (a piece stored as a description) and ``{"n":…}`` (a node)."""
     segments = json.loads(text)
     if not isinstance(segments, list):
         raise ValueError("a content description is a JSON array")
@@ -342,6 +416,6 @@ def _flat(segments: list[Any], fetch: Callable[[Iterable[str]], Mapping[str, str
         elif "p" in segment:
             out.append(fetch((segment["p"],))[segment["p"]])
         else:
-            node = segment["n"]
+            node = segment["n"] if "n" in segment else segment["d"]
             stack.extend(reversed(parse_description(fetch((node,))[node])))
     return "".join(out)

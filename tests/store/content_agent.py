@@ -98,9 +98,10 @@ async def run_on(
     turns: int,
     called: Callable[[str], None] | None = None,
     stop_at: int | None = None,
+    size: int = 400,
 ) -> AgentRunResult:
-    """:func:`run` on an open store."""
-    agent = build(turns, called=called, stop_at=stop_at)
+    """:func:`run` on an open store (tool results of ``size`` characters)."""
+    agent = build(turns, size, called=called, stop_at=stop_at)
     deadline = time.monotonic() + 30
     while True:
         try:

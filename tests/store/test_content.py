@@ -19,9 +19,11 @@ import zincir
 from tests.conftest import REPO
 from tests.helpers import BOTH_BACKENDS, backend_target, is_postgres, select
 from tests.store import content_agent
+from zincir._json import encode_part
 from zincir.contract import decode_record, encode_record
 from zincir.contract._codec import decode_record_for, record_input_removed
 from zincir.store import OperationKey, Store
+from zincir.store._content import OUTPUT_PARTS
 from zincir.store._readonly import open_read_only
 
 FIXTURE = Path(__file__).with_name("pre_content.db")
@@ -109,6 +111,64 @@ async def test_a_long_conversation_is_stored_once_and_read_whole(
     invocation = decode_record(records[key]).invocation
     invocation.validate(None)
     assert encode_record(decode_record_for(kept.record, invocation)) == records[key]
+
+
+async def test_a_long_tool_result_is_stored_once_and_read_whole(
+    store: Store, store_url: str
+) -> None:
+    """A tool result of 2 KB is one content row: the tool call's record keeps its output's
+    description, the ``tool_result`` event keeps "" in its place, the next request's message
+    refers to it; every read (records, the log, the read-only view, archived events) gets
+    the whole text back, and a prune removes it with the run."""
+    result = await content_agent.run_on(store, "big", 6, size=2048)
+    assert result.output == "read 6 sections"
+    text = content_agent.section_text(3, 2048)
+    literal = encode_part(text)
+    assert select(store_url, "SELECT COUNT(*) FROM content WHERE body = ?", (literal,)) == [(1,)]
+    tool_records = select(
+        store_url,
+        "SELECT record FROM operations WHERE run_id = 'big' AND kind = 'tool_call'",
+    )
+    assert len(tool_records) == 6
+    assert all(OUTPUT_PARTS in record and len(record) < 1_200 for (record,) in tool_records)
+    stored_events = select(
+        store_url,
+        "SELECT payload, payload_pieces FROM events WHERE run_id = 'big' AND type = 'tool_result'",
+    )
+    assert len(stored_events) == 6
+    assert all(len(payload) < 200 and pieces for payload, pieces in stored_events)
+    records = await whole_records(store, store_url, "big")  # composed, digests checked
+    outputs = [
+        decode_record(record).outcome
+        for key, record in records.items()
+        if key.step_id.endswith("tool.call")
+    ]
+    assert any(text in str(outcome) for outcome in outputs)
+    logged = {
+        event.payload["id"]: event.payload["result"]
+        for event in await store.list_events("big")
+        if event.type == "tool_result"
+    }
+    assert logged["call-3"] == text
+    with open_read_only(store_url).snapshot() as view:
+        shown = [row for row in view.events("big", 0, 500) if row["type"] == "tool_result"]
+    assert [row["payload"]["result"] for row in shown][2] == text
+    last_seq = (await store.list_events("big"))[-1].seq
+    await store.compact_run("big", max_events=2)  # archived events compose the same
+    assert [e.payload for e in await store.list_events("big") if e.type == "tool_result"][2][
+        "result"
+    ] == text
+    with open_read_only(store_url).snapshot() as view:
+        again = [row for row in view.events("big", 0, 500) if row["type"] == "tool_result"]
+        before = view.events_before("big", last_seq + 1, 500)
+    assert again[2]["payload"]["result"] == text
+    assert [row["payload"] for row in before if row["type"] == "tool_result"][2]["result"] == text
+    no_dangling_content(store_url)
+    report = await store.prune_runs(
+        before=store.now() + timedelta(days=1), statuses=["completed"], max_events=10_000
+    )
+    assert report.run_ids == ["big"]
+    assert select(store_url, "SELECT COUNT(*) FROM content") == [(0,)]
 
 
 def zincir_json(text: str) -> Any:
@@ -453,3 +513,45 @@ async def test_a_resumed_long_run_composes_no_input_it_replays(
         assert "read_section" in str(raised.value)  # the stored input read to say what differs
     finally:
         await store.close()
+
+
+def test_long_strings_of_outputs_and_events_compose_exactly() -> None:
+    """A record's output and an event's payload holding long strings with escapes, control
+    characters and non-ASCII text (two in one payload, one repeated): the stored forms hold
+    each string as a piece, and composing gives the exact text back."""
+    from zincir._json import dumps
+    from zincir.contract import Invocation, Record, Success
+    from zincir.contract._codec import record_without_input
+    from zincir.store import NewOperation
+    from zincir.store._content import ContentIndex, cut_events, event_payload
+    from zincir.store._operation_records import OperationOutcome
+    from zincir.store._records import NewEvent
+
+    odd = 'a "quoted" back\\slash \n\t\x01 é 😀 \u2028 ' * 60
+    other = "plain text of another result " * 50
+    output = dumps({"content": odd, "also": [other, "short"], "again": odd})
+    invocation = Invocation("odd", "tool.call", 1, "tool_call", "h", '{"a":1}')
+    record = Record.for_invocation(invocation, Success(output))
+    operation = NewOperation(
+        OperationKey("odd", "tool.call", 1), "tool_call", "h", invocation.input_digest(), '{"a":1}'
+    )
+    outcome = OperationOutcome(record_without_input(record), "success", {}, True)
+    index = ContentIndex()
+    plan = index.plan(operation, outcome)
+    assert plan.record is not None and OUTPUT_PARTS in plan.record
+    assert len(plan.record) < 600 and len(plan.rows) == 2  # odd once, other once
+    stored = dict(plan.rows)
+    composed = index.compose_record(
+        plan.record, '{"a":1}', None, lambda digests: {d: stored[d] for d in digests}
+    )
+    assert composed == encode_record(record)
+
+    payload = dumps({"id": "c1", "result": output, "more": odd})
+    events, rows = cut_events(
+        [NewEvent("tool_result", payload, "c1"), NewEvent("tool_call", payload, "c1")]
+    )
+    (kind, kept, call_id, pieces), untouched = events
+    assert (kind, call_id) == ("tool_result", "c1") and pieces is not None and len(kept) < 300
+    assert untouched == ("tool_call", payload, "c1", None)  # intents are kept whole
+    texts = dict(rows)
+    assert event_payload(kept, pieces, lambda ds: {d: texts[d] for d in ds}) == payload

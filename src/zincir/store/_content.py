@@ -6,8 +6,12 @@ An ``operations`` row keeps its input in one of two forms. A short input, with n
 description (its last node and the literal after it), the pieces and nodes are rows of
 ``content`` (digest, body), each referred to by the runs that use it in ``content_refs``
 (run, digest), and ``record`` holds the canonical record with ``null`` for its input.
-Every read composes both back: the exact input, and the canonical record text that
-``decode_record`` checks against its digest.
+A successful record whose output holds a long JSON string (see
+:func:`zincir._pieces.text_pieces`) keeps the description of its output instead
+(:data:`OUTPUT_PARTS`), the string a piece that the next request's message holding the same
+text shares; so does an ``llm_call`` or ``tool_result`` event (:func:`cut_events`). Every
+read composes them back: the exact input, the canonical record text that ``decode_record``
+checks against its digest, and the payload as appended.
 
 A content row is written once per store (``ON CONFLICT DO NOTHING``) and a reference once
 per run. A store remembers, per run, the digests it committed, so a turn writes only the
@@ -17,6 +21,7 @@ other run refers to (:data:`SWEEP_RUN_CONTENT`).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,12 +30,24 @@ from typing import Any, Final
 
 from .._errors import StoreError
 from .._json import encode_part
-from .._pieces import InputLayout, compose, layout, parse_description
+from .._pieces import (
+    TEXT_PIECE_MIN_CHARS,
+    InputLayout,
+    compose,
+    layout,
+    long_strings,
+    parse_description,
+    text_pieces,
+)
 from ..contract._codec import INPUT_LEFT_OUT, record_input_removed, record_with_input
 from ._operation_records import NewOperation, OperationOutcome
+from ._records import NewEvent
 
 __all__ = [
     "CONVERT_BATCH",
+    "CUT_EVENTS",
+    "EVENT_PIECES",
+    "OUTPUT_PARTS",
     "READ_INDEX",
     "SWEEP_RUN_CONTENT",
     "ContentIndex",
@@ -39,7 +56,12 @@ __all__ = [
     "compose_read_rows",
     "convert_row",
     "convert_stored_row",
+    "cut_events",
+    "event_columns",
+    "event_payload",
+    "event_rows",
     "read_columns",
+    "record_with_output",
     "stored_record",
 ]
 
@@ -50,8 +72,16 @@ SWEEP_RUN_CONTENT: Final = (
 )
 """Deletes the content a run refers to that no other run does (format ``param`` with the
 backend's placeholder); run before the run's ``content_refs`` rows are deleted."""
+OUTPUT_PARTS: Final = ',"outcome":{"success":{"output_parts":'
+"""Where a stored record holds its output's description instead of ``output_json``: the
+quotes are bare, so no encoded string holds this text."""
+_OUTPUT_AT: Final = ',"outcome":{"success":{"output_json":'
+_RECORD_END: Final = "}}}"
 CONVERT_BATCH: Final = 200
 """Rows of the former format converted per transaction by the migration."""
+CUT_EVENTS: Final = frozenset({"llm_call", "tool_result"})
+"""The event types whose long strings are stored as content: a model's reply and a tool's
+result, which the run's next request holds too."""
 _CACHED_CHARS: Final = 64 * 1024 * 1024
 _EXPANDED_CHARS: Final = 32 * 1024 * 1024
 _KNOWN_RUNS: Final = 1024
@@ -66,6 +96,8 @@ class InputPlan:
     input_parts: str | None
     rows: tuple[tuple[str, str], ...]
     digests: tuple[str, ...]
+    record: str | None = None
+    """The ``record`` column, when the plan was made for an outcome."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +111,11 @@ class StoredOperation:
 
 
 def stored_record(operation: NewOperation, outcome: OperationOutcome, plan: InputPlan) -> str:
-    """The ``record`` column of ``outcome``: its canonical text with ``null`` for an input
-    stored in pieces, whole for a short input kept in ``input_json``."""
+    """The ``record`` column of ``outcome``: the one its plan made, else its canonical text
+    with ``null`` for an input stored in pieces, whole for a short input kept in
+    ``input_json`` (bounded: repeating it costs less than composing it on every read)."""
+    if plan.record is not None:
+        return plan.record
     if plan.input_parts is None:
         if outcome.input_left_out:
             return record_with_input(outcome.record_json, operation.input_json)
@@ -88,6 +123,34 @@ def stored_record(operation: NewOperation, outcome: OperationOutcome, plan: Inpu
     if outcome.input_left_out:
         return outcome.record_json
     return record_input_removed(outcome.record_json)
+
+
+def _output_cut(record: str) -> tuple[str, tuple[tuple[str, str], ...]] | None:
+    """``record`` (stored form) with its output's description in place of a success's
+    output holding a long string, and the strings' rows; None when there is none."""
+    at = record.rfind(_OUTPUT_AT)
+    if at < 0 or not record.endswith(_RECORD_END):
+        return None
+    encoded = record[at + len(_OUTPUT_AT) : -len(_RECORD_END)]
+    if len(encoded) < TEXT_PIECE_MIN_CHARS:
+        return None
+    output = json.loads(encoded)
+    if not isinstance(output, str) or encode_part(output) != encoded:
+        return None  # not canonical: kept as it came
+    cut = text_pieces(output)
+    if cut is None:
+        return None
+    return record[:at] + OUTPUT_PARTS + cut[0] + _RECORD_END, cut[1]
+
+
+def record_with_output(record: str, fetch: Callable[[Iterable[str]], Mapping[str, str]]) -> str:
+    """``record`` (stored form) with a success's output put back when it holds its
+    description instead (:data:`OUTPUT_PARTS`); unchanged otherwise."""
+    at = record.rfind(OUTPUT_PARTS)
+    if at < 0:
+        return record
+    output = compose(record[at + len(OUTPUT_PARTS) : -len(_RECORD_END)], fetch)
+    return record[:at] + _OUTPUT_AT + encode_part(output) + _RECORD_END
 
 
 def convert_row(input_json: str, record: str | None) -> StoredOperation:
@@ -129,6 +192,58 @@ def convert_stored_row(
     return 1
 
 
+def cut_events(
+    events: Sequence[NewEvent],
+) -> tuple[list[tuple[str, str, str | None, str | None]], list[tuple[str, str]]]:
+    """Each event as (type, stored payload, tool call id, ``payload_pieces``), and the
+    content rows its long strings become: a stored payload holds ``""`` in a long string's
+    place (it stays JSON, its other fields readable by SQL), and ``payload_pieces`` lists
+    ``[offset, digest]`` of each such place (None when there is none)."""
+    stored: list[tuple[str, str, str | None, str | None]] = []
+    rows: list[tuple[str, str]] = []
+    for kind, payload, call_id in events:
+        found = (
+            long_strings(payload)
+            if kind in CUT_EVENTS and len(payload) >= TEXT_PIECE_MIN_CHARS
+            else ()
+        )
+        if not found:
+            stored.append((kind, payload, call_id, None))
+            continue
+        parts: list[str] = []
+        places: list[list[object]] = []
+        at = offset = 0
+        for start, end, digest in found:
+            parts.append(payload[at:start])
+            offset += start - at
+            places.append([offset, digest])
+            parts.append('""')
+            offset += 2
+            rows.append((digest, payload[start:end]))
+            at = end
+        parts.append(payload[at:])
+        stored.append((kind, "".join(parts), call_id, encode_part(places)))
+    return stored, rows
+
+
+def event_payload(
+    payload: str, pieces: str | None, fetch: Callable[[Iterable[str]], Mapping[str, str]]
+) -> str:
+    """An event's payload as appended: ``payload`` with the strings ``pieces`` lists put back
+    (see :func:`cut_events`)."""
+    if pieces is None:
+        return payload
+    places = json.loads(pieces)
+    texts = fetch(digest for _, digest in places)
+    parts: list[str] = []
+    at = 0
+    for offset, digest in places:
+        parts.extend((payload[at:offset], texts[digest]))
+        at = offset + 2
+    parts.append(payload[at:])
+    return "".join(parts)
+
+
 class ContentIndex:
     """A store's memory of its content: the digests committed for each run (so a turn
     writes only what it adds), and a bounded cache of content read back (so composing a
@@ -144,23 +259,34 @@ class ContentIndex:
         self._escapes: OrderedDict[str, tuple[int, str]] = OrderedDict()
         self._escaped_chars = 0
 
-    def plan(self, operation: NewOperation) -> InputPlan:
-        """How ``operation``'s input is written, given what its run already stored."""
+    def plan(self, operation: NewOperation, outcome: OperationOutcome | None = None) -> InputPlan:
+        """How ``operation``'s input (and ``outcome``'s record) is written, given what its
+        run already stored."""
         key = operation.key
         found = layout(operation.input_json, (key.run_id, key.step_id, operation.kind))
-        if not found.pieces:
-            return InputPlan(operation.input_json, None, (), ())
         with self._lock:
             known = self._known.get(key.run_id, set())
-        start = self._first_unknown(found, known)
         rows: list[tuple[str, str]] = []
-        for piece in found.pieces[start:]:
-            if piece.node in known:
-                continue
-            if piece.digest not in known:
-                rows.append((piece.digest, found.text[piece.start : piece.end]))
-            rows.append((piece.node, piece.node_text))
-        return InputPlan("", found.description(), tuple(rows), tuple(d for d, _ in rows))
+        if found.pieces:
+            for piece in found.pieces[self._first_unknown(found, known) :]:
+                if piece.node in known:
+                    continue
+                rows.extend(row for row in piece.rows(found.text) if row[0] not in known)
+            tail = found.tail()
+            if tail is not None and tail[0] not in known:
+                rows.append(tail)
+            stored: tuple[str, str | None] = ("", found.description())
+        else:
+            stored = (operation.input_json, None)
+        record = None
+        if outcome is not None:
+            record = stored_record(operation, outcome, InputPlan(*stored, (), ()))
+            cut = _output_cut(record)
+            if cut is not None:
+                record = cut[0]
+                rows.extend(row for row in cut[1] if row[0] not in known)
+        unique = tuple(dict(rows).items())
+        return InputPlan(*stored, unique, tuple(d for d, _ in unique), record)
 
     @staticmethod
     def _first_unknown(found: InputLayout, known: set[str]) -> int:
@@ -268,12 +394,26 @@ class ContentIndex:
         read: Callable[[Sequence[str]], Mapping[str, str]],
         run_id: str | None = None,
     ) -> str | None:
-        """The canonical record text of a row, its input put back."""
-        if record is None or INPUT_LEFT_OUT not in record:
+        """The canonical record text of a row, its input and output put back."""
+        if record is None:
+            return None
+        record = record_with_output(record, self.fetcher(read, run_id))
+        if INPUT_LEFT_OUT not in record:
             return record  # written whole, before content was stored once
         whole = self.compose_input(input_json, input_parts, read, run_id)
         encoded = None if input_parts is None else self._encoded(input_parts, whole, read, run_id)
         return record_with_input(record, whole, encoded)
+
+    def compose_output(
+        self,
+        record: str | None,
+        read: Callable[[Sequence[str]], Mapping[str, str]],
+        run_id: str | None = None,
+    ) -> str | None:
+        """A row's record with its output put back, its input left as stored."""
+        if record is None or OUTPUT_PARTS not in record:
+            return record
+        return record_with_output(record, self.fetcher(read, run_id))
 
     def _encoded(
         self,
@@ -324,6 +464,36 @@ READ_INDEX: Final = ContentIndex()
 """The content cache of read-only views (content never changes under its digest)."""
 
 
+EVENT_PIECES: Final = "events.payload_pieces"
+"""Named among a read-only view's tables when its ``events`` have ``payload_pieces``."""
+
+
+def event_columns(columns: str, tables: frozenset[str]) -> str:
+    """``columns`` (a select list of ``events``) and the column :func:`compose_read_rows`
+    puts an event's long strings back from (a schema before it has none)."""
+    if EVENT_PIECES not in tables:
+        return columns
+    return f"{columns}, payload_pieces AS zincir_payload_pieces"
+
+
+def event_rows(
+    rows: Iterable[Sequence[Any]],
+    read: Callable[[Sequence[str]], Mapping[str, str]],
+    run_id: str,
+) -> list[tuple[Any, ...]]:
+    """``events`` rows selected as (seq, type, payload, created_at, payload_pieces) as
+    (seq, type, payload, created_at), payloads composed (their pieces read at once)."""
+    found = list(rows)
+    fetch = READ_INDEX.fetcher(read, run_id)
+    wanted = [digest for row in found if row[4] is not None for _, digest in json.loads(row[4])]
+    if wanted:
+        fetch(wanted)  # one read for the page; composing then reads the cache
+    return [
+        (seq, kind, event_payload(payload, pieces, fetch), created)
+        for seq, kind, payload, created, pieces in found
+    ]
+
+
 def read_columns(columns: str, has_content: bool) -> str:
     """``columns`` (a select list of ``operations``) and the stored input's columns that
     :func:`compose_read_rows` needs (a schema without content has no ``input_parts``)."""
@@ -337,15 +507,26 @@ def compose_read_rows(
     """Rows selected with :func:`read_columns`, their input and record composed whole (in
     place): a read-only view shows what ``Store.get_operation`` returns."""
     for row in rows:
+        if "zincir_payload_pieces" in row:
+            pieces = row.pop("zincir_payload_pieces")
+            if pieces is not None:
+                run_id = row.get("run_id")
+                fetch = READ_INDEX.fetcher(read, run_id if isinstance(run_id, str) else None)
+                row["payload"] = event_payload(str(row["payload"]), str(pieces), fetch)
+            continue
         if "zincir_input_text" not in row:
             continue
         text = row.pop("zincir_input_text")
         parts = row.pop("zincir_input_parts", None)
         record = row.get("record")
+        run_id = row.get("run_id")
+        if isinstance(record, str) and OUTPUT_PARTS in record:
+            record = row["record"] = READ_INDEX.compose_output(
+                record, read, run_id if isinstance(run_id, str) else None
+            )
         stripped = isinstance(record, str) and INPUT_LEFT_OUT in record
         if parts is None and not stripped:
             continue
-        run_id = row.get("run_id")
         whole = READ_INDEX.compose_input(
             str(text or ""),
             None if parts is None else str(parts),

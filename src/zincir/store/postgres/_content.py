@@ -10,7 +10,7 @@ from ..._crash import crash_point
 from .._content import CONVERT_BATCH, SWEEP_RUN_CONTENT, InputPlan, convert_stored_row
 from ._base import Conn
 
-__all__ = ["SWEEP", "convert_rows", "reader", "write_content"]
+__all__ = ["SWEEP", "convert_rows", "reader", "write_content", "write_rows"]
 
 SWEEP: Final = SWEEP_RUN_CONTENT.format(param="%s")
 _INSERT: Final = "INSERT INTO content (hash, body) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING"
@@ -43,6 +43,16 @@ def write_content(conn: Conn, run_id: str, plan: InputPlan) -> None:
         cursor.executemany(_INSERT, rows[:half])
         crash_point("store.content_half_written")
         cursor.executemany(_INSERT, rows[half:])
+
+
+def write_rows(conn: Conn, run_id: str, rows: Sequence[tuple[str, str]]) -> None:
+    """Insert the run's references to content rows (digest, body) that may be stored
+    already (an event's long strings), then the rows (references first: see
+    :func:`write_content`)."""
+    if rows:
+        with conn.cursor() as cursor:
+            cursor.executemany(_REFER, [(run_id, digest) for digest, _ in rows])
+            cursor.executemany(_INSERT, rows)
 
 
 def reader(conn: Conn) -> Callable[[Sequence[str]], Mapping[str, str]]:

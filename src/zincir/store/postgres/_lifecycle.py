@@ -69,8 +69,10 @@ _MOVABLE: Final = (
     "NOT EXISTS (SELECT 1 FROM open_intents AS o WHERE o.run_id = e.run_id AND o.seq = e.seq)"
 )
 _ARCHIVE: Final = (
-    "INSERT INTO archived_events (run_id, seq, type, payload, created_at, tool_call_id) "
-    "SELECT e.run_id, e.seq, e.type, e.payload, e.created_at, e.tool_call_id FROM events AS e "
+    "INSERT INTO archived_events (run_id, seq, type, payload, created_at, tool_call_id, "
+    "payload_pieces) "
+    "SELECT e.run_id, e.seq, e.type, e.payload, e.created_at, e.tool_call_id, e.payload_pieces "
+    "FROM events AS e "
     f"{_MOVABLE}"
 )
 _UNLOG: Final = f"DELETE FROM events AS e {_MOVABLE}"

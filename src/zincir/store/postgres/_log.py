@@ -16,9 +16,11 @@ from datetime import datetime
 
 from ..._errors import RunNotFound
 from ..._time import to_db
+from .._content import cut_events
 from .._records import RUN_COLUMNS, Lease, NewEvent, RunRecord
 from .._run_rules import fence_error, transition
 from ._base import Conn
+from ._content import write_rows
 
 __all__ = [
     "RUN_SELECT",
@@ -36,8 +38,8 @@ RUN_SELECT = f"SELECT {', '.join(RUN_COLUMNS)} FROM agent_runs"
 """The columns of a :class:`RunRecord`, in order (convert a row with :func:`run_record`)."""
 
 _INSERT = (
-    "INSERT INTO events (run_id, seq, type, payload, created_at, tool_call_id) "
-    "VALUES (%s, %s, %s, %s, zincir_now(), %s)"
+    "INSERT INTO events (run_id, seq, type, payload, created_at, tool_call_id, payload_pieces) "
+    "VALUES (%s, %s, %s, %s, zincir_now(), %s, %s)"
 )
 STEP_RESULT = (
     "WITH run AS ("
@@ -127,11 +129,14 @@ def append_checked(conn: Conn, items: Sequence[tuple[str, int, Sequence[NewEvent
     Each item is (run id, the run's last seq before, events): the caller's conditional
     UPDATE of the run's row was the fence and already moved ``last_seq`` by ``len(events)``.
     """
-    rows = [
-        (run_id, before + i + 1, kind, payload, call_id)
-        for run_id, before, events in items
-        for i, (kind, payload, call_id) in enumerate(events)
-    ]
+    rows: list[tuple[object, ...]] = []
+    for run_id, before, events in items:
+        stored, pieces_rows = cut_events(events)
+        write_rows(conn, run_id, pieces_rows)
+        rows.extend(
+            (run_id, before + i + 1, kind, payload, call_id, pieces)
+            for i, (kind, payload, call_id, pieces) in enumerate(stored)
+        )
     if len(rows) == 1:
         conn.execute(_INSERT, rows[0])
     elif rows:

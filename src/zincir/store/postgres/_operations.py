@@ -35,7 +35,6 @@ from .._operation_records import (
 from .._operation_rows import (
     OPERATION_COLUMNS,
     OPERATION_WIDTH,
-    as_stored,
     check_log_lease,
     claimed_row,
     completed_event,
@@ -101,7 +100,7 @@ def _select(
                 )
             )
             if whole
-            else as_stored
+            else (lambda record, text, parts: content.compose_output(record, read, key.run_id))
         ),
     )
     return row, now
@@ -182,6 +181,7 @@ def _complete(
             attempts = 1
         else:
             attempts = row.attempts
+            write_content(conn, key.run_id, plan)
             conn.execute(
                 "UPDATE operations SET status = 'completed', outcome = %s, record = %s, "
                 "claim_owner = %s, claim_expires_at = NULL, updated_at = zincir_now(), "
@@ -386,7 +386,7 @@ class OperationOps(PostgresBase):
         nothing.
         """
         check_log_lease(operation, log, lease)
-        plan = self._content.plan(operation)
+        plan = self._content.plan(operation, outcome)
         blocking = await self._write(
             lambda conn: _complete(
                 conn,
@@ -400,7 +400,8 @@ class OperationOps(PostgresBase):
                 log=log,
             )
         )
-        self._content.committed(operation.key.run_id, (plan,))
+        if blocking is None:
+            self._content.committed(operation.key.run_id, (plan,))
         return blocking
 
     async def finish_operation_claiming(
@@ -419,7 +420,7 @@ class OperationOps(PostgresBase):
         transaction. Returns the blocking row (nothing claimed) or None, and the keys
         claimed (an identity that already has a row is left to its own claim)."""
         check_log_lease(operation, log, lease)
-        plan = self._content.plan(operation)
+        plan = self._content.plan(operation, outcome)
         plans = [(claim, claim_owner, self._content.plan(claim)) for claim, claim_owner in ahead]
 
         def write(conn: Conn) -> tuple[OperationRow | None, frozenset[OperationKey]]:
@@ -454,7 +455,8 @@ class OperationOps(PostgresBase):
             return None, claimed
 
         result = await self._write(write)
-        self._content.committed(operation.key.run_id, [plan, *(p for _, _, p in plans)])
+        if result[0] is None:
+            self._content.committed(operation.key.run_id, [plan, *(p for _, _, p in plans)])
         return result
 
     async def save_operation_record(
@@ -466,7 +468,7 @@ class OperationOps(PostgresBase):
     ) -> OperationRow | None:
         """Keep a record produced elsewhere (Temporal): completed, with no claim and one
         attempt in its event; like :meth:`finish_operation` otherwise."""
-        plan = self._content.plan(operation)
+        plan = self._content.plan(operation, outcome)
         blocking = await self._write(
             lambda conn: _complete(
                 conn,
@@ -479,5 +481,6 @@ class OperationOps(PostgresBase):
                 event_attempts=1,
             )
         )
-        self._content.committed(operation.key.run_id, (plan,))
+        if blocking is None:
+            self._content.committed(operation.key.run_id, (plan,))
         return blocking

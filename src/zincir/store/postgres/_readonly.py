@@ -25,7 +25,7 @@ from psycopg.rows import dict_row
 
 from ..._errors import ConnectionLost, NotAZincirDatabase, SchemaTooNew, StoreError
 from ..._validate import MAX_SEQUENCE
-from .._content import compose_read_rows, read_columns
+from .._content import compose_read_rows, event_columns, read_columns
 from .._readonly_rows import (
     REQUIRED_TABLES,
     CheckpointRow,
@@ -151,8 +151,10 @@ class ReadOnlyPostgres:
         tables = frozenset(
             str(name)
             for (name,) in conn.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
-                (self.schema,),
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+                "UNION ALL SELECT table_name || '.' || column_name FROM information_schema.columns "
+                "WHERE table_schema = %s AND table_name = 'events' AND column_name = %s",
+                (self.schema, self.schema, "payload_pieces"),
             )
         )
         if not tables:
@@ -219,6 +221,10 @@ class PostgresSnapshot(ThreadReads):
     def _tuples(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with reading(self._database.path):
             return self._conn.execute(sql, tuple(params)).fetchall()
+
+    def _event_columns(self) -> str:
+        """The columns of an :class:`EventRow` and those its payload is composed from."""
+        return event_columns(_EVENT_COLUMNS, self._tables)
 
     def _stored(self, columns: str) -> str:
         """``columns`` of ``operations`` and those its input and record are composed from."""
@@ -288,7 +294,7 @@ class PostgresSnapshot(ThreadReads):
         events compaction archived are merged in by seq (one index probe when none are)."""
         params = (run_id, min(max(after_seq, 0), MAX_SEQUENCE), row_limit(limit))
         page = "WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s"
-        select = f"SELECT {_EVENT_COLUMNS} FROM"
+        select = f"SELECT {self._event_columns()} FROM"
         live = cast(list[EventRow], self._dicts(f"{select} events {page}", params))
         if not self._archived_after(run_id, params[1]):
             return live
@@ -364,7 +370,7 @@ class PostgresSnapshot(ThreadReads):
         return cast(
             list[EventRow],
             self._dicts(
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = %s "
+                f"SELECT {self._event_columns()} FROM events WHERE run_id = %s "
                 "AND type = 'tool_call' AND tool_call_id = ANY(%s) ORDER BY seq",
                 (run_id, list(dict.fromkeys(call_ids))),
             ),
@@ -544,7 +550,7 @@ class PostgresSnapshot(ThreadReads):
         (run_id, seq) primary key read backwards, archived events merged in."""
         params = (run_id, min(max(before_seq, 0), MAX_SEQUENCE), row_limit(limit))
         page = "WHERE run_id = %s AND seq < %s ORDER BY seq DESC LIMIT %s"
-        select = f"SELECT {_EVENT_COLUMNS} FROM"
+        select = f"SELECT {self._event_columns()} FROM"
         live = cast(list[EventRow], self._dicts(f"{select} events {page}", params))
         older: list[EventRow] = []
         if "archived_events" in self._tables:

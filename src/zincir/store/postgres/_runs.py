@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from ..._time import to_db
+from .._content import event_rows
 from .._records import Event, Lease, NewEvent, RunRecord, event_record, event_seq, merge_by_seq
 from .._run_rules import (
     check_takeover,
@@ -21,6 +22,7 @@ from .._run_rules import (
     version_migrated,
 )
 from ._base import Conn, PostgresBase, one
+from ._content import reader
 from ._log import RUN_SELECT, append, insert_run, run_record, text_time
 
 __all__ = ["RunOps", "acquire", "read_events"]
@@ -44,14 +46,12 @@ def read_events(conn: Conn, run_id: str, after_seq: int, limit: int | None = Non
 def _events_of(
     conn: Conn, table: str, run_id: str, after_seq: int, limit: int | None
 ) -> list[Event]:
-    return [
-        event_record(run_id, row)
-        for row in conn.execute(
-            f"SELECT seq, type, payload, created_at FROM {table} "
-            "WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-            (run_id, after_seq, limit),
-        )
-    ]
+    rows = conn.execute(
+        f"SELECT seq, type, payload, created_at, payload_pieces FROM {table} "
+        "WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+        (run_id, after_seq, limit),
+    )
+    return [event_record(run_id, row) for row in event_rows(rows, reader(conn), run_id)]
 
 
 def acquire(conn: Conn, run_id: str, owner: str, ttl: timedelta, *, force: bool) -> tuple[int, str]:

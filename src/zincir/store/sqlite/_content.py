@@ -11,7 +11,7 @@ import apsw
 from ..._crash import crash_point
 from .._content import CONVERT_BATCH, SWEEP_RUN_CONTENT, InputPlan, convert_stored_row
 
-__all__ = ["SWEEP", "convert_rows", "reader", "write_content"]
+__all__ = ["SWEEP", "convert_rows", "reader", "write_content", "write_rows"]
 
 SWEEP: Final = SWEEP_RUN_CONTENT.format(param="?")
 _INSERT: Final = "INSERT INTO content (hash, body) VALUES (?, ?) ON CONFLICT (hash) DO NOTHING"
@@ -39,6 +39,14 @@ def write_content(conn: apsw.Connection, run_id: str, plan: InputPlan) -> None:
     crash_point("store.content_half_written")
     conn.executemany(_INSERT, rows[half:])
     conn.executemany(_REFER, [(run_id, digest) for digest, _ in rows])
+
+
+def write_rows(conn: apsw.Connection, run_id: str, rows: Sequence[tuple[str, str]]) -> None:
+    """Insert content rows (digest, body) that may be stored already, and the run's
+    references to them (an event's long strings)."""
+    if rows:
+        conn.executemany(_INSERT, rows)
+        conn.executemany(_REFER, [(run_id, digest) for digest, _ in rows])
 
 
 def reader(conn: apsw.Connection) -> Callable[[Sequence[str]], Mapping[str, str]]:

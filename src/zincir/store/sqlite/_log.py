@@ -26,8 +26,10 @@ import apsw
 
 from ..._errors import RunNotFound
 from ..._time import from_db, to_db
+from .._content import cut_events
 from .._records import Lease, NewEvent
 from .._run_rules import fence_error, transition
+from ._content import write_rows
 
 __all__ = [
     "append",
@@ -111,8 +113,8 @@ def caught_up_sql(run: str = "agent_runs") -> str:
 
 
 _INSERT = (
-    "INSERT INTO events (run_id, seq, type, payload, created_at, tool_call_id) "
-    "VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO events (run_id, seq, type, payload, created_at, tool_call_id, payload_pieces) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -182,15 +184,17 @@ def append(
     if row is None:
         raise diagnose(conn, lease.run_id, lease.token)
     last_seq: int = row[0]
-    if len(events) == 1:
-        kind, payload, call_id = events[0]
-        conn.execute(_INSERT, (lease.run_id, last_seq + 1, kind, payload, stamp, call_id))
+    stored, rows = cut_events(events)
+    write_rows(conn, lease.run_id, rows)
+    if len(stored) == 1:
+        kind, payload, call_id, pieces = stored[0]
+        conn.execute(_INSERT, (lease.run_id, last_seq + 1, kind, payload, stamp, call_id, pieces))
     else:
         conn.executemany(
             _INSERT,
             [
-                (lease.run_id, last_seq + 1 + i, kind, payload, stamp, call_id)
-                for i, (kind, payload, call_id) in enumerate(events)
+                (lease.run_id, last_seq + 1 + i, kind, payload, stamp, call_id, pieces)
+                for i, (kind, payload, call_id, pieces) in enumerate(stored)
             ],
         )
     return last_seq + len(events)
@@ -207,14 +211,15 @@ def append_checked(
     ``len(events)``.
     """
     stamp = to_db(now)
-    conn.executemany(
-        _INSERT,
-        [
-            (run_id, before + i + 1, kind, payload, stamp, call_id)
-            for run_id, before, events in items
-            for i, (kind, payload, call_id) in enumerate(events)
-        ],
-    )
+    values: list[tuple[object, ...]] = []
+    for run_id, before, events in items:
+        stored, rows = cut_events(events)
+        write_rows(conn, run_id, rows)
+        values.extend(
+            (run_id, before + i + 1, kind, payload, stamp, call_id, pieces)
+            for i, (kind, payload, call_id, pieces) in enumerate(stored)
+        )
+    conn.executemany(_INSERT, values)
 
 
 def insert_run(

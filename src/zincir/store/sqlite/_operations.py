@@ -33,7 +33,6 @@ from .._operation_records import (
 )
 from .._operation_rows import (
     OPERATION_COLUMNS,
-    as_stored,
     check_log_lease,
     claimed_row,
     completed_event,
@@ -132,7 +131,7 @@ def _select(
                 )
             )
             if whole
-            else as_stored
+            else (lambda record, text, parts: content.compose_output(record, read, key.run_id))
         ),
     )
 
@@ -173,6 +172,7 @@ def _complete(
         ),
     ).fetchone()
     if completed is not None:  # a fenced append raises, and the transaction is rolled back
+        write_content(conn, key.run_id, plan)
         if lease is not None:
             event = completed_event(operation, outcome, event_attempts or int(completed[0]))
             write_entries(conn, lease, now, log, leading=[event], stamp=stamp)
@@ -210,6 +210,7 @@ def _complete(
             ),
         )
     else:
+        write_content(conn, key.run_id, plan)
         conn.execute(
             "UPDATE operations SET status = 'completed', outcome = ?, record = ?, "
             "claim_owner = ?, claim_expires_at = NULL, updated_at = ?, completed_at = ?, "
@@ -424,7 +425,7 @@ class OperationOps(SQLiteBase):
         nothing.
         """
         check_log_lease(operation, log, lease)
-        plan = self._content.plan(operation)
+        plan = self._content.plan(operation, outcome)
         blocking = await self._write(
             lambda conn: _complete(
                 conn,
@@ -438,7 +439,8 @@ class OperationOps(SQLiteBase):
                 log=log,
             )
         )
-        self._content.committed(operation.key.run_id, (plan,))
+        if blocking is None:
+            self._content.committed(operation.key.run_id, (plan,))
         return blocking
 
     async def finish_operation_claiming(
@@ -458,7 +460,7 @@ class OperationOps(SQLiteBase):
         their own. Returns the blocking row (nothing claimed) or None, and the keys claimed
         (an identity that already has a row is left to its own claim)."""
         check_log_lease(operation, log, lease)
-        plan = self._content.plan(operation)
+        plan = self._content.plan(operation, outcome)
         plans = [(claim, claim_owner, self._content.plan(claim)) for claim, claim_owner in ahead]
 
         def claim_ahead(
@@ -514,7 +516,8 @@ class OperationOps(SQLiteBase):
             return None, claimed
 
         result = await self._write(write)
-        self._content.committed(operation.key.run_id, [plan, *(p for _, _, p in plans)])
+        if result[0] is None:
+            self._content.committed(operation.key.run_id, [plan, *(p for _, _, p in plans)])
         return result
 
     async def save_operation_record(
@@ -526,7 +529,7 @@ class OperationOps(SQLiteBase):
     ) -> OperationRow | None:
         """Keep a record produced elsewhere (Temporal): completed, with no claim and one
         attempt in its event; like :meth:`finish_operation` otherwise."""
-        plan = self._content.plan(operation)
+        plan = self._content.plan(operation, outcome)
         blocking = await self._write(
             lambda conn: _complete(
                 conn,
@@ -540,5 +543,6 @@ class OperationOps(SQLiteBase):
                 event_attempts=1,
             )
         )
-        self._content.committed(operation.key.run_id, (plan,))
+        if blocking is None:
+            self._content.committed(operation.key.run_id, (plan,))
         return blocking

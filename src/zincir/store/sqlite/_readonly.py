@@ -24,7 +24,7 @@ import apsw
 from ..._errors import DatabaseCorrupt, InvalidInput, NotAZincirDatabase
 from ..._time import to_db
 from ..._validate import MAX_SEQUENCE, utf8
-from .._content import compose_read_rows, read_columns
+from .._content import EVENT_PIECES, compose_read_rows, event_columns, read_columns
 from .._readonly_rows import (
     REQUIRED_TABLES,
     CheckpointRow,
@@ -167,6 +167,13 @@ class ReadOnlyDatabase:
                     "SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')"
                 )
             )
+            if (
+                "events" in tables
+                and conn.execute(
+                    "SELECT 1 FROM pragma_table_info('events') WHERE name = 'payload_pieces'"
+                ).fetchone()
+            ):
+                tables |= {EVENT_PIECES}
         if not applied or not REQUIRED_TABLES <= tables:
             raise NotAZincirDatabase(
                 f"{self.path} holds no zincir schema; run `zincir demo` or your application "
@@ -254,6 +261,10 @@ class SnapshotReader(ThreadReads):
 
         return read
 
+    def _event_columns(self) -> str:
+        """The columns of an :class:`EventRow` and those its payload is composed from."""
+        return event_columns(_EVENT_COLUMNS, self._tables)
+
     def _stored(self, columns: str) -> str:
         """``columns`` of ``operations`` and those its input and record are composed from."""
         return read_columns(columns, "content" in self._tables)
@@ -338,14 +349,13 @@ class SnapshotReader(ThreadReads):
         events compaction archived are merged in by seq (one index probe when none are)."""
         params = (run_id, min(max(after_seq, 0), MAX_SEQUENCE), row_limit(limit))
         page = "WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
-        live = cast(
-            list[EventRow], self._dicts(f"SELECT {_EVENT_COLUMNS} FROM events {page}", params)
-        )
+        select = f"SELECT {self._event_columns()} FROM"
+        live = cast(list[EventRow], self._dicts(f"{select} events {page}", params))
         if not self._archived_after(run_id, params[1]):
             return live
         older = cast(
             list[EventRow],
-            self._dicts(f"SELECT {_EVENT_COLUMNS} FROM archived_events {page}", params),
+            self._dicts(f"{select} archived_events {page}", params),
         )
         return merge_by_seq(older, live, row_seq, params[2])
 
@@ -426,7 +436,7 @@ class SnapshotReader(ThreadReads):
             found += cast(
                 list[EventRow],
                 self._dicts(
-                    f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = ? "
+                    f"SELECT {self._event_columns()} FROM events WHERE run_id = ? "
                     f"AND type = 'tool_call' AND tool_call_id IN ({marks})",
                     (run_id, *chunk),
                 ),
@@ -619,12 +629,15 @@ class SnapshotReader(ThreadReads):
         params = (run_id, min(max(before_seq, 0), MAX_SEQUENCE), row_limit(limit))
         page = "WHERE run_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
         live = cast(
-            list[EventRow], self._dicts(f"SELECT {_EVENT_COLUMNS} FROM events {page}", params)
+            list[EventRow],
+            self._dicts(f"SELECT {self._event_columns()} FROM events {page}", params),
         )
         older = cast(
             list[EventRow],
             self._optional(
-                "archived_events", f"SELECT {_EVENT_COLUMNS} FROM archived_events {page}", params
+                "archived_events",
+                f"SELECT {self._event_columns()} FROM archived_events {page}",
+                params,
             ),
         )
         return tail_by_seq(older, live, params[2])

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 import apsw
 
 from ..._time import from_db, to_db
+from .._content import event_rows
 from .._records import (
     RUN_COLUMNS,
     Event,
@@ -26,6 +27,7 @@ from .._run_rules import (
     version_migrated,
 )
 from ._base import SQLiteBase, one
+from ._content import reader
 from ._log import append, insert_run, last_seq_sql, lease_expiry_sql, ttl_us, updated_at_sql
 
 __all__ = ["RunOps", "acquire", "read_events", "run_record"]
@@ -73,14 +75,12 @@ def read_events(
 def _events_of(
     conn: apsw.Connection, table: str, run_id: str, after_seq: int, limit: int
 ) -> list[Event]:
-    return [
-        event_record(run_id, row, from_db)
-        for row in conn.execute(
-            f"SELECT seq, type, payload, created_at FROM {table} "
-            "WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (run_id, after_seq, limit),
-        )
-    ]
+    rows = conn.execute(
+        f"SELECT seq, type, payload, created_at, payload_pieces FROM {table} "
+        "WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        (run_id, after_seq, limit),
+    )
+    return [event_record(run_id, row, from_db) for row in event_rows(rows, reader(conn), run_id)]
 
 
 def acquire(
