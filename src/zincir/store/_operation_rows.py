@@ -40,12 +40,6 @@ RecordComposer = Callable[[str | None, str, str | None], str | None]
 ``input_parts`` columns (:meth:`._content.ContentIndex.compose_record`, bound to a read)."""
 
 
-def as_stored(record: str | None, input_json: str, input_parts: str | None) -> str | None:
-    """A :data:`RecordComposer` that leaves a row's record as stored (``null`` for an input
-    kept apart): a replaying runtime holds that input already and checks its digest."""
-    return record
-
-
 def key_params(key: OperationKey) -> tuple[str, str, int]:
     """The (run_id, step_id, sequence) values that select an identity's row."""
     return (key.run_id, key.step_id, key.sequence)
