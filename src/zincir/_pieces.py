@@ -1,8 +1,11 @@
 """An operation input cut into content pieces, and its digest, both computed incrementally.
 
-A piece is an exact substring of the input: in an array that is a member of the top-level
-object (a model request's ``messages`` and ``tools``), each element, or run of consecutive
-elements, of at least :data:`PIECE_MIN_CHARS`; and each other member value of that size.
+A piece is an exact substring of the input: in an array (the input itself, or a member of
+an object: a model request's ``messages`` and ``tools``), each element, or run of consecutive
+elements, of at least :data:`PIECE_MIN_CHARS`; and each other member value of that size,
+except an object, which is entered and cut the same way (a conversation held under another
+key, as a tool's arguments hold it, is cut as at the top), or is one piece when nothing in
+it is.
 Concatenating the literal text between pieces and the pieces gives back the exact input, so
 nothing depends on the cut being the "right" one, only on it being the same for the same
 text. An input with no piece is short (its literal text is bounded).
@@ -72,7 +75,7 @@ class Piece:
     digest: str
     node: str
     node_text: str
-    in_array: bool
+    path: tuple[bool, ...]  # the containers open at its end (True: an array), outermost first
     state: Any  # a hashlib sha256 object holding the input's bytes up to ``end``
     stored: str | None = None  # its description when long strings in it are pieces
     strings: tuple[tuple[str, str], ...] = ()  # (digest, text) of those strings
@@ -187,7 +190,7 @@ class _Cut:
         self.hasher = hasher
         self.hashed = at  # the text before this index is in ``hasher``
 
-    def add(self, start: int, end: int, in_array: bool) -> None:
+    def add(self, start: int, end: int, path: tuple[bool, ...]) -> None:
         if end - start < PIECE_MIN_CHARS:
             return
         text = self.text
@@ -209,7 +212,7 @@ class _Cut:
                 digest,
                 _sha(node.encode("utf-8")),
                 node,
-                in_array,
+                path,
                 self.hasher.copy(),
                 None if cut is None else cut[0],
                 () if cut is None else cut[1],
@@ -227,69 +230,99 @@ def _value_end(text: str, at: int) -> int:
     return int(_DECODER.raw_decode(text, at)[1])
 
 
-def _scan(cut: _Cut, at: int, in_array: bool) -> None:
-    """Cut the pieces of ``cut.text`` from ``at``: the start of the text, or (``in_array``
-    True) just after an array element, or (False) just after a member's value."""
+@dataclass(slots=True)
+class _Frame:
+    """A container the scan is inside: an array (its elements cut in runs) or an object
+    (its members' values cut, or descended into); ``start`` and ``before`` (pieces cut
+    before it) let an object with no piece inside become one piece as a whole."""
+
+    array: bool
+    start: int = -1
+    before: int = -1  # -1: a resumed frame, which holds a piece already
+
+
+def _scan(cut: _Cut, at: int, path: tuple[bool, ...]) -> None:
+    """Cut the pieces of ``cut.text`` from ``at``: the start of the text (``path`` empty),
+    or just after a piece inside the containers ``path`` names (True: an array).
+
+    A top-level object or array is entered. In an array each element, or run of
+    consecutive elements, of at least :data:`PIECE_MIN_CHARS` is a piece; in an object a
+    member's array is entered, as is its object of that size (whatever the depth: a
+    conversation under another key is cut as at the top), and its other values of that
+    size are pieces. An entered object with no piece inside is one piece as a whole."""
     text = cut.text
-    state = "array_next" if in_array else "object_next"
+    frames = [_Frame(array) for array in path]
     run: int | None = None  # where the array elements not yet in a piece begin
-    if at == 0:
+    state = "next"
+    if not frames:
         at = _skip(text, 0)
-        if not text.startswith("{", at):
+        if not text.startswith(("{", "["), at):
             return
-        at = _skip(text, at + 1)
-        if text.startswith("}", at):
-            return
-        state = "member"
-    while True:
-        if state == "member":
+        frames.append(_Frame(text[at] == "[", at, len(cut.pieces)))
+        at, state = _skip(text, at + 1), "first"
+    while frames:
+        frame = frames[-1]
+        if state == "first":  # just inside the frame's opening bracket
+            if text.startswith("]" if frame.array else "}", at):
+                at, state = _close(cut, frames, at + 1), "next"
+            else:
+                state = "element" if frame.array else "member"
+        elif state == "member":
             at = _skip(text, _value_end(text, at))  # the key
             if not text.startswith(":", at):
                 return
             at = _skip(text, at + 1)
             if text.startswith("[", at):
-                at = _skip(text, at + 1)
-                if text.startswith("]", at):
-                    at += 1
-                    state = "object_next"
-                else:
-                    state = "element"
-            else:
-                end = _value_end(text, at)
-                cut.add(at, end, False)
-                at, state = end, "object_next"
+                frames.append(_Frame(True, at, len(cut.pieces)))
+                at, state, run = _skip(text, at + 1), "first", None
+                continue
+            end = _value_end(text, at)
+            if text.startswith("{", at) and end - at >= PIECE_MIN_CHARS:
+                frames.append(_Frame(False, at, len(cut.pieces)))
+                at, state = _skip(text, at + 1), "first"
+                continue
+            cut.add(at, end, _path(frames))
+            at, state = end, "next"
         elif state == "element":
             end = _value_end(text, at)
             run = at if run is None else run
             if end - run >= PIECE_MIN_CHARS:
-                cut.add(run, end, True)
+                cut.add(run, end, _path(frames))
                 run = None
-            at, state = end, "array_next"
-        elif state == "array_next":
+            at, state = end, "next"
+        else:  # next: after a value in the frame
             at = _skip(text, at)
             if text.startswith(",", at):
-                at, state = _skip(text, at + 1), "element"
-            elif text.startswith("]", at):
-                at, state, run = at + 1, "object_next", None
+                at, state = _skip(text, at + 1), "element" if frame.array else "member"
+            elif text.startswith("]" if frame.array else "}", at):
+                at, run = _close(cut, frames, at + 1), None
             else:
                 return
-        else:  # object_next
-            at = _skip(text, at)
-            if not text.startswith(",", at):
-                return
-            at, state = _skip(text, at + 1), "member"
+
+
+def _close(cut: _Cut, frames: list[_Frame], end: int) -> int:
+    """Leave the innermost frame, its closing bracket ending at ``end``: an object entered
+    for its size that holds no piece is one piece (a member's value) of the frame around."""
+    frame = frames.pop()
+    if not frame.array and frame.before == len(cut.pieces) and frames:
+        cut.add(frame.start, end, _path(frames))
+    return end
+
+
+def _path(frames: list[_Frame]) -> tuple[bool, ...]:
+    return tuple(frame.array for frame in frames)
 
 
 def _cut(text: str, kept: tuple[Piece, ...]) -> InputLayout:
     """The layout of ``text``, resuming after ``kept`` (pieces of a prefix of ``text``)."""
     if kept:
         last = kept[-1]
-        hasher, at, in_array = last.state.copy(), last.end, last.in_array
+        hasher, at, path = last.state.copy(), last.end, last.path
     else:
-        hasher, at, in_array = hashlib.sha256(), 0, False
+        hasher, at, path = hashlib.sha256(), 0, ()
     cut = _Cut(text, list(kept), hasher, at)
     try:
-        _scan(cut, at, in_array)
+        _scan(cut, at, path)
     except (ValueError, IndexError):
         pass  # not JSON past here: the rest is literal text (every cut reproduces the input)
     hasher = cut.hasher.copy()

@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import zincir
 from tests.durable_mcp.conftest import worker
 from tests.helpers import rows
@@ -52,12 +50,6 @@ async def test_large_requests_are_stored_once_each(
     assert request["params"]["arguments"]["text"] == f"section {TURNS - 1}: {SECTION}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the cut (zincir._pieces) pieces only a top-level object's members: a request's "
-    "params.arguments holding a growing conversation is one new piece each request; see "
-    "the proposal to cut nested values",
-)
 async def test_a_growing_conversation_in_a_tools_arguments_is_stored_at_linear_cost(
     store: zincir.SQLiteStore, db_path: Path, http_connect: Connect
 ) -> None:

@@ -122,12 +122,6 @@ async def test_local_runtime_alone_takes_a_request_past_one_mib(
 
 
 @pytest.mark.sqlite_only
-@pytest.mark.xfail(
-    strict=True,
-    reason="the cut (zincir._pieces) pieces only a top-level object's members: an input that "
-    "is an array, or holds its conversation under another key, is stored whole or as one "
-    "growing piece each turn; see the proposal to cut nested values",
-)
 @pytest.mark.parametrize(
     "shape", [top_level_array, nested_messages], ids=["top-level array", "nested messages"]
 )
