@@ -13,10 +13,10 @@ import threading
 from collections import OrderedDict
 from typing import Final
 
-__all__ = ["known_shared", "note_shared"]
+__all__ = ["note_shared", "take_shared"]
 
-_KEPT: Final = 16
-"""How many notes are kept (the latest): one per step whose input grows in this process."""
+_KEPT: Final = 8
+"""How many notes not yet taken are kept (the latest): each holds two texts alive."""
 
 _NOTES: OrderedDict[int, tuple[str, str, int]] = OrderedDict()
 _LOCK: Final = threading.Lock()
@@ -33,11 +33,13 @@ def note_shared(text: str, earlier: str, length: int) -> None:
             _NOTES.popitem(last=False)
 
 
-def known_shared(text: str, earlier: str) -> int:
+def take_shared(text: str, earlier: str) -> int:
     """How many leading characters ``text`` is known to share with ``earlier`` (0 when
-    nothing is noted for this pair: the caller compares)."""
+    nothing is noted for this pair: the caller compares). The note is taken: the input's
+    cut keeps what it learnt, and the texts are no longer held for it."""
     with _LOCK:
         found = _NOTES.get(id(text))
-    if found is None or found[0] is not text or found[1] is not earlier:
-        return 0
+        if found is None or found[0] is not text or found[1] is not earlier:
+            return 0
+        del _NOTES[id(text)]
     return found[2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
-from zincir._prefixes import known_shared, note_shared
+from zincir._prefixes import note_shared, take_shared
 from zincir.contract import Invocation, OperationKind
 from zincir.contract.payloads import (
     Message,
@@ -35,28 +35,36 @@ def common(a: str, b: str) -> int:
     return n
 
 
-def test_a_note_is_known_for_its_very_texts_only() -> None:
+def test_a_note_is_taken_for_its_very_texts_only_and_once() -> None:
     text, earlier = "".join(["ab", "cdef"]), "".join(["ab", "cdxy"])
-    note_shared(text, earlier, 4)
-    assert known_shared(text, earlier) == 4
-    assert known_shared(text, "".join(["ab", "cdxy"])) == 0  # an equal text, not the one noted
-    assert known_shared(earlier, text) == 0
     note_shared(text, earlier, 7)  # past the shorter text: not kept
-    assert known_shared(text, earlier) == 4
+    assert take_shared(text, earlier) == 0
+    note_shared(text, earlier, 4)
+    assert take_shared(text, "".join(["ab", "cdxy"])) == 0  # an equal text, not the one noted
+    assert take_shared(earlier, text) == 0
+    assert take_shared(text, earlier) == 4
+    assert take_shared(text, earlier) == 0  # taken
+
+
+def test_only_the_latest_notes_are_kept() -> None:
+    texts = ["".join(["text ", str(n)]) for n in range(20)]
+    for earlier, text in zip(texts, texts[1:], strict=False):
+        note_shared(text, earlier, 5)
+    assert take_shared(texts[1], texts[0]) == 0
+    assert take_shared(texts[19], texts[18]) == 5
 
 
 def test_a_grown_conversation_notes_exactly_the_prefix_it_shares() -> None:
     messages = [Message(role="user", parts=(TextPart(text="Read the catalogue."),))]
-    texts: list[str] = []
+    earlier = ModelRequest(model="m", messages=tuple(messages), tools=TOOLS).to_json()
     for n in range(12):
-        request = ModelRequest(model="m", messages=tuple(messages), tools=TOOLS)
-        texts.append(request.to_json())
         messages += [message("a", 2 * n), message("a", 2 * n + 1)]
-    for earlier, text in zip(texts, texts[1:], strict=False):
-        shared = known_shared(text, earlier)
+        text = ModelRequest(model="m", messages=tuple(messages), tools=TOOLS).to_json()
+        shared = take_shared(text, earlier)
         assert shared == common(text, earlier) > 0
         assert earlier[shared:].startswith("]")  # the earlier messages end there
-    assert known_shared(texts[-1], texts[-2]) > len(texts[-2]) * 0.9
+        earlier = text
+    assert shared > len(text) * 0.8
 
 
 def test_conversations_carried_on_together_each_note_their_own_prefix() -> None:
@@ -68,7 +76,7 @@ def test_conversations_carried_on_together_each_note_their_own_prefix() -> None:
         for run, messages in runs.items():
             text = ModelRequest(model="m", messages=tuple(messages), tools=TOOLS).to_json()
             if run in last:
-                shared = known_shared(text, last[run])
+                shared = take_shared(text, last[run])
                 assert shared == common(text, last[run]) > 0
             last[run] = text
             messages.append(message(run, n))
@@ -79,14 +87,14 @@ def test_no_note_where_the_parts_before_the_messages_changed() -> None:
     first = ModelRequest(model="one", messages=tuple(messages)).to_json()
     messages.append(message("d", 2))
     second = ModelRequest(model="two", messages=tuple(messages)).to_json()
-    assert known_shared(second, first) == 0
+    assert take_shared(second, first) == 0
 
 
 def test_no_note_where_the_conversation_did_not_grow_from_the_last_one() -> None:
     start = Message(role="user", parts=(TextPart(text="hello"),))
     first = ModelRequest(messages=(start, message("e", 1), message("e", 2))).to_json()
     second = ModelRequest(messages=(start, message("e", 1), message("e", 3))).to_json()
-    assert known_shared(second, first) == 0
+    assert take_shared(second, first) == 0
     assert ModelRequest.from_json(second).messages[2] == message("e", 3)
 
 
