@@ -191,12 +191,16 @@ class OperationActivities:
         max_record_bytes = int(options.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES))
         request = sent = _parse_invocation(invocation)
         if is_proxy(sent):
+            reading = _start_heartbeat()  # a long input read cold is liveness too
             try:
                 request = await resolve_input(self.content_store, sent)
             except ContentMissing as error:
                 raise ApplicationError(
                     error.detail, type="ContentMissing", non_retryable=True
                 ) from None
+            finally:
+                if reading is not None:
+                    reading.cancel()
         above = options.get("offload_above") if self.content_store is not None else None
         handler = self.registry.get(request.kind, request.handler_id)
         if handler is None:
