@@ -11,9 +11,9 @@ nothing depends on the cut being the "right" one, only on it being the same for 
 text. An input with no piece is short (its literal text is bounded).
 
 A piece that holds a JSON string of at least :data:`TEXT_PIECE_MIN_CHARS` (a tool's long
-result, say) is stored as a description of its own, ``[literal, {"p": string}, literal]``,
-referred to as ``{"d": piece}``: the string is then a piece that a record's output or an
-event's payload holding the same text shares (see :func:`text_pieces`).
+result, say) is not stored whole: its node holds its text with each such string a piece
+(``[…, literal, {"p": string}, literal]``), which a record's output or an event's payload
+holding the same text shares (see :func:`text_pieces`).
 
 Each piece also closes a *node*: ``[{"n": previous node}, literal before the piece,
 {"p": piece}]``, content-addressed by the SHA-256 of its text. The node of the last piece
@@ -67,8 +67,9 @@ _DECODER: Final = json.JSONDecoder()
 
 @dataclass(frozen=True, slots=True)
 class Piece:
-    """One piece of an input: its span, its digest, the node it closes (digest and text),
-    where the scan resumes after it, and the input's hash state at its end."""
+    """One piece of an input: its span, its digest ("" when its node holds its text), the
+    node it closes (digest and text), where the scan resumes after it, and the input's hash
+    state at its end."""
 
     start: int
     end: int
@@ -77,13 +78,13 @@ class Piece:
     node_text: str
     path: tuple[bool, ...]  # the containers open at its end (True: an array), outermost first
     state: Any  # a hashlib sha256 object holding the input's bytes up to ``end``
-    stored: str | None = None  # its description when long strings in it are pieces
-    strings: tuple[tuple[str, str], ...] = ()  # (digest, text) of those strings
+    strings: tuple[tuple[str, str], ...] = ()  # its long strings, when its node holds it
 
     def rows(self, text: str) -> list[tuple[str, str]]:
         """(digest, text) of the content rows this piece stands on, its node's last."""
-        body = text[self.start : self.end] if self.stored is None else self.stored
-        return [*self.strings, (self.digest, body), (self.node, self.node_text)]
+        if self.strings:
+            return [*self.strings, (self.node, self.node_text)]
+        return [(self.digest, text[self.start : self.end]), (self.node, self.node_text)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,11 +140,10 @@ def _dumps(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def node_text(previous: str | None, literal: str, piece: str, described: bool = False) -> str:
-    """The text of the node closing ``piece`` after ``literal``, following ``previous``
-    (``described``: the piece is stored as a description, see :func:`text_pieces`)."""
+def node_text(previous: str | None, literal: str, piece: str) -> str:
+    """The text of the node closing ``piece`` after ``literal``, following ``previous``."""
     head: list[object] = [] if previous is None else [{"n": previous}]
-    return _dumps([*head, literal, {"d" if described else "p": piece}])
+    return _dumps([*head, literal, {"p": piece}])
 
 
 def text_pieces(
@@ -200,11 +200,22 @@ class _Cut:
         self.hasher.update(text[self.hashed : start].encode("utf-8"))
         self.hasher.update(body)
         self.hashed = end
-        cut = None if end - start < TEXT_PIECE_MIN_CHARS else text_pieces(text, start, end)
-        if cut is not None and cut[1][0][1] == text[start:end]:
-            cut = None  # the piece is one long string: stored as is, shared all the same
-        digest = _sha(body) if cut is None else _sha(cut[0].encode("utf-8"))
-        node = node_text(previous.node if previous else None, literal, digest, cut is not None)
+        spans = long_strings(text, start, end) if end - start >= TEXT_PIECE_MIN_CHARS else []
+        if len(spans) == 1 and spans[0][:2] == (start, end):
+            spans = []  # the piece is one long string: stored as is, shared all the same
+        strings: tuple[tuple[str, str], ...] = ()
+        if spans:  # the node holds the piece's text, its long strings pieces
+            segments: list[object] = [] if previous is None else [{"n": previous.node}]
+            at = start
+            for begin, finish, string in spans:
+                segments.extend((literal + text[at:begin], {"p": string}))
+                literal, at = "", finish
+            segments.append(text[at:end])
+            strings = tuple((string, text[begin:finish]) for begin, finish, string in spans)
+            digest, node = "", _dumps(segments)
+        else:
+            digest = _sha(body)
+            node = node_text(previous.node if previous else None, literal, digest)
         self.pieces.append(
             Piece(
                 start,
@@ -214,8 +225,7 @@ class _Cut:
                 node,
                 path,
                 self.hasher.copy(),
-                None if cut is None else cut[0],
-                () if cut is None else cut[1],
+                strings,
             )
         )
 
@@ -378,8 +388,8 @@ def layout(text: str, step: tuple[str, str, str] | None = None) -> InputLayout:
 
 
 def parse_description(text: str) -> list[Any]:
-    """The segments of a stored description (or node): strings, ``{"p":…}`` (a piece),
-    ``{"d":…}`` (a piece stored as a description) and ``{"n":…}`` (a node)."""
+    """The segments of a stored description (or node): strings, ``{"p":…}`` (a piece) and
+    ``{"n":…}`` (a node)."""
     segments = json.loads(text)
     if not isinstance(segments, list):
         raise ValueError("a content description is a JSON array")
@@ -449,6 +459,6 @@ def _flat(segments: list[Any], fetch: Callable[[Iterable[str]], Mapping[str, str
         elif "p" in segment:
             out.append(fetch((segment["p"],))[segment["p"]])
         else:
-            node = segment["n"] if "n" in segment else segment["d"]
+            node = segment["n"]
             stack.extend(reversed(parse_description(fetch((node,))[node])))
     return "".join(out)
