@@ -4,6 +4,7 @@ are whole on read, a prune keeps what another run refers to, and a database writ
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -124,7 +125,8 @@ async def test_a_long_tool_result_is_stored_once_and_read_whole(
     assert result.output == "read 6 sections"
     text = content_agent.section_text(3, 2048)
     literal = encode_part(text)
-    assert select(store_url, "SELECT COUNT(*) FROM content WHERE body = ?", (literal,)) == [(1,)]
+    digest = hashlib.sha256(literal.encode()).hexdigest()
+    assert select(store_url, "SELECT COUNT(*) FROM content WHERE hash = ?", (digest,)) == [(1,)]
     tool_records = select(
         store_url,
         "SELECT record FROM operations WHERE run_id = 'big' AND kind = 'tool_call'",
@@ -480,9 +482,9 @@ async def test_a_resumed_long_run_composes_no_input_it_replays(
     monkeypatch.setattr(ContentIndex, "compose_input", counted)
 
     async def replay_from_the_start(*_: Any) -> None:
-        return None  # a resume restarts at its last request (one input composed): not here
+        return None  # a resume skips to its last request (one input composed): not here
 
-    monkeypatch.setattr(DurableExecutor, "restart_point", replay_from_the_start)
+    monkeypatch.setattr(DurableExecutor, "restart_at", replay_from_the_start)
     store = zincir.open_store(target)
     try:
         calls: list[str] = []

@@ -1,17 +1,31 @@
 """The SQLite statements of content stored once (the rules are in ``.._content``): writing an
-input's new pieces, reading pieces back, and converting rows of the former format."""
+input's new pieces, reading pieces back, and converting rows of the former format.
+
+A body of :data:`PACK_MIN_CHARS` or more is stored zlib-compressed (a BLOB) when that saves
+a tenth of it: SQLite keeps rows whole in 4 KiB pages, and a tool's 2 KiB result left one
+such row a page. PostgreSQL compresses long values itself (TOAST)."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Final, cast
+from typing import Any, Final, cast
 
 import apsw
 
 from ..._crash import crash_point
 from .._content import CONVERT_BATCH, SWEEP_RUN_CONTENT, InputPlan, convert_stored_row
 
-__all__ = ["SWEEP", "convert_rows", "reader", "write_content", "write_rows"]
+__all__ = [
+    "PACK_MIN_CHARS",
+    "SWEEP",
+    "convert_rows",
+    "packed",
+    "reader",
+    "unpacked",
+    "write_content",
+    "write_rows",
+]
 
 SWEEP: Final = SWEEP_RUN_CONTENT.format(param="?")
 _INSERT: Final = "INSERT INTO content (hash, body) VALUES (?, ?) ON CONFLICT (hash) DO NOTHING"
@@ -26,12 +40,34 @@ _CONVERT: Final = {
 }
 """The statements converting one row written whole (see .._content.convert_stored_row)."""
 _MAX_KEYS: Final = 500
+PACK_MIN_CHARS: Final = 512
+"""A content body shorter than this is stored as text."""
 _BATCH_CHARS: Final = 32 * 1024 * 1024
+
+
+def packed(rows: Sequence[tuple[str, str]]) -> list[tuple[str, str | bytes]]:
+    """Content rows (digest, body) as stored: long bodies compressed where that pays."""
+    return [(digest, _pack(body)) for digest, body in rows]
+
+
+def _pack(body: str) -> str | bytes:
+    if len(body) < PACK_MIN_CHARS:
+        return body
+    data = body.encode("utf-8")
+    small = zlib.compress(data, 6)
+    return small if len(small) * 10 <= len(data) * 9 else body
+
+
+def unpacked(body: object) -> str:
+    """A stored content body as its text."""
+    if isinstance(body, bytes):
+        return zlib.decompress(body).decode("utf-8")
+    return str(body)
 
 
 def write_content(conn: apsw.Connection, run_id: str, plan: InputPlan) -> None:
     """Insert the plan's new pieces and nodes and the run's references to them."""
-    rows = plan.rows
+    rows = packed(plan.rows)
     if not rows:
         return
     half = len(rows) // 2
@@ -45,7 +81,7 @@ def write_rows(conn: apsw.Connection, run_id: str, rows: Sequence[tuple[str, str
     """Insert content rows (digest, body) that may be stored already, and the run's
     references to them (an event's long strings)."""
     if rows:
-        conn.executemany(_INSERT, rows)
+        conn.executemany(_INSERT, packed(rows))
         conn.executemany(_REFER, [(run_id, digest) for digest, _ in rows])
 
 
@@ -56,7 +92,7 @@ def reader(conn: apsw.Connection) -> Callable[[Sequence[str]], Mapping[str, str]
         if len(digests) == 1:
             row = conn.execute("SELECT body FROM content WHERE hash = ?", (digests[0],))
             found = row.fetchone()
-            return {} if found is None else {digests[0]: str(found[0])}
+            return {} if found is None else {digests[0]: unpacked(found[0])}
         out: dict[str, str] = {}
         for start in range(0, len(digests), _MAX_KEYS):
             chunk = digests[start : start + _MAX_KEYS]
@@ -64,7 +100,7 @@ def reader(conn: apsw.Connection) -> Callable[[Sequence[str]], Mapping[str, str]
             for digest, body in conn.execute(
                 f"SELECT hash, body FROM content WHERE hash IN ({marks})", tuple(chunk)
             ):
-                out[str(digest)] = str(body)
+                out[str(digest)] = unpacked(body)
         return out
 
     return read
@@ -101,4 +137,7 @@ def convert_rows(conn: apsw.Connection) -> int:
 
 
 def _convert(conn: apsw.Connection, key: tuple[str, str, int]) -> int:
-    return convert_stored_row(conn.execute, conn.executemany, key, **_CONVERT)
+    def execute_many(sql: str, rows: Sequence[tuple[Any, ...]]) -> Any:
+        return conn.executemany(sql, packed(rows) if sql == _INSERT else rows)
+
+    return convert_stored_row(conn.execute, execute_many, key, **_CONVERT)

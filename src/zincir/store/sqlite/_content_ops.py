@@ -10,7 +10,7 @@ import apsw
 
 from ..._errors import ContentMissing
 from ._base import SQLiteBase
-from ._content import reader
+from ._content import packed, reader
 
 __all__ = ["ContentOps"]
 
@@ -30,7 +30,7 @@ class ContentOps(SQLiteBase):
 
         def write(conn: apsw.Connection) -> None:
             conn.executemany(_REFER, [(run_id, digest) for digest, _ in rows])
-            conn.executemany(_INSERT, rows)
+            conn.executemany(_INSERT, packed(rows))
 
         await self._write(write)
 
