@@ -74,17 +74,18 @@ def executed(monkeypatch: pytest.MonkeyPatch) -> list[Invocation]:
 
 
 @pytest.fixture
-def restarts(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
-    """The turn each durable loop of this process restarts at (None: from the start)."""
-    seen: list[int | None] = []
-    restart_point = DurableExecutor.restart_point
+def restarts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each turn a durable loop of this process went on from, skipping the turns before."""
+    seen: list[int] = []
+    restart_at = DurableExecutor.restart_at
 
-    async def noted(self: DurableExecutor, *args: Any) -> Any:
-        found = await restart_point(self, *args)
-        seen.append(None if found is None else found.number)
+    async def noted(self: DurableExecutor, number: int) -> Any:
+        found = await restart_at(self, number)
+        if found is not None:
+            seen.append(found.number)
         return found
 
-    monkeypatch.setattr(DurableExecutor, "restart_point", noted)
+    monkeypatch.setattr(DurableExecutor, "restart_at", noted)
     return seen
 
 
@@ -114,7 +115,7 @@ async def check_log(target: str, run_id: str, result: AgentRunResult) -> None:
 
 @pytest.mark.crash
 async def test_a_run_killed_waiting_for_the_model_restarts_at_its_last_request(
-    store_target: str, tmp_path: Path, executed: list[Invocation], restarts: list[int | None]
+    store_target: str, tmp_path: Path, executed: list[Invocation], restarts: list[int]
 ) -> None:
     log, again = tmp_path / "first.log", tmp_path / "again.log"
     kill_at(store_target, "long", log, "model", TURNS - 5)
@@ -165,7 +166,7 @@ async def test_a_run_killed_inside_a_tool_runs_that_call_again_and_nothing_else(
 
 @pytest.mark.crash
 async def test_a_run_that_paused_for_an_approval_restarts_at_that_turn(
-    store_target: str, tmp_path: Path, restarts: list[int | None]
+    store_target: str, tmp_path: Path, restarts: list[int]
 ) -> None:
     """A decided call is checked against its decision as its turn replays: the loop
     restarts no later than a turn that paused, and continues as a full replay would."""
@@ -202,7 +203,8 @@ async def test_a_run_that_paused_for_an_approval_restarts_at_that_turn(
         result = await runner.resume("long")
     assert lines(third)[0] == f"tool {TURNS - 6}"
     assert "refund 10" not in lines(third)
-    assert restarts == [10, 10]  # the turn that paused replays
+    # The turns that paused or hold a failure count replay; the loop skips the others.
+    assert restarts == [10, 10, 20, TURNS - 7]
     whole = await reference(
         store_target, tmp_path / "ref.log", reject=(20, TURNS - 7), approve=(10,)
     )
@@ -216,7 +218,7 @@ async def test_a_run_that_paused_for_an_approval_restarts_at_that_turn(
 
 @pytest.mark.crash
 async def test_a_rejected_calls_failure_count_carries_to_the_restarted_loop(
-    store_target: str, tmp_path: Path, restarts: list[int | None]
+    store_target: str, tmp_path: Path, restarts: list[int]
 ) -> None:
     """The call after a rejected one carries its retry number in its input: the loop
     restarts at the rejection (not at the last request, with a failure count lost), and an
@@ -230,7 +232,7 @@ async def test_a_rejected_calls_failure_count_carries_to_the_restarted_loop(
     async with Runner(store_target, [agent], lease_ttl=LEASE_TTL) as runner:
         result = await runner.resume("long")
     assert lines(again)[:2] == [f"tool {TURNS - 6}", f"model {TURNS - 5}"]
-    assert restarts == [TURNS - 7]
+    assert restarts == [20, TURNS - 7]  # the first rejection's turns replay
     whole = await reference(store_target, tmp_path / "ref.log", reject=rejected)
     assert (result.output, result.messages, result.usage) == (
         whole.output,

@@ -328,8 +328,8 @@ class Agent:
                 if call_id not in logged.proposals
             )
             executor = DurableExecutor(self, binding, ctx, logged, emit)
-            start = await executor.restart_point(prompt, events)
-            result = await run_loop(self, prompt, executor, decisions=decisions, start=start)
+            executor.plan_restarts(prompt, events)
+            result = await run_loop(self, prompt, executor, decisions=decisions)
             result = dataclasses.replace(result, run_id=binding.run_id)
             if result.paused is not None:  # parked by the executor when it logged the pause
                 if owned:

@@ -18,7 +18,7 @@ from ..contract.payloads import (
 )
 from ._approval import Execution, PausedRun, approved
 from ._current import ToolCallInfo, serving_call
-from ._loop import Deferred, PlannedCall
+from ._loop import Deferred, PlannedCall, Restart
 from ._models import Model, coerce_response
 from ._preflight import ResolvedToolsets
 from ._stream import Emit, assemble_stream, tee
@@ -35,6 +35,10 @@ class DirectExecutor:
     def __init__(self, model: Model, emit: Emit | None = None) -> None:
         self.model = model
         self.emit = emit
+
+    async def restart_at(self, number: int) -> Restart | None:
+        """Never: a direct run has no records to restart from."""
+        return None
 
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None:
         """Nothing to check: no handler is involved."""

@@ -179,23 +179,16 @@ class DurableExecutor:
         self.refused: dict[str, str] = {}  # call id -> the digest its refused decision binds
         # The calls claimed with the last response, by (request, position), until they run.
         self.planned: dict[tuple[int, int], tuple[PlannedCall, Invocation]] = {}
-        # The record of the model request a restarted loop begins with (see restart_point).
+        # The turns a replaying loop may skip, and the record of the model request it went
+        # on from, until that request is made (see restart_at).
+        self.restarts: _Restarts | None = None
         self.restarted: tuple[int, Record] | None = None
 
-    async def restart_point(self, prompt: str, events: Sequence[Event]) -> Restart | None:
-        """Where this run's loop starts again instead of its first turn: the last model
-        request with a completed record, whose stored input holds the conversation up to
-        it, with the usage the log holds of the responses before it. Replaying that request
-        checks it for drift (the prompt and instructions open its conversation; the tools
-        and model are in it); the turns before it are not replayed (their records are not
-        read again) and count as replayed.
-
-        It is never later than a turn that paused (a decided call is checked against its
-        decision as it replays) nor within a run of rejected calls that holds a failure
-        count (see :func:`_turns_before`). None when the loop replays from the start:
-        another runtime or store, a stream or hooks (they observe replayed turns), or a log
-        it cannot place.
-        """
+    def plan_restarts(self, prompt: str, events: Sequence[Event]) -> None:
+        """Plan the turns this run's loop may skip as it replays (see :meth:`restart_at`)
+        from the log: its recorded operations, responses, results and pauses. Nothing is
+        skipped on another runtime or store, with a stream or hooks (they observe replayed
+        turns), or with a log it cannot place."""
         agent, binding, ctx, logged = self.agent, self.binding, self.ctx, self.logged
         runtime = binding.runtime
         if (
@@ -205,29 +198,41 @@ class DurableExecutor:
             or not isinstance(runtime, LocalRuntime)
             or runtime.store is not ctx.store
         ):
-            return None
+            return
         steps = {binding.step_id(step): step for step in LOOP_STEPS}
         turns: list[tuple[Item, int]] = []
         ran: set[int] = set()  # the tool sequences with a record
-        number = -1
+        last = -1
         for item in logged.recorded.order:
             step = steps.get(item.name)
             if item.kind != "operation" or step is None:
-                return None
+                return
             base = item.sequence % ATTEMPT_STRIDE
             turn = base if step == MODEL_REQUEST else base // MAX_CALLS_PER_RESPONSE
             turns.append((item, turn))
             if step in (TOOL_CALL, MCP_REQUEST):
                 ran.add(base)
-            elif step == MODEL_REQUEST and number < turn <= logged.responses:
-                number = turn
-        usages = _turns_before(events, number, ran)
-        if usages is None:
+            elif step == MODEL_REQUEST and last < turn <= logged.responses:
+                last = turn
+        plan = _plan_restarts(events, last, ran)
+        if plan is not None:
+            self.restarts = _Restarts(prompt, turns, *plan)
+
+    async def restart_at(self, number: int) -> Restart | None:
+        """Where the loop goes on when it is about to build model request ``number``:
+        the next turn it must replay (one that paused, whose decided calls are checked
+        against their decisions, or one holding a rejected call's failure count), else the
+        last model request with a record. The conversation up to that request is its stored
+        input, the usage comes from the log's responses, and the operations of the turns
+        between count as replayed. Replaying that request checks it for drift: the prompt
+        and instructions open its conversation, the tools and model are in it. None: the
+        loop builds this request itself."""
+        plan, ctx, binding = self.restarts, self.ctx, self.binding
+        if plan is None or ctx is None or number in plan.replayed or number >= plan.last:
             return None
-        number = len(usages)
-        if number < 1:
-            return None
-        key = OperationKey(binding.run_id, binding.step_id(MODEL_REQUEST), number)
+        target = min((turn for turn in plan.replayed if turn > number), default=plan.last)
+        self.restarts = None  # until this restart is known to be sound
+        key = OperationKey(binding.run_id, binding.step_id(MODEL_REQUEST), target)
         row = await ctx.store.get_operation(key)
         if row is None or row.status != "completed" or row.record is None:
             return None
@@ -235,16 +240,17 @@ class DurableExecutor:
             record = decode_record(row.record)
             request = ModelRequest.from_json(record.invocation.input_json)
         except (InvalidDocument, RecordFormatError):
-            return None  # the replay from the start reports it where it meets it
-        opening = Conversation(agent.instructions, prompt).messages
+            return None  # the replay reports it where it meets it
+        opening = Conversation(self.agent.instructions, plan.prompt).messages
         if list(request.messages[: len(opening)]) != opening:
             return None  # the replay from the start names what drifted
         usage = Usage()
-        for one in usages:
+        for one in plan.usages[:target]:
             usage = add_usage(usage, one)
-        ctx.replay.supersede(item for item, turn in turns if turn < number)
-        self.restarted = (number, record)
-        return Restart(number, tuple(request.messages), usage)
+        ctx.replay.supersede(item for item, turn in plan.turns if number <= turn < target)
+        self.restarts = plan
+        self.restarted = (target, record)
+        return Restart(target, tuple(request.messages), usage)
 
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None:
         """Re-check the route (the tools on offer may have changed), the run's budget and
@@ -310,7 +316,7 @@ class DurableExecutor:
             and restarted[1].invocation == invocation
         ):
             # The request the loop restarted at, rebuilt byte for byte (no drift): its
-            # record, read and checked by restart_point, replays without a second read.
+            # record, read and checked by restart_at, replays without a second read.
             assert self.ctx is not None
             self.ctx.replay.supersede([operation_item(invocation.step_id, sequence)])
             record, logged = restarted[1], False
@@ -759,19 +765,34 @@ class DurableExecutor:
             return await runtime.execute(invocation), False
 
 
-def _turns_before(events: Sequence[Event], limit: int, ran: set[int]) -> list[Usage] | None:
-    """The usage of each response the log holds before the turn the loop restarts at: model
-    request ``limit`` at the latest, no later than a turn that paused, and never inside a
-    run of rejected calls of a tool (an error result of a call in ``ran``'s complement, the
-    tool sequences with a record) that a later call of that tool has not ended yet: the
-    failure count it carries is not rebuilt. None when a response or result is not in the
-    form the loop logs."""
+@dataclass(frozen=True, slots=True)
+class _Restarts:
+    """The turns a replaying loop may skip: all before ``last`` (the last model request with
+    a record) but those it replays, ``replayed``; the usage of each response, and each
+    recorded operation with its turn."""
+
+    prompt: str
+    turns: list[tuple[Item, int]]
+    usages: list[Usage]
+    last: int
+    replayed: frozenset[int]
+
+
+def _plan_restarts(
+    events: Sequence[Event], limit: int, ran: set[int]
+) -> tuple[list[Usage], int, frozenset[int]] | None:
+    """From the log: the usage of each response before model request ``limit``; the last
+    turn the loop may restart at, ``limit`` or earlier; and the turns before it that must
+    replay: those that paused, and those that begin holding a rejected call's failure count
+    (a run of error results of calls without a record, ``ran`` being the tool sequences with
+    one) until a later call of that tool runs, and the turn each such run began. None when
+    a response or result is not in the form the loop logs."""
     usages: list[Usage] = []
     where: dict[str, tuple[int, str]] = {}  # call id -> its tool sequence, its tool
     accepted: set[str] = set()  # the tools of this turn's calls that ran
     opened: dict[str, int] = {}  # tool -> the turn its run of rejections began
     spans: list[tuple[int, int]] = []  # (first, last) turn of each failure count held
-    pauses: list[int] = []
+    pauses: set[int] = set()
 
     def end_turn() -> None:
         spans.extend((opened.pop(name), len(usages) - 1) for name in accepted if name in opened)
@@ -813,18 +834,23 @@ def _turns_before(events: Sequence[Event], limit: int, ran: set[int]) -> list[Us
             paused = payload.get("request_number")
             if not isinstance(paused, int) or paused < 0:
                 return None
-            pauses.append(paused)
+            pauses.add(paused)
     else:
         end_turn()
-    spans.extend((first, limit) for first in opened.values())
-    number = min([len(usages), *pauses])
+    last = len(usages)
+    spans.extend((first, last) for first in opened.values())
     moved = True
     while moved:  # back to a turn that no failure count spans as it begins
         moved = False
-        for first, last in spans:
-            if first < number <= last:
-                number, moved = first, True
-    return usages[:number]
+        for first, end in spans:
+            if first < last <= end:
+                last, moved = first, True
+    if last < 1:
+        return None
+    replayed = {turn for turn in pauses if turn < last}
+    for first, end in spans:
+        replayed.update(range(first, min(end + 1, last)))
+    return usages[:last], last, frozenset(replayed)
 
 
 def _read(document: type[D], output: str, where: str, handler: str, run_id: str) -> D:

@@ -63,6 +63,7 @@ class Executor(Protocol):
     run_id: str | None
     emit: Emit | None
 
+    async def restart_at(self, number: int) -> Restart | None: ...
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None: ...
     async def before_tools(self, number: int) -> None: ...
     async def model_request(
@@ -130,8 +131,8 @@ class PlannedCall:
 @dataclass(frozen=True, slots=True)
 class Restart:
     """The loop's state as model request ``number`` is built: the conversation up to it and
-    the usage of the responses before it (a resumed run starts there instead of turn 0).
-    No call before it was rejected, so no tool's failure count carries over."""
+    the usage of the responses before it, where a replaying loop goes on instead of
+    replaying the turns between. No tool's failure count is held there."""
 
     number: int
     messages: tuple[Message, ...]
@@ -192,16 +193,15 @@ async def run_loop(
     *,
     decisions: Mapping[str, Proposal] | None = None,
     paused: PausedRun | None = None,
-    start: Restart | None = None,
 ) -> AgentRunResult:
     """Run the conversation to its final text, or to a pause for decisions.
 
     ``paused`` continues a direct run from where it paused (the durable path replays
-    instead, from ``start`` when given, else from the first turn); ``decisions`` are
-    applied to the paused calls they name.
+    instead, skipping the turns its executor restarts past); ``decisions`` are applied to
+    the paused calls they name.
     """
     try:
-        return await _conversation(agent, prompt, executor, decisions or {}, paused, start)
+        return await _conversation(agent, prompt, executor, decisions or {}, paused)
     finally:  # a call claimed with its response runs unless the loop stops before it
         await executor.release_ahead()
 
@@ -212,7 +212,6 @@ async def _conversation(
     executor: Executor,
     decisions: Mapping[str, Proposal],
     paused: PausedRun | None,
-    start: Restart | None,
 ) -> AgentRunResult:
     """:func:`run_loop`'s turns."""
     conversation = Conversation(agent.instructions, prompt)
@@ -222,9 +221,6 @@ async def _conversation(
     response: ModelResponse | None = None
     known: dict[str, ToolReturnPart] = {}
     deferred: dict[str, Execution] = {}
-    if start is not None:
-        conversation.messages = list(start.messages)
-        usage, number = start.usage, start.number
     if paused is not None:
         conversation.messages = list(paused.messages)
         usage, number = paused.usage, paused.request_number
@@ -237,6 +233,9 @@ async def _conversation(
         known = {part.tool_call_id: part for part in paused.completed}
         deferred = {c.call_id: c.execution for c in paused.calls}
     while True:
+        if response is None and (restart := await executor.restart_at(number)) is not None:
+            conversation.messages = list(restart.messages)
+            usage, number = restart.usage, restart.number
         context = RunContext(
             run_id=executor.run_id or agent.name, step=number, agent_name=agent.name
         )
