@@ -106,3 +106,13 @@ def test_digests_of_a_growing_conversation_are_the_sha256_of_each_whole_input() 
         expected = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
         assert invocation.input_digest() == expected
         messages += [message("f", 2 * n, size=500 + n), message("f", 2 * n + 1)]
+
+
+def test_the_arrays_kept_for_conversations_are_bounded() -> None:
+    from zincir.contract import payloads
+
+    for n in range(payloads._ARRAYS_KEPT + 8):
+        start = Message(role="user", parts=(TextPart(text=f"conversation {n}"),))
+        ModelRequest(messages=(start, message("g", n))).to_json()
+    assert len(payloads._ARRAYS) <= payloads._ARRAYS_KEPT
+    assert payloads._ARRAYS_HELD == sum(map(payloads._held, payloads._ARRAYS.values()))

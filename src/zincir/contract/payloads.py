@@ -350,12 +350,17 @@ def _keep(array: _Array) -> None:
     with _ARRAYS_LOCK:
         replaced = _ARRAYS.pop(array.key, None)
         if replaced is not None:
-            _ARRAYS_HELD -= len(replaced.text or "")
-        _ARRAYS_HELD += len(array.text or "")
+            _ARRAYS_HELD -= _held(replaced)
+        _ARRAYS_HELD += _held(array)
         _ARRAYS[array.key] = array
         while len(_ARRAYS) > 1 and (len(_ARRAYS) > _ARRAYS_KEPT or _ARRAYS_HELD > _ARRAYS_CHARS):
             _, dropped = _ARRAYS.popitem(last=False)
-            _ARRAYS_HELD -= len(dropped.text or "")
+            _ARRAYS_HELD -= _held(dropped)
+
+
+def _held(array: _Array) -> int:
+    """The characters ``array`` holds alive: its items' texts and its document's text."""
+    return array.chars + len(array.text or "")
 
 
 def _kept_text(document: _Strict) -> tuple[str, int]:
@@ -379,8 +384,8 @@ _KEYS: dict[type[_Strict], dict[str, str]] = {}
 _ARRAYS: OrderedDict[tuple[type[_Strict], str, int], _Array] = OrderedDict()
 """The latest arrays written, per document class, kept field and first item (one per
 conversation a process carries on at once), within _ARRAYS_KEPT and _ARRAYS_CHARS."""
-_ARRAYS_KEPT: Final = 64
-_ARRAYS_CHARS: Final = 64 * 1024 * 1024  # the documents' texts the arrays hold alive
+_ARRAYS_KEPT: Final = 32
+_ARRAYS_CHARS: Final = 64 * 1024 * 1024  # the texts the arrays hold alive
 _ARRAYS_HELD = 0
 _ARRAYS_LOCK: Final = threading.Lock()
 _RECENT: TextMemo[_Strict] = TextMemo(chars=32 << 20)
