@@ -2,7 +2,9 @@
 
 The workflow takes the invocation (its JSON object form) and the runtime's options, runs the
 activity once under the configured retry policy and timeouts, and returns the record's wire
-text (see ``_wire``). The activity dispatches to the handler registered for (kind,
+text (see ``_wire``). A large input arrives as a proxy invocation and a large record leaves
+as a reference (see ``_content``): the activity resolves and writes them, the workflow only
+passes references on. The activity dispatches to the handler registered for (kind,
 handler_id) in the worker's ``HandlerRegistry``:
 
 * success, suspension, non-retryable failure: returned as a record;
