@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Final, Literal, Self, TypeAlias, TypeVar
@@ -341,7 +341,7 @@ def _joined(text: str, array: _Array, carried: _Array | None, head: tuple[str, .
     cut (see :mod:`zincir._prefixes`) instead of being compared character by character."""
     if carried is not None and carried.text is not None and carried.head == head:
         note_shared(text, carried.text, sum(map(len, head)) + carried.chars)
-    _keep(replace(array, text=text, head=head))
+    _keep(_Array(array.key, array.items, array.texts, array.chars, array.deepest, text, head))
 
 
 def _keep(array: _Array) -> None:
