@@ -311,13 +311,13 @@ class DurableExecutor:
         invocation = self._invocation(step, sequence, kind, request)
         restarted, self.restarted = self.restarted, None
         if (
-            restarted is not None
+            self.ctx is not None
+            and restarted is not None
             and restarted[0] == number
             and restarted[1].invocation == invocation
         ):
             # The request the loop restarted at, rebuilt byte for byte (no drift): its
             # record, read and checked by restart_at, replays without a second read.
-            assert self.ctx is not None
             self.ctx.replay.supersede([operation_item(invocation.step_id, sequence)])
             record, logged = restarted[1], False
         else:
