@@ -3,7 +3,7 @@
 purpose. Run as a script it is the process a test kills:
 
     python long_resume_agent.py TARGET RUN_ID TURNS LOG --hang model|tool --at N
-                                [--reject K ...] [--approve K ...]
+                                [--reject K ...] [--approve K ...] [--workflow]
 
 It runs the agent through a ``Runner`` (lease 60 s) and, at turn ``N``, prints ``asked N``
 (the model is asked for request N) or ``inside N`` (the tool reads section N) and sleeps
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from zincir.agent import Agent, FunctionModel, Runner, Tool, tool  # noqa: E402
+from zincir.agent import Agent, FunctionModel, Runner, Tool, ToolOrigin, tool  # noqa: E402
 from zincir.contract.payloads import (  # noqa: E402
     ModelRequest,
     ModelResponse,
@@ -61,11 +61,13 @@ def build(
     approve: Iterable[int] = (),
     instructions: str = INSTRUCTIONS,
     description: str = "Read one section of the catalogue.",
+    workflow: bool = False,
 ) -> Agent:
     """The agent: request N asks for section N + 1, except on a turn in ``reject`` (a call
     whose arguments fail the schema: a retry prompt) and in ``approve`` (a refund that needs
     approval); request ``turns`` answers. ``hang`` ("model" or "tool") stops the process at
-    turn ``at`` until it is killed."""
+    turn ``at`` until it is killed. ``workflow`` offers a tool that runs in the agent's
+    process too (never called)."""
     rejected, approved = set(reject), set(approve)
 
     def stop(what: str, number: int) -> None:
@@ -104,11 +106,17 @@ def build(
         call = ToolCallPart(tool_call_id=f"c-{number}", tool_name=name, arguments=arguments)
         return ModelResponse(parts=[TextPart(text=f"Turn {number}."), call], usage=usage)
 
+    async def remember(note: str) -> str:
+        return note
+
+    tools = [reader, refunder]
+    if workflow:
+        tools.append(Tool(remember, name="remember", origin=ToolOrigin.WORKFLOW))
     return Agent(
         FunctionModel(model),
         name="catalogue",
         instructions=instructions,
-        tools=[reader, refunder],
+        tools=tools,
         tool_retries=50,
     )
 
@@ -121,6 +129,7 @@ async def main(args: argparse.Namespace) -> None:
         at=args.at,
         reject=args.reject,
         approve=args.approve,
+        workflow=args.workflow,
     )
     async with Runner(args.target, [agent], lease_ttl=LEASE_TTL) as runner:
         result = await runner.run(agent, PROMPT, run_id=args.run_id)
@@ -140,4 +149,5 @@ if __name__ == "__main__":
     parser.add_argument("--at", type=int, default=-1)
     parser.add_argument("--reject", type=int, action="append", default=[])
     parser.add_argument("--approve", type=int, action="append", default=[])
+    parser.add_argument("--workflow", action="store_true")
     asyncio.run(main(parser.parse_args()))

@@ -203,8 +203,8 @@ async def test_a_run_that_paused_for_an_approval_restarts_at_that_turn(
         result = await runner.resume("long")
     assert lines(third)[0] == f"tool {TURNS - 6}"
     assert "refund 10" not in lines(third)
-    # The turns that paused or hold a failure count replay; the loop skips the others.
-    assert restarts == [10, 10, 20, TURNS - 7]
+    # The turn that paused replays; the loop skips the others.
+    assert restarts == [10, 10, TURNS - 6]
     whole = await reference(
         store_target, tmp_path / "ref.log", reject=(20, TURNS - 7), approve=(10,)
     )
@@ -217,23 +217,25 @@ async def test_a_run_that_paused_for_an_approval_restarts_at_that_turn(
 
 
 @pytest.mark.crash
+@pytest.mark.parametrize("workflow", [False, True])
 async def test_a_rejected_calls_failure_count_carries_to_the_restarted_loop(
-    store_target: str, tmp_path: Path, restarts: list[int]
+    store_target: str, tmp_path: Path, restarts: list[int], workflow: bool
 ) -> None:
-    """The call after a rejected one carries its retry number in its input: the loop
-    restarts at the rejection (not at the last request, with a failure count lost), and an
-    earlier rejection that a later call of its tool ended does not hold it back."""
+    """The call after a rejected one carries its retry number in its input: the restarted
+    loop holds the failure count the log tells (a rejected call is an error result without
+    a record). With a tool run in the agent's process, whose error results have no record
+    either, it restarts before the rejection instead, past an earlier one that a later call
+    of its tool ended."""
     log, again = tmp_path / "first.log", tmp_path / "again.log"
     rejected = (20, TURNS - 7)
-    kill_at(
-        store_target, "long", log, "tool", TURNS - 6, "--reject", "20", "--reject", str(TURNS - 7)
-    )
-    agent = build(TURNS, again, reject=rejected)
+    options = ["--reject", "20", "--reject", str(TURNS - 7)] + (["--workflow"] if workflow else [])
+    kill_at(store_target, "long", log, "tool", TURNS - 6, *options)
+    agent = build(TURNS, again, reject=rejected, workflow=workflow)
     async with Runner(store_target, [agent], lease_ttl=LEASE_TTL) as runner:
         result = await runner.resume("long")
     assert lines(again)[:2] == [f"tool {TURNS - 6}", f"model {TURNS - 5}"]
-    assert restarts == [20, TURNS - 7]  # the first rejection's turns replay
-    whole = await reference(store_target, tmp_path / "ref.log", reject=rejected)
+    assert restarts == ([20, TURNS - 7] if workflow else [TURNS - 6])
+    whole = await reference(store_target, tmp_path / "ref.log", reject=rejected, workflow=workflow)
     assert (result.output, result.messages, result.usage) == (
         whole.output,
         whole.messages,

@@ -214,19 +214,25 @@ class DurableExecutor:
                 ran.add(base)
             elif step == MODEL_REQUEST and last < turn <= logged.responses:
                 last = turn
-        plan = _plan_restarts(events, last, ran)
+        # Without tools run in this process, an error result of a call that has no record
+        # and never paused is a rejected call, so its tool's failure count is known.
+        exact = not any(
+            toolset.durable_origins is None or ToolOrigin.WORKFLOW in toolset.durable_origins
+            for toolset in agent.all_toolsets
+        )
+        plan = _plan_restarts(events, last, ran, exact=exact)
         if plan is not None:
             self.restarts = _Restarts(prompt, turns, *plan)
 
     async def restart_at(self, number: int) -> Restart | None:
         """Where the loop goes on when it is about to build model request ``number``:
         the next turn it must replay (one that paused, whose decided calls are checked
-        against their decisions, or one holding a rejected call's failure count), else the
-        last model request with a record. The conversation up to that request is its stored
-        input, the usage comes from the log's responses, and the operations of the turns
-        between count as replayed. Replaying that request checks it for drift: the prompt
-        and instructions open its conversation, the tools and model are in it. None: the
-        loop builds this request itself."""
+        against their decisions, or one whose tools' failure counts the log does not tell),
+        else the last model request with a record. The conversation up to that request is
+        its stored input, the usage and failure counts come from the log, and the
+        operations of the turns between count as replayed. Replaying that request checks it
+        for drift: the prompt and instructions open its conversation, the tools and model
+        are in it. None: the loop builds this request itself."""
         plan, ctx, binding = self.restarts, self.ctx, self.binding
         if plan is None or ctx is None or number in plan.replayed or number >= plan.last:
             return None
@@ -250,7 +256,7 @@ class DurableExecutor:
         ctx.replay.supersede(item for item, turn in plan.turns if number <= turn < target)
         self.restarts = plan
         self.restarted = (target, record)
-        return Restart(target, tuple(request.messages), usage)
+        return Restart(target, tuple(request.messages), usage, plan.failures_at(target))
 
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None:
         """Re-check the route (the tools on offer may have changed), the run's budget and
@@ -768,35 +774,49 @@ class DurableExecutor:
 @dataclass(frozen=True, slots=True)
 class _Restarts:
     """The turns a replaying loop may skip: all before ``last`` (the last model request with
-    a record) but those it replays, ``replayed``; the usage of each response, and each
-    recorded operation with its turn."""
+    a record) but those it replays, ``replayed``; the usage of each response, each recorded
+    operation with its turn, and by tool the turns of its rejected calls and of its calls
+    that ran."""
 
     prompt: str
     turns: list[tuple[Item, int]]
     usages: list[Usage]
     last: int
     replayed: frozenset[int]
+    rejected: dict[str, list[int]]
+    accepted: dict[str, list[int]]
+
+    def failures_at(self, number: int) -> dict[str, int]:
+        """Each tool's failure count as model request ``number`` is built: its calls
+        rejected since the last turn in which one of its calls ran (that turn's included)."""
+        failures: dict[str, int] = {}
+        for name, turns in self.rejected.items():
+            ran = max((turn for turn in self.accepted.get(name, ()) if turn < number), default=-1)
+            count = sum(1 for turn in turns if ran < turn < number)
+            if count:
+                failures[name] = count
+        return failures
 
 
 def _plan_restarts(
-    events: Sequence[Event], limit: int, ran: set[int]
-) -> tuple[list[Usage], int, frozenset[int]] | None:
+    events: Sequence[Event], limit: int, ran: set[int], *, exact: bool
+) -> tuple[list[Usage], int, frozenset[int], dict[str, list[int]], dict[str, list[int]]] | None:
     """From the log: the usage of each response before model request ``limit``; the last
-    turn the loop may restart at, ``limit`` or earlier; and the turns before it that must
-    replay: those that paused, and those that begin holding a rejected call's failure count
-    (a run of error results of calls without a record, ``ran`` being the tool sequences with
-    one) until a later call of that tool runs, and the turn each such run began. None when
-    a response or result is not in the form the loop logs."""
+    turn the loop may restart at; the turns before it that must replay; and by tool the
+    turns of its rejected calls (error results of calls that have no record, ``ran`` being
+    the tool sequences with one, and never paused) and of its calls that ran.
+
+    The turns that paused replay. With ``exact`` False (tools run in this process may give
+    error results without a record), so do the turns that hold a failure count: each run of
+    rejected calls of a tool until a later call of it runs, and the last turn moves back
+    before any such run. None when a response or result is not in the form the loop logs,
+    or when ``exact`` meets a result that only a tool run in this process gives."""
     usages: list[Usage] = []
     where: dict[str, tuple[int, str]] = {}  # call id -> its tool sequence, its tool
-    accepted: set[str] = set()  # the tools of this turn's calls that ran
-    opened: dict[str, int] = {}  # tool -> the turn its run of rejections began
-    spans: list[tuple[int, int]] = []  # (first, last) turn of each failure count held
+    rejected: dict[str, list[int]] = {}
+    accepted: dict[str, list[int]] = {}
+    paused_calls: set[str] = set()
     pauses: set[int] = set()
-
-    def end_turn() -> None:
-        spans.extend((opened.pop(name), len(usages) - 1) for name in accepted if name in opened)
-        accepted.clear()
 
     for event in events:
         payload = event.payload
@@ -805,7 +825,6 @@ def _plan_restarts(
         if not isinstance(payload, dict):
             return None
         if event.type == "llm_call":
-            end_turn()
             if len(usages) >= limit:
                 break  # model request ``limit``'s response: its turn replays
             usage, calls = payload.get("usage"), payload.get("tool_calls")
@@ -819,38 +838,53 @@ def _plan_restarts(
             for position, call in enumerate(calls):
                 if not isinstance(call, dict):
                     return None
-                sequence = turn * MAX_CALLS_PER_RESPONSE + position
-                where[str(call.get("id"))] = (sequence, str(call.get("name")))
+                sequence, name = turn * MAX_CALLS_PER_RESPONSE + position, str(call.get("name"))
+                where[str(call.get("id"))] = (sequence, name)
                 if sequence in ran:
-                    accepted.add(str(call.get("name")))
+                    accepted.setdefault(name, []).append(turn)
         elif event.type == "tool_result":
-            if not isinstance(payload.get("is_error"), bool):
+            call_id, error = str(payload.get("id")), payload.get("is_error")
+            if not isinstance(error, bool):
                 return None
-            found = where.get(str(payload.get("id")))
-            if payload["is_error"] and (found is None or found[0] not in ran):
-                name = "" if found is None else found[1]
-                opened.setdefault(name, len(usages) - 1)  # a rejected call (or so it seems)
+            found = where.get(call_id)
+            if found is None or found[0] in ran or call_id in paused_calls:
+                continue
+            if not error:
+                if exact:
+                    return None  # a tool run in this process gave it
+                continue
+            rejected.setdefault(found[1], []).append(found[0] // MAX_CALLS_PER_RESPONSE)
         elif event.type == PAUSED_EVENT:
-            paused = payload.get("request_number")
-            if not isinstance(paused, int) or paused < 0:
+            paused, calls = payload.get("request_number"), payload.get("calls")
+            if not isinstance(paused, int) or paused < 0 or not isinstance(calls, list):
                 return None
             pauses.add(paused)
-    else:
-        end_turn()
+            for call in calls:  # a paused call was not rejected: its turn ends its tool's count
+                if not isinstance(call, dict) or str(call.get("call_id")) in paused_calls:
+                    continue
+                paused_calls.add(str(call.get("call_id")))
+                accepted.setdefault(str(call.get("tool")), []).append(paused)
     last = len(usages)
-    spans.extend((first, last) for first in opened.values())
-    moved = True
-    while moved:  # back to a turn that no failure count spans as it begins
-        moved = False
+    replayed = {turn for turn in pauses if turn < last}
+    if not exact:
+        spans: list[tuple[int, int]] = []  # (first, last) turn of each failure count held
+        for name, turns in rejected.items():
+            runs = sorted(accepted.get(name, ()))
+            for turn in turns:
+                end = next((ran_at for ran_at in runs if ran_at >= turn), limit)
+                spans.append((turn, end))
+        moved = True
+        while moved:  # back to a turn that no failure count spans as it begins
+            moved = False
+            for first, end in spans:
+                if first < last <= end:
+                    last, moved = first, True
+        replayed = {turn for turn in pauses if turn < last}
         for first, end in spans:
-            if first < last <= end:
-                last, moved = first, True
+            replayed.update(range(first, min(end + 1, last)))
     if last < 1:
         return None
-    replayed = {turn for turn in pauses if turn < last}
-    for first, end in spans:
-        replayed.update(range(first, min(end + 1, last)))
-    return usages[:last], last, frozenset(replayed)
+    return usages[:last], last, frozenset(replayed), rejected, accepted
 
 
 def _read(document: type[D], output: str, where: str, handler: str, run_id: str) -> D:

@@ -130,13 +130,14 @@ class PlannedCall:
 
 @dataclass(frozen=True, slots=True)
 class Restart:
-    """The loop's state as model request ``number`` is built: the conversation up to it and
-    the usage of the responses before it, where a replaying loop goes on instead of
-    replaying the turns between. No tool's failure count is held there."""
+    """The loop's state as model request ``number`` is built: the conversation up to it,
+    the usage of the responses before it and each tool's failure count (its calls rejected
+    in a row), where a replaying loop goes on instead of replaying the turns between."""
 
     number: int
     messages: tuple[Message, ...]
     usage: Usage
+    failures: Mapping[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +237,7 @@ async def _conversation(
         if response is None and (restart := await executor.restart_at(number)) is not None:
             conversation.messages = list(restart.messages)
             usage, number = restart.usage, restart.number
+            failures = dict(restart.failures)
         context = RunContext(
             run_id=executor.run_id or agent.name, step=number, agent_name=agent.name
         )
