@@ -4,6 +4,7 @@ purpose. Run as a script it is the process a test kills:
 
     python long_resume_agent.py TARGET RUN_ID TURNS LOG --hang model|tool --at N
                                 [--reject K ...] [--approve K ...] [--workflow]
+                                [--bad-refund K ...]
 
 It runs the agent through a ``Runner`` (lease 60 s) and, at turn ``N``, prints ``asked N``
 (the model is asked for request N) or ``inside N`` (the tool reads section N) and sleeps
@@ -62,13 +63,15 @@ def build(
     instructions: str = INSTRUCTIONS,
     description: str = "Read one section of the catalogue.",
     workflow: bool = False,
+    bad_refund: Iterable[int] = (),
 ) -> Agent:
     """The agent: request N asks for section N + 1, except on a turn in ``reject`` (a call
     whose arguments fail the schema: a retry prompt) and in ``approve`` (a refund that needs
     approval); request ``turns`` answers. ``hang`` ("model" or "tool") stops the process at
     turn ``at`` until it is killed. ``workflow`` offers a tool that runs in the agent's
-    process too (never called)."""
-    rejected, approved = set(reject), set(approve)
+    process too (never called). On a turn in ``bad_refund`` the refund's arguments fail
+    its schema."""
+    rejected, approved, bad = set(reject), set(approve), set(bad_refund)
 
     def stop(what: str, number: int) -> None:
         sys.stdout.write(f"{what} {number}\n")
@@ -103,6 +106,8 @@ def build(
             arguments = {"section": "not a number"}
         elif number in approved:
             name = "refund"
+        elif number in bad:
+            name, arguments = "refund", {"section": "not a number"}
         call = ToolCallPart(tool_call_id=f"c-{number}", tool_name=name, arguments=arguments)
         return ModelResponse(parts=[TextPart(text=f"Turn {number}."), call], usage=usage)
 
@@ -130,6 +135,7 @@ async def main(args: argparse.Namespace) -> None:
         reject=args.reject,
         approve=args.approve,
         workflow=args.workflow,
+        bad_refund=args.bad_refund,
     )
     async with Runner(args.target, [agent], lease_ttl=LEASE_TTL) as runner:
         result = await runner.run(agent, PROMPT, run_id=args.run_id)
@@ -150,4 +156,5 @@ if __name__ == "__main__":
     parser.add_argument("--reject", type=int, action="append", default=[])
     parser.add_argument("--approve", type=int, action="append", default=[])
     parser.add_argument("--workflow", action="store_true")
+    parser.add_argument("--bad-refund", type=int, action="append", default=[])
     asyncio.run(main(parser.parse_args()))

@@ -19,11 +19,12 @@ import pytest
 import zincir
 from tests.agent.long_resume_agent import PROMPT, build, lines
 from tests.conftest import REPO
-from zincir.agent import AgentRunResult, Approve, Runner, decide
+from zincir.agent import AgentRunResult, Approve, Deny, Runner, decide
 from zincir.agent._durable import DurableExecutor
-from zincir.contract import Invocation
+from zincir.contract import Invocation, decode_record
+from zincir.contract.payloads import ToolRequest
 from zincir.durable import LocalRuntime
-from zincir.store import approval_id
+from zincir.store import OperationKey, approval_id
 
 WORKER = Path(__file__).with_name("long_resume_agent.py")
 TURNS = 60  # the run's length: the process is stopped near its end
@@ -89,13 +90,19 @@ def restarts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return seen
 
 
-async def reference(target: str, log: Path, **options: Any) -> AgentRunResult:
-    """The same run made in one go (its approvals given as asked), for comparison."""
+async def reference(
+    target: str, log: Path, decided: dict[str, Any] | None = None, **options: Any
+) -> AgentRunResult:
+    """The same run made in one go (its calls decided as ``decided`` says, else approved
+    as asked), for comparison."""
     agent = build(TURNS, log, **options)
     async with Runner(target, [agent], lease_ttl=LEASE_TTL) as runner:
         result = await runner.run(agent, PROMPT, run_id="reference")
         while result.paused is not None:
-            decisions = {call.call_id: Approve() for call in result.paused.calls}
+            decisions = {
+                call.call_id: (decided or {}).get(call.call_id, Approve())
+                for call in result.paused.calls
+            }
             result = await runner.resume("reference", decisions)
     return result
 
@@ -236,6 +243,53 @@ async def test_a_rejected_calls_failure_count_carries_to_the_restarted_loop(
     assert lines(again)[:2] == [f"tool {TURNS - 6}", f"model {TURNS - 5}"]
     assert restarts == ([20, TURNS - 7] if workflow else [TURNS - 6])
     whole = await reference(store_target, tmp_path / "ref.log", reject=rejected, workflow=workflow)
+    assert (result.output, result.messages, result.usage) == (
+        whole.output,
+        whole.messages,
+        whole.usage,
+    )
+    await check_log(store_target, "long", result)
+
+
+@pytest.mark.crash
+async def test_a_denied_call_ends_its_tools_failure_count_across_a_restart(
+    store_target: str, tmp_path: Path, restarts: list[int]
+) -> None:
+    """A call that paused was not rejected: its turn ends its tool's failure count (a
+    denied call has no record either), so the approved call after it runs with retry 0."""
+    log, again = tmp_path / "first.log", tmp_path / "again.log"
+    options = ["--bad-refund", "5", "--approve", "10", "--approve", "30"]
+    shape: dict[str, Any] = {"bad_refund": (5,), "approve": (10, 30)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    for call, decision in (("c-10", Deny()), ("c-30", Approve())):
+        paused = subprocess.run(
+            [sys.executable, str(WORKER), store_target, "long", str(TURNS), str(log), *options],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert paused.stdout == f"paused {call}\n", paused.stderr
+        store = zincir.open_store(store_target)
+        try:
+            await decide(store, approval_id("long", call), decision)
+        finally:
+            await store.close()
+    kill_at(store_target, "long", log, "model", 40, *options)
+    assert lines(log).count("refund 30") == 1
+    store = zincir.open_store(store_target)
+    try:  # the approved refund ran with no failure count
+        row = await store.get_operation(OperationKey("long", "tool.call", 30_000))
+        assert row is not None and row.record is not None
+        assert ToolRequest.from_json(decode_record(row.record).invocation.input_json).retry == 0
+    finally:
+        await store.close()
+    agent = build(TURNS, again, **shape)
+    async with Runner(store_target, [agent], lease_ttl=LEASE_TTL) as runner:
+        result = await runner.resume("long")
+    assert restarts == [10, 30, 39]  # the paused turns replay
+    assert lines(again)[0] == "model 40" and "refund 30" not in lines(again)
+    whole = await reference(store_target, tmp_path / "ref.log", {"c-10": Deny()}, **shape)
     assert (result.output, result.messages, result.usage) == (
         whole.output,
         whole.messages,
