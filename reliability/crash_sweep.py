@@ -33,6 +33,7 @@ from reliability._harness import Figure, Report, at_least, equal
 from reliability._postgres import on_postgres
 from reliability._sweep_workload import CHARGES, NODES, graph_values, run_job
 from zincir import decode_record
+from zincir.contract._codec import record_with_input
 from zincir.testing import (
     CRASH_POINTS,
     arm_crash_point,
@@ -230,7 +231,7 @@ def read_stored(db: str, job: str) -> Stored:
     wf, ag = f"wf-{job}", f"ag-{job}"
     with _Rows(db) as rows:
         operation = rows.all(
-            "SELECT record FROM operations WHERE run_id = ? AND step_id = 'ledger.op' "
+            "SELECT record, input_json FROM operations WHERE run_id = ? AND step_id = 'ledger.op' "
             "AND status = 'completed'",
             wf,
         )
@@ -244,7 +245,10 @@ def read_stored(db: str, job: str) -> Stored:
                     "SELECT name, result FROM steps WHERE run_id = ? AND status = 'completed'", wf
                 )
             },
-            operation=str(operation[0][0]) if operation else None,
+            # a record is stored with null for the input its row keeps: put it back
+            operation=record_with_input(str(operation[0][0]), str(operation[0][1]))
+            if operation
+            else None,
             checkpoints=dict(rows.all("SELECT id, status FROM checkpoints WHERE run_id = ?", wf)),
             tool_results=[
                 str(payload)

@@ -100,3 +100,11 @@ async def read_store(target: Path | str, read: Callable[[Store], Awaitable[T]]) 
         return await read(store)
     finally:
         await store.close()
+
+
+def whole_record(record: str | None, input_json: str) -> str | None:
+    """A stored record with its input put back: a record is stored with ``null`` for the
+    input its row keeps (``Store.get_operation`` composes it the same way)."""
+    from zincir.contract._codec import record_with_input
+
+    return None if record is None else record_with_input(record, input_json)

@@ -333,8 +333,9 @@ def _cut(text: str, kept: tuple[Piece, ...]) -> InputLayout:
     cut = _Cut(text, list(kept), hasher, at)
     try:
         _scan(cut, at, path)
-    except (ValueError, IndexError):
-        pass  # not JSON past here: the rest is literal text (every cut reproduces the input)
+    except (ValueError, IndexError, RecursionError):
+        pass  # not JSON (or nested too deep) past here: the rest is literal text (every cut
+        # reproduces the input)
     hasher = cut.hasher.copy()
     hasher.update(text[cut.hashed :].encode("utf-8"))
     return InputLayout(text, tuple(cut.pieces), "sha256:" + hasher.hexdigest(), len(kept))

@@ -26,7 +26,7 @@ from click.testing import CliRunner
 
 import zincir
 from tests.conftest import REPO, dunder_all_order
-from tests.helpers import rows
+from tests.helpers import rows, whole_record
 from tests.integration.temporal_server import TemporalServer
 from zincir import (
     AgentContext,
@@ -397,12 +397,19 @@ async def test_record_store_keeps_records_beyond_retention(
         runtime = await serve(handler, record_store=store)
         inv = invocation()
         record = await runtime.execute(inv)
-        assert rows(
+        [(status, outcome, stored, owner, expires, input_json)] = rows(
             tmp_path / "records.db",
-            "SELECT status, outcome, record, claim_owner, claim_expires_at "
+            "SELECT status, outcome, record, claim_owner, claim_expires_at, input_json "
             "FROM operations WHERE run_id = ?",
             (inv.run_id,),
-        ) == [("completed", "success", encode_record(record), None, None)]
+        )
+        assert (status, outcome, whole_record(stored, input_json), owner, expires) == (
+            "completed",
+            "success",
+            encode_record(record),
+            None,
+            None,
+        )
         await delete_workflow(client, workflow_id_for(inv))
         assert await runtime.execute(inv) == record
         assert len(handler.calls) == 1
@@ -448,9 +455,14 @@ async def test_record_store_writes_a_runs_log_only_under_its_lease(
         await ctx.close()
         lone = await runtime.execute(invocation(run_id, sequence=2))  # no lease held now
         assert await new_store.list_events(run_id) == events
-        assert rows(
-            path, "SELECT record FROM operations WHERE run_id = ? ORDER BY sequence", (run_id,)
-        )[1:] == [(encode_record(record),), (encode_record(lone),)]
+        assert [
+            whole_record(stored, input_json)
+            for stored, input_json in rows(
+                path,
+                "SELECT record, input_json FROM operations WHERE run_id = ? ORDER BY sequence",
+                (run_id,),
+            )
+        ][1:] == [encode_record(record), encode_record(lone)]
     finally:
         await store.close()
         await new_store.close()

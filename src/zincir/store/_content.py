@@ -1,11 +1,11 @@
 """Content stored once: what both backends make of an operation's input and record.
 
 An ``operations`` row keeps its input in one of two forms. A short input, with no piece
-(see :mod:`zincir._pieces`), stays whole in ``input_json`` and its record whole in
-``record``, as before. Otherwise ``input_json`` is empty, ``input_parts`` holds the input's
-description (its last node and the literal after it), the pieces and nodes are rows of
-``content`` (digest, body), each referred to by the runs that use it in ``content_refs``
-(run, digest), and ``record`` holds the canonical record with ``null`` for its input.
+(see :mod:`zincir._pieces`), stays whole in ``input_json``. Otherwise ``input_json`` is
+empty, ``input_parts`` holds the input's description (its last node and the literal after
+it), and the pieces and nodes are rows of ``content`` (digest, body), each referred to by
+the runs that use it in ``content_refs`` (run, digest). Either way ``record`` holds the
+canonical record with ``null`` for its input (records written before hold it whole).
 A successful record whose output holds a long JSON string (see
 :func:`zincir._pieces.text_pieces`) keeps the description of its output instead
 (:data:`OUTPUT_PARTS`), the string a piece that the next request's message holding the same
@@ -112,14 +112,9 @@ class StoredOperation:
 
 def stored_record(operation: NewOperation, outcome: OperationOutcome, plan: InputPlan) -> str:
     """The ``record`` column of ``outcome``: the one its plan made, else its canonical text
-    with ``null`` for an input stored in pieces, whole for a short input kept in
-    ``input_json`` (bounded: repeating it costs less than composing it on every read)."""
+    with ``null`` for its input (kept in ``input_json`` or in pieces), put back on read."""
     if plan.record is not None:
         return plan.record
-    if plan.input_parts is None:
-        if outcome.input_left_out:
-            return record_with_input(outcome.record_json, operation.input_json)
-        return outcome.record_json
     if outcome.input_left_out:
         return outcome.record_json
     return record_input_removed(outcome.record_json)
