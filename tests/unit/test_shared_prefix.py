@@ -116,3 +116,17 @@ def test_the_arrays_kept_for_conversations_are_bounded() -> None:
         ModelRequest(messages=(start, message("g", n))).to_json()
     assert len(payloads._ARRAYS) <= payloads._ARRAYS_KEPT
     assert payloads._ARRAYS_HELD == sum(map(payloads._held, payloads._ARRAYS.values()))
+
+
+def test_an_equal_but_other_earlier_conversation_lends_no_text() -> None:
+    # {"x": 1} == {"x": 1.0}: equal messages, different texts
+    system = Message(role="system", parts=(TextPart(text="be brief"),))
+
+    def tool(content: object) -> Message:
+        part = ToolReturnPart(tool_call_id="c", tool_name="t", content={"x": content})
+        return Message(role="tool", parts=(part,))
+
+    ModelRequest(messages=(system, tool(1))).to_json()
+    later = ModelRequest(messages=(system, tool(1.0), message("h", 1)))
+    assert '{"x":1.0}' in later.to_json()
+    assert later.to_json() == later.model_dump_json()

@@ -13,6 +13,7 @@ write one document class. ``to_json()`` is compact and stable, so it can be an i
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -313,7 +314,8 @@ def _items_text(
     carried = None
     if previous is not None:
         old = previous.items
-        if len(old) <= len(items) and items[: len(old)] == old:
+        # the very same documents: equal ones may encode otherwise ({"a": 1} == {"a": 1.0})
+        if len(old) <= len(items) and all(map(operator.is_, items, old)):
             start, texts, chars, deepest = (
                 len(old),
                 previous.texts,
