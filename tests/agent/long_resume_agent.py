@@ -3,12 +3,13 @@
 purpose. Run as a script it is the process a test kills:
 
     python long_resume_agent.py TARGET RUN_ID TURNS LOG --hang model|tool --at N
-                                [--reject K ...] [--approve K ...] [--workflow]
+                                [--reject K ...] [--approve K ...] [--workflow] [--stream]
                                 [--bad-refund K ...]
 
-It runs the agent through a ``Runner`` (lease 60 s) and, at turn ``N``, prints ``asked N``
-(the model is asked for request N) or ``inside N`` (the tool reads section N) and sleeps
-until it is killed. Without ``--hang`` it prints ``output <text>`` or ``paused <ids>``.
+It runs the agent through a ``Runner`` (lease 60 s; ``run_stream`` with ``--stream``) and,
+at turn ``N``, prints ``asked N`` (the model is asked for request N) or ``inside N`` (the
+tool reads section N) and sleeps until it is killed. Without ``--hang`` it prints
+``output <text>`` or ``paused <ids>``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import argparse
 import asyncio
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from datetime import timedelta
 from pathlib import Path
 
@@ -27,9 +28,11 @@ from zincir.agent import Agent, FunctionModel, Runner, Tool, ToolOrigin, tool  #
 from zincir.contract.payloads import (  # noqa: E402
     ModelRequest,
     ModelResponse,
+    StreamPart,
     TextPart,
     ToolCallPart,
     Usage,
+    stream_parts,
 )
 
 PROMPT = "Read the catalogue, one section a turn."
@@ -117,8 +120,13 @@ def build(
     tools = [reader, refunder]
     if workflow:
         tools.append(Tool(remember, name="remember", origin=ToolOrigin.WORKFLOW))
+
+    async def streamed(request: ModelRequest) -> AsyncIterator[StreamPart]:
+        for part in stream_parts(model(request)):
+            yield part
+
     return Agent(
-        FunctionModel(model),
+        FunctionModel(model, streamed),
         name="catalogue",
         instructions=instructions,
         tools=tools,
@@ -138,7 +146,13 @@ async def main(args: argparse.Namespace) -> None:
         bad_refund=args.bad_refund,
     )
     async with Runner(args.target, [agent], lease_ttl=LEASE_TTL) as runner:
-        result = await runner.run(agent, PROMPT, run_id=args.run_id)
+        if args.stream:
+            stream = runner.run_stream(agent, PROMPT, run_id=args.run_id)
+            async for _ in stream:
+                pass
+            result = stream.result
+        else:
+            result = await runner.run(agent, PROMPT, run_id=args.run_id)
     if result.paused is not None:
         sys.stdout.write(f"paused {' '.join(c.call_id for c in result.paused.calls)}\n")
     else:
@@ -156,5 +170,6 @@ if __name__ == "__main__":
     parser.add_argument("--reject", type=int, action="append", default=[])
     parser.add_argument("--approve", type=int, action="append", default=[])
     parser.add_argument("--workflow", action="store_true")
+    parser.add_argument("--stream", action="store_true")
     parser.add_argument("--bad-refund", type=int, action="append", default=[])
     asyncio.run(main(parser.parse_args()))

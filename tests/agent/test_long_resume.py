@@ -150,6 +150,29 @@ async def test_a_run_killed_waiting_for_the_model_restarts_at_its_last_request(
 
 
 @pytest.mark.crash
+async def test_a_streamed_run_resumed_by_a_runner_restarts_at_its_last_request(
+    store_target: str, tmp_path: Path, restarts: list[int]
+) -> None:
+    """A run started streamed and resumed by ``Runner.resume`` (its parts read by no one)
+    restarts the same way, on its ``model.stream`` records."""
+    log, again = tmp_path / "first.log", tmp_path / "again.log"
+    kill_at(store_target, "long", log, "model", TURNS - 5, "--stream")
+    agent = build(TURNS, again)
+    async with Runner(store_target, [agent], lease_ttl=LEASE_TTL) as runner:
+        result = await runner.resume("long")
+    assert restarts == [TURNS - 6]
+    assert lines(again)[0] == f"model {TURNS - 5}"
+    assert Counter(lines(again))[f"tool {TURNS - 6}"] == 0
+    whole = await reference(store_target, tmp_path / "reference.log")
+    assert (result.output, result.messages, result.usage) == (
+        whole.output,
+        whole.messages,
+        whole.usage,
+    )
+    await check_log(store_target, "long", result)
+
+
+@pytest.mark.crash
 async def test_a_run_killed_inside_a_tool_runs_that_call_again_and_nothing_else(
     store_target: str, tmp_path: Path, executed: list[Invocation]
 ) -> None:

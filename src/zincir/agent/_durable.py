@@ -87,7 +87,7 @@ from ._identity import (
 )
 from ._loop import Deferred, PlannedCall, Refused, Restart
 from ._preflight import ResolvedToolsets, check_route
-from ._stream import Emit
+from ._stream import Emit, discard
 from ._tools import Tool, ToolErrors, ToolOrigin
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ __all__ = ["DurableExecutor", "Logged", "success"]
 D = TypeVar("D", bound=Document)
 
 PAUSED_EVENT = "agent_paused"
-LOOP_STEPS = (MODEL_REQUEST, TOOL_CALL, MCP_REQUEST, RETRY_DELAY, APPROVAL_RESUME)
+LOOP_STEPS = (MODEL_REQUEST, MODEL_STREAM, TOOL_CALL, MCP_REQUEST, RETRY_DELAY, APPROVAL_RESUME)
 DECIDED_EVENT = "approval_decided"
 REOPENED_EVENT = "approval_reopened"
 
@@ -187,13 +187,13 @@ class DurableExecutor:
     def plan_restarts(self, prompt: str, events: Sequence[Event]) -> None:
         """Plan the turns this run's loop may skip as it replays (see :meth:`restart_at`)
         from the log: its recorded operations, responses, results and pauses. Nothing is
-        skipped on another runtime or store, with a stream or hooks (they observe replayed
-        turns), or with a log it cannot place."""
+        skipped on another runtime or store, with a stream someone reads or hooks (they
+        observe replayed turns), or with a log it cannot place."""
         agent, binding, ctx, logged = self.agent, self.binding, self.ctx, self.logged
         runtime = binding.runtime
         if (
             ctx is None
-            or self.emit is not None
+            or self.emit not in (None, discard)
             or agent.hooks
             or not isinstance(runtime, LocalRuntime)
             or runtime.store is not ctx.store
@@ -208,11 +208,12 @@ class DurableExecutor:
             if item.kind != "operation" or step is None:
                 return
             base = item.sequence % ATTEMPT_STRIDE
-            turn = base if step == MODEL_REQUEST else base // MAX_CALLS_PER_RESPONSE
+            asked = step in (MODEL_REQUEST, MODEL_STREAM)
+            turn = base if asked else base // MAX_CALLS_PER_RESPONSE
             turns.append((item, turn))
             if step in (TOOL_CALL, MCP_REQUEST):
                 ran.add(base)
-            elif step == MODEL_REQUEST and last < turn <= logged.responses:
+            elif step == self._model_step() and last < turn <= logged.responses:
                 last = turn
         # Without tools run in this process, an error result of a call that has no record
         # and never paused is a rejected call, so its tool's failure count is known.
@@ -238,7 +239,7 @@ class DurableExecutor:
             return None
         target = min((turn for turn in plan.replayed if turn > number), default=plan.last)
         self.restarts = None  # until this restart is known to be sound
-        key = OperationKey(binding.run_id, binding.step_id(MODEL_REQUEST), target)
+        key = OperationKey(binding.run_id, binding.step_id(self._model_step()), target)
         row = await ctx.store.get_operation(key)
         if row is None or row.status != "completed" or row.record is None:
             return None
@@ -257,6 +258,10 @@ class DurableExecutor:
         self.restarts = plan
         self.restarted = (target, record)
         return Restart(target, tuple(request.messages), usage, plan.failures_at(target))
+
+    def _model_step(self) -> str:
+        """The step of this run's model requests: streamed or not."""
+        return MODEL_REQUEST if self.emit is None else MODEL_STREAM
 
     async def prepare(self, number: int, resolved: ResolvedToolsets) -> None:
         """Re-check the route (the tools on offer may have changed), the run's budget and

@@ -32,7 +32,7 @@ from ._errors import RunNotResumable
 from ._ownership import stored_config
 from ._result import AgentRunResult
 from ._serve import serve as serve_agent
-from ._stream import StreamEvent
+from ._stream import discard
 
 __all__ = ["Runner"]
 
@@ -187,7 +187,7 @@ class Runner:
             namespace=namespace if isinstance(namespace, str) else None,
         )
         streamed = config.get("stream") is True
-        emit = _discard if streamed else None
+        emit = discard if streamed else None
         if decisions:
             paused = await agent.paused_run(durable=binding)
             if paused is None and await self.store.run_is_finished(run_id):
@@ -322,10 +322,6 @@ class Runner:
                 run_id=run_id,
             )
         return agent, prompt, config
-
-
-async def _discard(event: StreamEvent) -> None:
-    """The emit of a streamed run resumed without a reader: its parts go nowhere."""
 
 
 def _new_run_id(name: str) -> str:

@@ -19,11 +19,15 @@ from ..contract.payloads import (
 )
 from ._tools import call_part
 
-__all__ = ["Emit", "StreamEvent", "assemble_stream", "tee"]
+__all__ = ["Emit", "StreamEvent", "assemble_stream", "discard", "tee"]
 
 StreamEvent = PartStart | PartDelta | PartEnd | StreamUsage | ToolReturnPart
 """What ``agent.run_stream`` yields: the model's stream parts and each tool's result."""
 Emit = Callable[[StreamEvent], Awaitable[None]]
+
+
+async def discard(event: StreamEvent) -> None:
+    """The emit of a streamed run resumed without a reader: its parts go nowhere."""
 
 
 async def tee(parts: AsyncIterable[StreamPart], emit: Emit) -> AsyncIterator[StreamPart]:
