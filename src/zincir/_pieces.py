@@ -23,11 +23,13 @@ whatever its length, and two inputs that share a prefix share its nodes.
 Keeping, per (run, step, kind), the previous input's layout and the SHA-256 state at each
 piece's end, a new input that extends the previous one is cut and hashed from the last
 shared piece on: its earlier messages are neither scanned, encoded nor hashed again. A new
-process pays one full pass on its first input of each step.
+process pays one full pass on its first input of each step. Which pieces are shared is known
+without comparing when the code that joined both texts noted it (:mod:`zincir._prefixes`).
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import re
@@ -36,6 +38,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
+
+from ._prefixes import take_shared
 
 __all__ = [
     "PIECE_MIN_CHARS",
@@ -343,20 +347,34 @@ def _cut(text: str, kept: tuple[Piece, ...]) -> InputLayout:
 
 def _shared(previous: InputLayout, text: str) -> tuple[Piece, ...]:
     """The leading pieces of ``previous`` whose text up to their end ``text`` also starts
-    with: the last one tried first (an input that only grew), else a binary search."""
+    with: those within the prefix noted as shared when both texts were joined (see
+    :mod:`zincir._prefixes`), then the last one tried (an input that only grew), else a
+    binary search; a comparison starts where the noted prefix ends."""
     pieces, old = previous.pieces, previous.text
     if not pieces:
         return ()
-    if text.startswith(old[: pieces[-1].end]):
+    known = take_shared(text, old)  # text[:known] == old[:known]
+    low = bisect.bisect_right(pieces, known, key=_end)
+    if low == len(pieces) or _same(text, old, known, pieces[-1].end):
         return pieces
-    low, high = 0, len(pieces) - 1  # pieces[:low] shared; pieces[high] not
+    high = len(pieces) - 1  # pieces[:low] shared; pieces[high] not
     while low < high:
         middle = (low + high) // 2
-        if text.startswith(old[: pieces[middle].end]):
+        if _same(text, old, known, pieces[middle].end):
             low = middle + 1
         else:
             high = middle
     return pieces[:low]
+
+
+def _same(text: str, old: str, known: int, end: int) -> bool:
+    """Whether ``text`` starts with ``old[:end]``, given that it starts with ``old[:known]``."""
+    start = min(known, end)
+    return text.startswith(old[start:end], start)
+
+
+def _end(piece: Piece) -> int:
+    return piece.end
 
 
 _LAYOUTS: OrderedDict[tuple[str, str, str], InputLayout] = OrderedDict()
