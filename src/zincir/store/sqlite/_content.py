@@ -40,6 +40,7 @@ _CONVERT: Final = {
 }
 """The statements converting one row written whole (see .._content.convert_stored_row)."""
 _MAX_KEYS: Final = 500
+_LOOKUP_ABOVE: Final = 16
 PACK_MIN_CHARS: Final = 512
 """A content body shorter than this is stored as text."""
 _BATCH_CHARS: Final = 32 * 1024 * 1024
@@ -67,14 +68,33 @@ def unpacked(body: object) -> str:
 
 def write_content(conn: apsw.Connection, run_id: str, plan: InputPlan) -> None:
     """Insert the plan's new pieces and nodes and the run's references to them."""
-    rows = packed(plan.rows)
-    if not rows:
+    if not plan.rows:
         return
+    rows = packed(_missing(conn, plan.rows))
     half = len(rows) // 2
     conn.executemany(_INSERT, rows[:half])
     crash_point("store.content_half_written")
     conn.executemany(_INSERT, rows[half:])
-    conn.executemany(_REFER, [(run_id, digest) for digest, _ in rows])
+    conn.executemany(_REFER, [(run_id, digest) for digest, _ in plan.rows])
+
+
+def _missing(conn: apsw.Connection, rows: Sequence[tuple[str, str]]) -> Sequence[tuple[str, str]]:
+    """``rows`` without those stored already, looked up when there are many (a process's
+    first write of a long run's input, whose pieces it does not know): cheaper than
+    compressing each body for an insert that would be ignored."""
+    if len(rows) <= _LOOKUP_ABOVE:
+        return rows
+    stored: set[str] = set()
+    for start in range(0, len(rows), _MAX_KEYS):
+        chunk = [digest for digest, _ in rows[start : start + _MAX_KEYS]]
+        marks = ", ".join("?" * len(chunk))
+        stored.update(
+            str(digest)
+            for (digest,) in conn.execute(
+                f"SELECT hash FROM content WHERE hash IN ({marks})", tuple(chunk)
+            )
+        )
+    return [row for row in rows if row[0] not in stored]
 
 
 def write_rows(conn: apsw.Connection, run_id: str, rows: Sequence[tuple[str, str]]) -> None:
