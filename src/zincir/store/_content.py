@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .._errors import StoreError
+from .._errors import ContentMissing, StoreError
 from .._json import encode_part
 from .._pieces import (
     TEXT_PIECE_MIN_CHARS,
@@ -63,6 +63,7 @@ __all__ = [
     "read_columns",
     "record_with_output",
     "stored_record",
+    "strict_reader",
 ]
 
 SWEEP_RUN_CONTENT: Final = (
@@ -533,3 +534,18 @@ def compose_read_rows(
         if stripped:
             row["record"] = record_with_input(str(record), whole)
     return rows
+
+
+def strict_reader(
+    read: Callable[[Sequence[str]], Mapping[str, str]],
+) -> Callable[[Sequence[str]], Mapping[str, str]]:
+    """``read`` that raises ContentMissing for a digest it does not find."""
+
+    def strict(digests: Sequence[str]) -> Mapping[str, str]:
+        found = read(digests)
+        for digest in digests:
+            if digest not in found:
+                raise ContentMissing(f"the stored content {digest} is missing")
+        return found
+
+    return strict

@@ -4,17 +4,13 @@ workers on several machines)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Final
+from collections.abc import Mapping, Sequence
 
-from ..._errors import ContentMissing
-from ._base import Conn, PostgresBase
-from ._content import reader
+from .._content import strict_reader
+from ._base import PostgresBase
+from ._content import reader, write_rows
 
 __all__ = ["ContentOps"]
-
-_INSERT: Final = "INSERT INTO content (hash, body) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING"
-_REFER: Final = "INSERT INTO content_refs (run_id, hash) VALUES (%s, %s) ON CONFLICT DO NOTHING"
 
 
 class ContentOps(PostgresBase):
@@ -26,13 +22,7 @@ class ContentOps(PostgresBase):
         rows = list(items)
         if not rows:
             return
-
-        def write(conn: Conn) -> None:
-            with conn.cursor() as cursor:
-                cursor.executemany(_REFER, [(run_id, digest) for digest, _ in rows])
-                cursor.executemany(_INSERT, rows)
-
-        await self._write(write)
+        await self._write(lambda conn: write_rows(conn, run_id, rows))
 
     async def read_content(self, digests: Sequence[str]) -> Mapping[str, str]:
         """The stored text of each digest found (a missing one is left out)."""
@@ -46,22 +36,7 @@ class ContentOps(PostgresBase):
         one read through the store's content cache; ContentMissing names a missing piece."""
         return await self._read(
             lambda conn: self._content.compose_input(
-                "", description, _strict(reader(conn)), run_id
+                "", description, strict_reader(reader(conn)), run_id
             ),
             offload=True,
         )
-
-
-def _strict(
-    read: Callable[[Sequence[str]], Mapping[str, str]],
-) -> Callable[[Sequence[str]], Mapping[str, str]]:
-    """``read`` that raises ContentMissing for a digest it does not find."""
-
-    def strict(digests: Sequence[str]) -> Mapping[str, str]:
-        found = read(digests)
-        for digest in digests:
-            if digest not in found:
-                raise ContentMissing(f"the stored content {digest} is missing")
-        return found
-
-    return strict

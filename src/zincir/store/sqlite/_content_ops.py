@@ -3,19 +3,13 @@ for a side that sends references instead of the text (a TemporalRuntime and its 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Final
+from collections.abc import Mapping, Sequence
 
-import apsw
-
-from ..._errors import ContentMissing
+from .._content import strict_reader
 from ._base import SQLiteBase
-from ._content import packed, reader
+from ._content import reader, write_rows
 
 __all__ = ["ContentOps"]
-
-_INSERT: Final = "INSERT INTO content (hash, body) VALUES (?, ?) ON CONFLICT (hash) DO NOTHING"
-_REFER: Final = "INSERT INTO content_refs (run_id, hash) VALUES (?, ?) ON CONFLICT DO NOTHING"
 
 
 class ContentOps(SQLiteBase):
@@ -27,12 +21,7 @@ class ContentOps(SQLiteBase):
         rows = list(items)
         if not rows:
             return
-
-        def write(conn: apsw.Connection) -> None:
-            conn.executemany(_REFER, [(run_id, digest) for digest, _ in rows])
-            conn.executemany(_INSERT, packed(rows))
-
-        await self._write(write)
+        await self._write(lambda conn: write_rows(conn, run_id, rows))
 
     async def read_content(self, digests: Sequence[str]) -> Mapping[str, str]:
         """The stored text of each digest found (a missing one is left out)."""
@@ -46,22 +35,7 @@ class ContentOps(SQLiteBase):
         one read through the store's content cache; ContentMissing names a missing piece."""
         return await self._read(
             lambda conn: self._content.compose_input(
-                "", description, _strict(reader(conn)), run_id
+                "", description, strict_reader(reader(conn)), run_id
             ),
             offload=True,
         )
-
-
-def _strict(
-    read: Callable[[Sequence[str]], Mapping[str, str]],
-) -> Callable[[Sequence[str]], Mapping[str, str]]:
-    """``read`` that raises ContentMissing for a digest it does not find."""
-
-    def strict(digests: Sequence[str]) -> Mapping[str, str]:
-        found = read(digests)
-        for digest in digests:
-            if digest not in found:
-                raise ContentMissing(f"the stored content {digest} is missing")
-        return found
-
-    return strict
