@@ -1,6 +1,6 @@
 """A durable run that pauses for an approval every turn: what each pause stores as the run
-grows. Its ``agent_paused`` event holds the whole conversation so far, so a run paused at
-every turn stores the conversation once a pause (quadratic); the test states the target."""
+grows. Its ``agent_paused`` event names the model request whose record holds the
+conversation so far instead of holding it, so the store grows linearly, not once a pause."""
 
 from __future__ import annotations
 
@@ -31,11 +31,6 @@ def model(request: ModelRequest) -> ModelResponse:
 
 
 @pytest.mark.sqlite_only
-@pytest.mark.xfail(
-    strict=True,
-    reason="each agent_paused event holds the pause's whole conversation (PausedRun.to_dict "
-    "with its messages), so a run paused every turn stores the conversation once a pause",
-)
 async def test_a_run_paused_every_turn_grows_the_store_linearly(
     store: Store, store_url: str
 ) -> None:

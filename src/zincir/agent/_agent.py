@@ -256,7 +256,8 @@ class Agent:
         row = await store.get_run(durable.run_id)
         if row is None or row["status"] != "running":
             return None
-        return Logged.from_events(await store.list_events(durable.run_id)).waiting()
+        logged = Logged.from_events(await store.list_events(durable.run_id))
+        return await logged.waiting_run(store)
 
     async def _run_durable(
         self,

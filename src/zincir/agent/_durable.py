@@ -7,7 +7,9 @@ appends the entry in the record's own transaction (``execute_and_log``); otherwi
 logs it just after, in a commit that does not wait for the disk: it follows the durable
 record it is made from, so a power loss can only take the tail of such entries, and the
 replay that follows logs them again. Pauses and approval decisions are not rebuilt from
-records, so they are written durably.
+records, so they are written durably. A pause's event names the model request whose stored
+input and response are its conversation, instead of holding it (a run paused every turn
+would store its conversation once a pause); one written by an earlier version holds it.
 
 A paused call is decided in rounds: round 0 at its call's sequence, and each time a decision
 no longer binds the arguments that would run (the tool's schema changed, an override now
@@ -19,6 +21,7 @@ those sequences.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -52,6 +55,7 @@ from ..contract.payloads import (
     ClientIdentity,
     Document,
     McpRequest,
+    Message,
     ModelRequest,
     ModelResponse,
     RetryDelay,
@@ -66,7 +70,7 @@ from ..contract.payloads import (
 from ..durable import LocalRuntime
 from ..runs import AgentContext, ToolCall, response_entry, tool_result_entry
 from ..runs._budget import Moment
-from ..store import Event, LogEntry, NewApproval, NewEvent, OperationKey, ResponseEntry
+from ..store import Event, LogEntry, NewApproval, NewEvent, OperationKey, ResponseEntry, Store
 from ._approval import APPROVAL_TOPIC, Execution, PausedRun, args_sha256
 from ._binding import DurableBinding
 from ._conversation import Conversation, add_usage, response_text, tool_calls
@@ -108,8 +112,9 @@ REOPENED_EVENT = "approval_reopened"
 class Logged:
     """What the run's log already holds: how many responses, which tool results, the
     decision in force on each decided call (and the argument digest it binds), each
-    reopened call's decision round, the latest pause, and the operations recorded (which
-    the run's new owner checks its requests against).
+    reopened call's decision round, the latest pause (and the model request holding its
+    conversation when its event does not), and the operations recorded (which the run's new
+    owner checks its requests against).
 
     A reopened call's decision is no longer in force: it waits for one in its new round."""
 
@@ -119,6 +124,7 @@ class Logged:
     bound: dict[str, str] = field(default_factory=dict)
     rounds: dict[str, int] = field(default_factory=dict)
     paused: PausedRun | None = None
+    conversation: OperationKey | None = None
     recorded: Recorded = field(default_factory=Recorded)
 
     @classmethod
@@ -131,7 +137,7 @@ class Logged:
             elif event.type == "tool_result" and isinstance(payload, dict):
                 logged.results.add(str(payload.get("id")))
             elif event.type == PAUSED_EVENT and isinstance(payload, dict):
-                logged.paused = PausedRun.from_dict(payload)
+                logged.paused, logged.conversation = _read_pause(payload, event.run_id)
             elif event.type == DECIDED_EVENT and isinstance(payload, dict):
                 call_id = str(payload["call_id"])
                 logged.proposals[call_id] = ApprovalDecision.from_dict(payload["proposed"])
@@ -154,6 +160,15 @@ class Logged:
         if paused is None or all(c.call_id in self.proposals for c in paused.calls):
             return None
         return paused
+
+    async def waiting_run(self, store: Store) -> PausedRun | None:
+        """:meth:`waiting` with its conversation: read from ``store``'s record of the model
+        request its event names, when the event does not hold it."""
+        paused = self.waiting()
+        if paused is None or self.conversation is None:
+            return paused
+        messages = await _paused_messages(store, self.conversation)
+        return dataclasses.replace(paused, messages=messages)
 
 
 class DurableExecutor:
@@ -183,6 +198,8 @@ class DurableExecutor:
         # on from, until that request is made (see restart_at).
         self.restarts: _Restarts | None = None
         self.restarted: tuple[int, Record] | None = None
+        # The last model request answered: its number and operation (a pause's event names it).
+        self.answered: tuple[int, OperationKey] | None = None
 
     def plan_restarts(self, prompt: str, events: Sequence[Event]) -> None:
         """Plan the turns this run's loop may skip as it replays (see :meth:`restart_at`)
@@ -334,6 +351,7 @@ class DurableExecutor:
         else:
             record, logged = await self._run(invocation, log, calls_ahead)
         response = read(success(record))
+        self.answered = (number, OperationKey(invocation.run_id, invocation.step_id, sequence))
         if logged:
             self.logged.responses = number + 1
         if self.emit is not None:
@@ -553,16 +571,25 @@ class DurableExecutor:
         A call whose decision was refused, or that the pause lists with other arguments than
         the logged one did, is reopened for its next decision round: its approval is opened
         at that round's sequence (which replaces the old row and clears its decision)."""
-        if self.ctx is None and self.logged.paused == paused and not self.refused:
+        if self.ctx is None and _same_pause(self.logged.paused, paused) and not self.refused:
             return  # a replay of a finished run passing its old pause
         ctx = self._owner()
         ctx.check_lease()
         run_id = self.binding.run_id
         logged = self.logged
         events = []
-        if logged.paused != paused:
-            body = dumps(paused.to_dict(), what=PAUSED_EVENT, run_id=run_id)
+        conversation = self._conversation_of(paused)
+        if not _same_pause(logged.paused, paused):
+            payload = paused.to_dict()
+            if conversation is not None:  # the request's record holds it: not stored again
+                del payload["messages"]
+                payload["conversation"] = {
+                    "step_id": conversation.step_id,
+                    "sequence": conversation.sequence,
+                }
+            body = dumps(payload, what=PAUSED_EVENT, run_id=run_id)
             events.append(NewEvent(PAUSED_EVENT, body))
+            logged.conversation = conversation
         rounds: dict[str, int] = {}
         for call in paused.calls:
             call_id = call.call_id
@@ -609,6 +636,20 @@ class DurableExecutor:
         # Parked: a ResumeWorker leaves the run alone until a decision arrives (or the first
         # approval expires, which denies that call).
         await ctx.store.set_run_wait(ctx.lease, "message", APPROVAL_TOPIC, self.wake_at)
+
+    def _conversation_of(self, paused: PausedRun) -> OperationKey | None:
+        """The model request whose record in the run's store holds ``paused``'s messages (its
+        input's, then its response), or None: a runtime that keeps its records elsewhere."""
+        runtime, ctx, answered = self.binding.runtime, self.ctx, self.answered
+        if (
+            ctx is None
+            or answered is None
+            or answered[0] != paused.request_number
+            or not isinstance(runtime, LocalRuntime)
+            or runtime.store is not ctx.store
+        ):
+            return None
+        return answered[1]
 
     def _owner(self) -> AgentContext:
         """The context owning the run; a replay of a finished run has none to write with."""
@@ -890,6 +931,61 @@ def _plan_restarts(
     if last < 1:
         return None
     return usages[:last], last, frozenset(replayed), rejected, accepted
+
+
+def _same_pause(logged: PausedRun | None, paused: PausedRun) -> bool:
+    """Whether ``paused`` is the logged pause. Its messages are not compared: the response
+    it paused at and the request before it are recorded, so a pause at the same response
+    has the same conversation (and a logged one may not hold it)."""
+    if logged is None:
+        return False
+    return dataclasses.replace(logged, messages=()) == dataclasses.replace(paused, messages=())
+
+
+def _read_pause(payload: dict[str, Any], run_id: str) -> tuple[PausedRun, OperationKey | None]:
+    """A logged pause, and the model request holding its conversation when the event
+    does not (one written by an earlier version holds it); InvalidDocument otherwise."""
+    if "messages" in payload:
+        return PausedRun.from_dict(payload), None
+    source = payload.get("conversation")
+    if not isinstance(source, dict):
+        raise InvalidDocument(
+            "an agent_paused event holds neither its conversation nor the model request "
+            "that does; the run's log was changed outside zincir",
+            run_id=run_id,
+        )
+    try:
+        key = OperationKey(run_id, str(source["step_id"]), int(source["sequence"]))
+    except (KeyError, TypeError, ValueError):
+        raise InvalidDocument(
+            f"an agent_paused event names no model request ({source!r}); the run's log "
+            "was changed outside zincir",
+            run_id=run_id,
+        ) from None
+    return PausedRun.from_dict({**payload, "messages": []}), key
+
+
+async def _paused_messages(store: Store, key: OperationKey) -> tuple[Message, ...]:
+    """The conversation up to the response of model request ``key``: its stored input's
+    messages, then that response (the record read whole, its digest checked)."""
+    row = await store.get_operation(key)
+    where = f"{key.step_id} #{key.sequence}"
+    if row is None or row.status != "completed" or row.record is None:
+        raise RecordFormatError(
+            f"the pause's conversation is in the record of {where}, which the store does "
+            "not hold completed; the run's records were changed outside zincir",
+            run_id=key.run_id,
+        )
+    record = decode_record(row.record)
+    if not isinstance(record.outcome, Success):
+        raise RecordFormatError(
+            f"the pause's conversation is in the record of {where}, which holds no "
+            "response; the run's records were changed outside zincir",
+            run_id=key.run_id,
+        )
+    request = _read(ModelRequest, record.invocation.input_json, where, "model", key.run_id)
+    response = _read(ModelResponse, record.outcome.output_json, where, "model", key.run_id)
+    return (*request.messages, Message(role="assistant", parts=tuple(response.parts)))
 
 
 def _read(document: type[D], output: str, where: str, handler: str, run_id: str) -> D:
