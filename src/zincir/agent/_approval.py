@@ -212,7 +212,8 @@ class PausedRun:
         return await store.save(owner, PAUSED_CHECKPOINT, self.revision, self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form kept in the run's log (``agent_paused`` event)."""
+        """The JSON form kept in a restart checkpoint; a durable run's ``agent_paused`` event
+        leaves ``messages`` out when the paused model request's record holds them."""
         return {
             "run_id": self.run_id,
             "prompt": self.prompt,
