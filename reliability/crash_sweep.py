@@ -34,6 +34,7 @@ from reliability._postgres import on_postgres
 from reliability._sweep_workload import CHARGES, NODES, graph_values, run_job
 from zincir import decode_record
 from zincir.contract._codec import record_with_input
+from zincir.store._content import record_with_identity
 from zincir.testing import (
     CRASH_POINTS,
     arm_crash_point,
@@ -226,12 +227,21 @@ def _gapless(rows: _Rows, run_id: str) -> bool:
     return seqs == list(range(1, len(seqs) + 1)) and last == [(len(seqs),)]
 
 
+def _whole_record(row: tuple[Any, ...]) -> str:
+    """A stored record with the identity, digest and input its row's columns keep put back
+    (as ``Store.get_operation`` composes it)."""
+    record, input_json, run_id, step_id, sequence, kind, handler_id, digest = row
+    identity = (str(run_id), str(step_id), int(sequence), str(kind), str(handler_id), str(digest))
+    return record_with_input(record_with_identity(str(record), identity), str(input_json))
+
+
 def read_stored(db: str, job: str) -> Stored:
     """The job's runs, step results, operation record, checkpoints and tool results."""
     wf, ag = f"wf-{job}", f"ag-{job}"
     with _Rows(db) as rows:
         operation = rows.all(
-            "SELECT record, input_json FROM operations WHERE run_id = ? AND step_id = 'ledger.op' "
+            "SELECT record, input_json, run_id, step_id, sequence, kind, handler_id, "
+            "input_digest FROM operations WHERE run_id = ? AND step_id = 'ledger.op' "
             "AND status = 'completed'",
             wf,
         )
@@ -245,10 +255,7 @@ def read_stored(db: str, job: str) -> Stored:
                     "SELECT name, result FROM steps WHERE run_id = ? AND status = 'completed'", wf
                 )
             },
-            # a record is stored with null for the input its row keeps: put it back
-            operation=record_with_input(str(operation[0][0]), str(operation[0][1]))
-            if operation
-            else None,
+            operation=_whole_record(operation[0]) if operation else None,
             checkpoints=dict(rows.all("SELECT id, status FROM checkpoints WHERE run_id = ?", wf)),
             tool_results=[
                 str(payload)

@@ -102,9 +102,18 @@ async def read_store(target: Path | str, read: Callable[[Store], Awaitable[T]]) 
         await store.close()
 
 
-def whole_record(record: str | None, input_json: str) -> str | None:
-    """A stored record with its input put back: a record is stored with ``null`` for the
-    input its row keeps (``Store.get_operation`` composes it the same way)."""
-    from zincir.contract._codec import record_with_input
+WHOLE_RECORD = "record, input_json, run_id, step_id, sequence, kind, handler_id, input_digest"
+"""The ``operations`` columns :func:`whole_record` composes a row's record from, in order."""
 
-    return None if record is None else record_with_input(record, input_json)
+
+def whole_record(record: str | None, input_json: str, *identity: Any) -> str | None:
+    """A stored record made whole from the columns :data:`WHOLE_RECORD` names: a record is
+    stored without the identity, input digest and input its row's columns hold
+    (``Store.get_operation`` composes it the same way)."""
+    from zincir.contract._codec import record_with_input
+    from zincir.store._content import record_with_identity
+
+    if record is None:
+        return None
+    whole = record_with_identity(record, (*identity[:2], int(identity[2]), *identity[3:]))
+    return record_with_input(whole, input_json)

@@ -21,7 +21,14 @@ import zincir
 from tests.conftest import REPO
 from tests.crash.leased_runtime_worker import invocation as leased_invocation
 from tests.crash.runtime_worker import INVOCATION as LEASELESS_INVOCATION
-from tests.helpers import BOTH_BACKENDS, backend_target, read_store, select, whole_record
+from tests.helpers import (
+    BOTH_BACKENDS,
+    WHOLE_RECORD,
+    backend_target,
+    read_store,
+    select,
+    whole_record,
+)
 from zincir import AgentContext
 from zincir._time import from_db
 from zincir.contract import Invocation, OperationKind, Success, decode_record, encode_record
@@ -132,12 +139,12 @@ def side_effects(tmp_path: Path) -> list[dict[str, Any]]:
 def operation(target: str) -> tuple[Any, ...]:
     [row] = select(
         target,
-        "SELECT status, outcome, record, attempts, input_json FROM operations "
+        f"SELECT status, outcome, attempts, {WHOLE_RECORD} FROM operations "
         "WHERE run_id = ? AND step_id = ? AND sequence = ?",
         KEY,
     )
-    status, outcome, record, attempts, input_json = row
-    return status, outcome, whole_record(record, input_json), attempts
+    status, outcome, attempts, *stored = row
+    return status, outcome, whole_record(*stored), attempts
 
 
 def test_a_new_process_replays_the_record_without_the_handler(
@@ -269,9 +276,9 @@ async def test_a_process_taken_over_mid_operation_writes_nothing_to_the_run(
             await ctx.complete()
         assert record.outcome == Success('{"by":"new owner"}') and len(handler_calls) == 1
         assert [
-            (status, whole_record(stored, input_json), attempts)
-            for status, stored, attempts, input_json in select(
-                db, "SELECT status, record, attempts, input_json FROM operations"
+            (status, whole_record(*stored), attempts)
+            for status, attempts, *stored in select(
+                db, f"SELECT status, attempts, {WHOLE_RECORD} FROM operations"
             )
         ] == [("completed", encode_record(record), 2)]
         events = await store.list_events(run_id)
@@ -421,9 +428,9 @@ async def test_a_killed_owners_claim_passes_to_the_runs_new_owner_at_once(
         victim.close()
     assert record.outcome == Success('{"by":"new owner"}') and len(handler.calls) == 1
     assert [
-        (status, whole_record(stored, input_json), attempts, token)
-        for status, stored, attempts, token, input_json in select(
-            db, "SELECT status, record, attempts, claim_lease_token, input_json FROM operations"
+        (status, whole_record(*stored), attempts, token)
+        for status, attempts, token, *stored in select(
+            db, f"SELECT status, attempts, claim_lease_token, {WHOLE_RECORD} FROM operations"
         )
     ] == [("completed", encode_record(record), 2, 2)]
     assert len(side_effects(tmp_path)) == 1  # the victim's call; at least once

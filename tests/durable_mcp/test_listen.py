@@ -18,7 +18,7 @@ import zincir
 from tests.agent.reference import lines
 from tests.conftest import REPO
 from tests.durable_mcp.conftest import HANDLER, HANDLERS, Counting, Worker, ledger_lines, worker
-from tests.helpers import rows, whole_record
+from tests.helpers import WHOLE_RECORD, rows, whole_record
 from zincir.agent import DurableOperationFailed, Handlers
 from zincir.mcp import Connect, DurableMCPClient, DurableRequest, McpReply
 from zincir.mcp._reply import notification_events
@@ -159,10 +159,8 @@ async def test_a_bounded_batch_counts_what_it_dropped(
         "tools/call", SLOW, durable=DurableRequest("watch", 0), max_events=2
     )
     assert [e.index for e in seen] == [0, 1]
-    (text, input_json) = rows(
-        db_path, "SELECT record, input_json FROM operations WHERE kind = 'mcp_request'"
-    )[0]
-    outcome = zincir.decode_record(whole_record(text, input_json)).outcome
+    stored = rows(db_path, f"SELECT {WHOLE_RECORD} FROM operations WHERE kind = 'mcp_request'")[0]
+    outcome = zincir.decode_record(whole_record(*stored)).outcome
     assert isinstance(outcome, zincir.Success)
     reply = McpReply.from_json(outcome.output_json)
     assert (len(reply.notifications), reply.dropped) == (2, 2)

@@ -26,7 +26,7 @@ from click.testing import CliRunner
 
 import zincir
 from tests.conftest import REPO, dunder_all_order
-from tests.helpers import rows, whole_record
+from tests.helpers import WHOLE_RECORD, rows, whole_record
 from tests.integration.temporal_server import TemporalServer
 from zincir import (
     AgentContext,
@@ -397,13 +397,13 @@ async def test_record_store_keeps_records_beyond_retention(
         runtime = await serve(handler, record_store=store)
         inv = invocation()
         record = await runtime.execute(inv)
-        [(status, outcome, stored, owner, expires, input_json)] = rows(
+        [(status, outcome, owner, expires, *stored)] = rows(
             tmp_path / "records.db",
-            "SELECT status, outcome, record, claim_owner, claim_expires_at, input_json "
+            f"SELECT status, outcome, claim_owner, claim_expires_at, {WHOLE_RECORD} "
             "FROM operations WHERE run_id = ?",
             (inv.run_id,),
         )
-        assert (status, outcome, whole_record(stored, input_json), owner, expires) == (
+        assert (status, outcome, whole_record(*stored), owner, expires) == (
             "completed",
             "success",
             encode_record(record),
@@ -456,10 +456,10 @@ async def test_record_store_writes_a_runs_log_only_under_its_lease(
         lone = await runtime.execute(invocation(run_id, sequence=2))  # no lease held now
         assert await new_store.list_events(run_id) == events
         assert [
-            whole_record(stored, input_json)
-            for stored, input_json in rows(
+            whole_record(*stored)
+            for stored in rows(
                 path,
-                "SELECT record, input_json FROM operations WHERE run_id = ? ORDER BY sequence",
+                f"SELECT {WHOLE_RECORD} FROM operations WHERE run_id = ? ORDER BY sequence",
                 (run_id,),
             )
         ][1:] == [encode_record(record), encode_record(lone)]

@@ -24,7 +24,7 @@ from zincir._json import encode_part
 from zincir.contract import decode_record, encode_record
 from zincir.contract._codec import decode_record_for, record_input_removed
 from zincir.store import OperationKey, Store
-from zincir.store._content import OUTPUT_PARTS
+from zincir.store._content import IDENTITY_LEFT_OUT, OUTPUT_PARTS, identity_of
 from zincir.store._readonly import open_read_only
 
 FIXTURE = Path(__file__).with_name("pre_content.db")
@@ -446,7 +446,11 @@ def test_records_compose_exactly_whatever_the_text_holds() -> None:
         reader = ContentIndex()  # a fresh reader composes every part once
         for index_reading in (index, reader):
             composed = index_reading.compose_record(
-                column, plan.input_json, plan.input_parts, lambda ds: {d: stored[d] for d in ds}
+                column,
+                plan.input_json,
+                plan.input_parts,
+                lambda ds: {d: stored[d] for d in ds},
+                identity_of(operation),
             )
             assert composed == encode_record(record)
 
@@ -541,10 +545,15 @@ def test_long_strings_of_outputs_and_events_compose_exactly() -> None:
     index = ContentIndex()
     plan = index.plan(operation, outcome)
     assert plan.record is not None and OUTPUT_PARTS in plan.record
-    assert len(plan.record) < 600 and len(plan.rows) == 2  # odd once, other once
+    assert plan.record.startswith(IDENTITY_LEFT_OUT)  # the row's columns hold it
+    assert len(plan.record) < 400 and len(plan.rows) == 2  # odd once, other once
     stored = dict(plan.rows)
     composed = index.compose_record(
-        plan.record, '{"a":1}', None, lambda digests: {d: stored[d] for d in digests}
+        plan.record,
+        '{"a":1}',
+        None,
+        lambda digests: {d: stored[d] for d in digests},
+        identity_of(operation),
     )
     assert composed == encode_record(record)
 
@@ -557,3 +566,37 @@ def test_long_strings_of_outputs_and_events_compose_exactly() -> None:
     assert untouched == ("tool_call", payload, "c1", None)  # intents are kept whole
     texts = dict(rows)
     assert event_payload(kept, pieces, lambda ds: {d: texts[d] for d in ds}) == payload
+
+
+def test_a_record_is_stored_without_the_identity_its_row_holds_only_when_they_agree() -> None:
+    """The stored record leaves out the run, step, sequence, kind, handler and digest its
+    row's columns hold, and is whole again on read; a record of another invocation (another
+    digest) is kept exactly as it came, so a read never passes it off as the row's."""
+    from zincir.contract import Invocation, Record, Success
+    from zincir.contract._codec import record_without_input
+    from zincir.store import NewOperation
+    from zincir.store._content import ContentIndex, stored_record
+    from zincir.store._operation_records import OperationOutcome
+
+    invocation = Invocation("ident", "tool.call", 7, "tool_call", "h", '{"a":1}')
+    record = Record.for_invocation(invocation, Success('{"ok":true}'))
+    outcome = OperationOutcome(record_without_input(record), "success", {}, True)
+    mine = NewOperation(
+        OperationKey("ident", "tool.call", 7),
+        "tool_call",
+        "h",
+        invocation.input_digest(),
+        '{"a":1}',
+    )
+    index = ContentIndex()
+    plan = index.plan(mine, outcome)
+    column = stored_record(mine, outcome, plan)
+    assert column == IDENTITY_LEFT_OUT + '{"success":{"output_json":"{\\"ok\\":true}"}}}'
+    read = index.compose_record(column, '{"a":1}', None, dict, identity_of(mine))
+    assert read == encode_record(record)
+    other = NewOperation(mine.key, "tool_call", "h", "sha256:" + "0" * 64, '{"a":1}')
+    kept = stored_record(other, outcome, index.plan(other, outcome))
+    assert kept == record_input_removed(encode_record(record))  # whole but for its input
+    assert index.compose_record(kept, '{"a":1}', None, dict, identity_of(other)) == (
+        encode_record(record)
+    )

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import zincir
-from tests.helpers import count, select, seqs
+from tests.helpers import count, select, seqs, whole_record
 from tests.runtime_conformance import (
     Calls,
     MakeRuntime,
@@ -43,7 +43,6 @@ from zincir.contract import (
     Success,
     encode_record,
 )
-from zincir.contract._codec import record_with_input
 from zincir.durable import DurableRuntime, HandlerRegistry, LocalRuntime, RetryPolicy
 
 FAST = RetryPolicy(max_attempts=3, initial_interval=timedelta(milliseconds=20), backoff=2.0)
@@ -64,18 +63,15 @@ def runtime_for(store: SQLiteStore, handler: Any, **options: Any) -> LocalRuntim
 
 
 def operation_rows(target: str) -> list[tuple[Any, ...]]:
-    """The operations rows, each record with its input put back (a stored record holds
-    ``null`` for the input its row keeps in ``input_json``)."""
+    """The operations rows, each record made whole (a stored record holds neither the
+    identity, digest nor input its row's columns keep)."""
     found = select(
         target,
         "SELECT run_id, step_id, sequence, kind, handler_id, input_digest, "
         "input_json, status, outcome, record, claim_expires_at, attempts "
         "FROM operations ORDER BY run_id, step_id, sequence",
     )
-    return [
-        (*row[:9], None if row[9] is None else record_with_input(row[9], row[6]), *row[10:])
-        for row in found
-    ]
+    return [(*row[:9], whole_record(row[9], row[6], *row[:6]), *row[10:]) for row in found]
 
 
 # -- records, replay and the store -----------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 
 import zincir
 from tests.conftest import START
-from tests.helpers import rows, whole_record
+from tests.helpers import WHOLE_RECORD, rows, whole_record
 from tests.runtime_conformance import Calls, make_invocation, never_called, registry_with
 from zincir import InputDrift
 from zincir.contract import Record, Success, encode_record
@@ -209,12 +209,12 @@ async def test_a_migrated_claim_is_taken_over_once_it_expires(
         invocation = make_invocation("run-old", sequence=1, request={"order": "B2"})
         record = await LocalRuntime(store, registry_with(handler)).execute(invocation)
         assert handler.count == 1
-        [(status, attempts, stored, input_json)] = rows(
+        [(status, attempts, *stored)] = rows(
             db_path,
-            "SELECT status, attempts, record, input_json FROM operations "
+            f"SELECT status, attempts, {WHOLE_RECORD} FROM operations "
             "WHERE run_id = 'run-old' AND sequence = 1",
         )
-        assert (status, attempts, whole_record(stored, input_json)) == (
+        assert (status, attempts, whole_record(*stored)) == (
             "completed",
             2,
             encode_record(record),

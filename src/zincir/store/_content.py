@@ -5,7 +5,8 @@ An ``operations`` row keeps its input in one of two forms. A short input, with n
 empty, ``input_parts`` holds the input's description (its last node and the literal after
 it), and the pieces and nodes are rows of ``content`` (digest, body), each referred to by
 the runs that use it in ``content_refs`` (run, digest). Either way ``record`` holds the
-canonical record with ``null`` for its input (records written before hold it whole).
+canonical record with ``null`` for its input (records written before hold it whole), and
+without the identity and input digest its row's columns hold (:data:`IDENTITY_LEFT_OUT`).
 A successful record whose output holds a long JSON string (see
 :func:`zincir._pieces.text_pieces`) keeps the description of its output instead
 (:data:`OUTPUT_PARTS`), the string a piece that the next request's message holding the same
@@ -47,10 +48,12 @@ __all__ = [
     "CONVERT_BATCH",
     "CUT_EVENTS",
     "EVENT_PIECES",
+    "IDENTITY_LEFT_OUT",
     "OUTPUT_PARTS",
     "READ_INDEX",
     "SWEEP_RUN_CONTENT",
     "ContentIndex",
+    "Identity",
     "InputPlan",
     "StoredOperation",
     "compose_read_rows",
@@ -60,7 +63,10 @@ __all__ = [
     "event_columns",
     "event_payload",
     "event_rows",
+    "identity_of",
     "read_columns",
+    "record_identity_removed",
+    "record_with_identity",
     "record_with_output",
     "stored_record",
     "strict_reader",
@@ -73,6 +79,11 @@ SWEEP_RUN_CONTENT: Final = (
 )
 """Deletes the content a run refers to that no other run does (format ``param`` with the
 backend's placeholder); run before the run's ``content_refs`` rows are deleted."""
+IDENTITY_LEFT_OUT: Final = '{"version":1,"invocation":null,"outcome":'
+"""How a record stored without its invocation's identity and input digest starts (its row's
+columns hold them): a canonical record's invocation is an object, never null."""
+Identity = tuple[str, str, int, str, str, str]
+"""An operation row's (run id, step id, sequence, kind, handler id, input digest)."""
 OUTPUT_PARTS: Final = ',"outcome":{"success":{"output_parts":'
 """Where a stored record holds its output's description instead of ``output_json``: the
 quotes are bare, so no encoded string holds this text."""
@@ -117,8 +128,62 @@ def stored_record(operation: NewOperation, outcome: OperationOutcome, plan: Inpu
     if plan.record is not None:
         return plan.record
     if outcome.input_left_out:
-        return outcome.record_json
-    return record_input_removed(outcome.record_json)
+        return record_identity_removed(outcome.record_json, identity_of(operation))
+    return record_identity_removed(
+        record_input_removed(outcome.record_json), identity_of(operation)
+    )
+
+
+def identity_of(operation: NewOperation) -> Identity:
+    """The identity columns of ``operation``'s row."""
+    key = operation.key
+    return (
+        key.run_id,
+        key.step_id,
+        key.sequence,
+        operation.kind,
+        operation.handler_id,
+        operation.input_digest,
+    )
+
+
+def _identity_head(identity: Identity) -> str:
+    """The canonical start of a record of ``identity`` whose input is left out, up to its
+    outcome."""
+    run_id, step_id, sequence, kind, handler_id, digest = identity
+    return "".join(
+        (
+            '{"version":1,"invocation":{"run_id":',
+            encode_part(run_id),
+            ',"step_id":',
+            encode_part(step_id),
+            ',"sequence":',
+            encode_part(sequence),
+            ',"kind":',
+            encode_part(kind),
+            ',"handler_id":',
+            encode_part(handler_id),
+            ',"input_json":null},"input_digest":',
+            encode_part(digest),
+            ',"outcome":',
+        )
+    )
+
+
+def record_identity_removed(record: str, identity: Identity) -> str:
+    """``record`` (its input left out) without the identity and digest of its row, when it
+    has exactly those (a record of another invocation is kept as it came)."""
+    head = _identity_head(identity)
+    if not record.startswith(head):
+        return record
+    return IDENTITY_LEFT_OUT + record[len(head) :]
+
+
+def record_with_identity(record: str, identity: Identity) -> str:
+    """``record`` with its row's identity and digest put back (unchanged when it has them)."""
+    if not record.startswith(IDENTITY_LEFT_OUT):
+        return record
+    return _identity_head(identity) + record[len(IDENTITY_LEFT_OUT) :]
 
 
 def _output_cut(record: str) -> tuple[str, tuple[tuple[str, str], ...]] | None:
@@ -279,7 +344,7 @@ class ContentIndex:
             record = stored_record(operation, outcome, InputPlan(*stored, (), ()))
             cut = _output_cut(record)
             if cut is not None:
-                record = cut[0]
+                record = record_identity_removed(cut[0], identity_of(operation))
                 rows.extend(row for row in cut[1] if row[0] not in known)
         unique = tuple(dict(rows).items())
         return InputPlan(*stored, unique, tuple(d for d, _ in unique), record)
@@ -388,12 +453,15 @@ class ContentIndex:
         input_json: str,
         input_parts: str | None,
         read: Callable[[Sequence[str]], Mapping[str, str]],
-        run_id: str | None = None,
+        identity: Identity,
     ) -> str | None:
-        """The canonical record text of a row, its input and output put back."""
+        """The canonical record text of a row, its identity, input and output put back."""
         if record is None:
             return None
-        record = record_with_output(record, self.fetcher(read, run_id))
+        run_id = identity[0]
+        record = record_with_output(
+            record_with_identity(record, identity), self.fetcher(read, run_id)
+        )
         if INPUT_LEFT_OUT not in record:
             return record  # written whole, before content was stored once
         whole = self.compose_input(input_json, input_parts, read, run_id)
@@ -404,12 +472,16 @@ class ContentIndex:
         self,
         record: str | None,
         read: Callable[[Sequence[str]], Mapping[str, str]],
-        run_id: str | None = None,
+        identity: Identity,
     ) -> str | None:
-        """A row's record with its output put back, its input left as stored."""
-        if record is None or OUTPUT_PARTS not in record:
+        """A row's record with its identity and output put back, its input left as
+        stored."""
+        if record is None:
+            return None
+        record = record_with_identity(record, identity)
+        if OUTPUT_PARTS not in record:
             return record
-        return record_with_output(record, self.fetcher(read, run_id))
+        return record_with_output(record, self.fetcher(read, identity[0]))
 
     def _encoded(
         self,
@@ -494,7 +566,11 @@ def read_columns(columns: str, has_content: bool) -> str:
     """``columns`` (a select list of ``operations``) and the stored input's columns that
     :func:`compose_read_rows` needs (a schema without content has no ``input_parts``)."""
     parts = "input_parts" if has_content else "NULL"
-    return f"{columns}, input_json AS zincir_input_text, {parts} AS zincir_input_parts"
+    identity = ", ".join(f"{column} AS zincir_{column}" for column in _IDENTITY_COLUMNS)
+    return f"{columns}, input_json AS zincir_input_text, {parts} AS zincir_input_parts, {identity}"
+
+
+_IDENTITY_COLUMNS: Final = ("run_id", "step_id", "sequence", "kind", "handler_id", "input_digest")
 
 
 def compose_read_rows(
@@ -514,20 +590,24 @@ def compose_read_rows(
             continue
         text = row.pop("zincir_input_text")
         parts = row.pop("zincir_input_parts", None)
+        found = tuple(row.pop(f"zincir_{column}") for column in _IDENTITY_COLUMNS)
+        identity: Identity = (
+            str(found[0]),
+            str(found[1]),
+            int(str(found[2])),
+            str(found[3]),
+            str(found[4]),
+            str(found[5]),
+        )
+        run_id = identity[0]
         record = row.get("record")
-        run_id = row.get("run_id")
-        if isinstance(record, str) and OUTPUT_PARTS in record:
-            record = row["record"] = READ_INDEX.compose_output(
-                record, read, run_id if isinstance(run_id, str) else None
-            )
+        if isinstance(record, str):
+            record = row["record"] = READ_INDEX.compose_output(record, read, identity)
         stripped = isinstance(record, str) and INPUT_LEFT_OUT in record
         if parts is None and not stripped:
             continue
         whole = READ_INDEX.compose_input(
-            str(text or ""),
-            None if parts is None else str(parts),
-            read,
-            run_id if isinstance(run_id, str) else None,
+            str(text or ""), None if parts is None else str(parts), read, run_id
         )
         if "input_json" in row:
             row["input_json"] = whole

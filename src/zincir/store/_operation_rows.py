@@ -35,9 +35,10 @@ where there is a record to compose)."""
 OPERATION_WIDTH: Final = 12
 """How many columns :data:`OPERATION_COLUMNS` selects."""
 
-RecordComposer = Callable[[str | None, str, str | None], str | None]
+RecordComposer = Callable[[str | None, str, str | None, tuple[str, str, str]], str | None]
 """Composes a row's canonical record from its ``record``, ``input_json`` and
-``input_parts`` columns (:meth:`._content.ContentIndex.compose_record`, bound to a read)."""
+``input_parts`` columns and its (kind, handler id, input digest)
+(:meth:`._content.ContentIndex.compose_record`, bound to a read and the row's key)."""
 
 
 def key_params(key: OperationKey) -> tuple[str, str, int]:
@@ -61,7 +62,7 @@ def operation_row(
     record composed whole."""
     kind, handler_id, digest, status, record, owner, expires, attempts = row[:8]
     lease_owner, lease_token, input_json, input_parts = row[8:12]
-    record = compose(record, input_json or "", input_parts)
+    record = compose(record, input_json or "", input_parts, (kind, handler_id, digest))
     return OperationRow(
         kind=kind,
         handler_id=handler_id,

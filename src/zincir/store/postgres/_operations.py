@@ -95,12 +95,16 @@ def _select(
         fenced=bool(fenced),
         compose=(
             (
-                lambda record, text, parts: content.compose_record(
-                    record, text, parts, read, key.run_id
+                lambda record, text, parts, row: content.compose_record(
+                    record, text, parts, read, (*key_params(key), *row)
                 )
             )
             if whole
-            else (lambda record, text, parts: content.compose_output(record, read, key.run_id))
+            else (
+                lambda record, text, parts, row: content.compose_output(
+                    record, read, (*key_params(key), *row)
+                )
+            )
         ),
     )
     return row, now

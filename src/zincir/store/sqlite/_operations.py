@@ -126,12 +126,16 @@ def _select(
         time=from_db,
         compose=(
             (
-                lambda record, text, parts: content.compose_record(
-                    record, text, parts, read, key.run_id
+                lambda record, text, parts, row: content.compose_record(
+                    record, text, parts, read, (*key_params(key), *row)
                 )
             )
             if whole
-            else (lambda record, text, parts: content.compose_output(record, read, key.run_id))
+            else (
+                lambda record, text, parts, row: content.compose_output(
+                    record, read, (*key_params(key), *row)
+                )
+            )
         ),
     )
 
