@@ -9,11 +9,12 @@ terminal, so a replayed join returns what the first one returned.
 from __future__ import annotations
 
 from .._records import TERMINAL_STATUSES, Lease
+from .._timers import clear_wait, set_wait
 from .._workflow_records import ChildOutcome, ChildResult, WaitAttempt, child_result
 from .._workflow_rules import child_not_found, child_spawned, spawn_taken
 from ._base import Conn, PostgresBase
 from ._log import append, insert_run
-from ._timers import clear_wait, set_wait
+from ._tx import PostgresTx
 
 __all__ = ["ChildOps"]
 
@@ -94,11 +95,12 @@ class ChildOps(PostgresBase):
 
         def write(conn: Conn) -> WaitAttempt[ChildResult]:
             child = _child(conn, child_id)
-            append(conn, lease)
+            tx = PostgresTx(conn)
+            tx.append(lease)
             if child.status in TERMINAL_STATUSES:
-                clear_wait(conn, lease.run_id, "child", child_id)
+                clear_wait(tx, lease.run_id, "child", child_id)
                 return WaitAttempt(True, child)
-            set_wait(conn, lease.run_id, "child", child_id, None)
+            set_wait(tx, lease.run_id, "child", child_id, None)
             return WaitAttempt(False, child)
 
         return await self._write(write)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from .._records import Lease
+from .._timers import clear_wait, ensure_timer, fire_timer, read_timer, set_wait
 from .._workflow_records import MESSAGE_COLUMNS, ReceivedMessage, WaitAttempt, received_message
 from .._workflow_rules import (
     message_received,
@@ -25,7 +26,7 @@ from .._workflow_rules import (
 )
 from ._base import Conn, PostgresBase, one
 from ._log import append
-from ._timers import clear_wait, ensure_timer, fire_timer, read_timer, set_wait
+from ._tx import PostgresTx
 
 __all__ = ["MessageOps", "take_messages"]
 
@@ -82,7 +83,7 @@ def _replayed(conn: Conn, run_id: str, recv_key: str) -> WaitAttempt[ReceivedMes
     ).fetchone()
     if row is not None:
         return WaitAttempt(True, received_message(row))
-    deadline = read_timer(conn, run_id, receive_deadline(recv_key))
+    deadline = read_timer(PostgresTx(conn), run_id, receive_deadline(recv_key))
     if deadline is not None and deadline.completed:
         return WaitAttempt(True, None, deadline.wake_at)
     return None
@@ -93,6 +94,7 @@ def _receive(
 ) -> WaitAttempt[ReceivedMessage | None]:
     """The receive under the run's row lock (taken by the caller's ``append``)."""
     deadline_name = receive_deadline(recv_key)
+    tx = PostgresTx(conn)
     row = conn.execute(
         f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE to_run_id = %s AND topic = %s "
         "AND received_at IS NULL ORDER BY id LIMIT 1 FOR UPDATE",
@@ -110,18 +112,18 @@ def _receive(
             "AND completed_at IS NULL",
             (lease.run_id, deadline_name),
         )
-        clear_wait(conn, lease.run_id, "message", topic)
+        clear_wait(tx, lease.run_id, "message", topic)
         return WaitAttempt(True, taken)
     deadline = None
     if timeout is not None:
-        timer, due = ensure_timer(conn, lease, deadline_name, timeout)
+        timer, due = ensure_timer(tx, lease, deadline_name, timeout)
         deadline = timer.wake_at
         if due:
             details = {"topic": topic, "key": recv_key}
-            fire_timer(conn, lease, deadline_name, "recv_timed_out", details)
-            clear_wait(conn, lease.run_id, "message", topic)
+            fire_timer(tx, lease, deadline_name, "recv_timed_out", details)
+            clear_wait(tx, lease.run_id, "message", topic)
             return WaitAttempt(True, None, deadline)
-    set_wait(conn, lease.run_id, "message", topic, deadline)
+    set_wait(tx, lease.run_id, "message", topic, deadline)
     return WaitAttempt(False, None, deadline)
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from .._approvals import ApprovalOps
 from ._agent import AgentOps
-from ._approvals import ApprovalOps
-from ._base import PostgresBase
 from ._claims import ClaimOps
 from ._content_ops import ContentOps
 from ._langgraph import LangGraphOps
@@ -12,6 +11,7 @@ from ._lifecycle import LifecycleOps
 from ._operations import OperationOps
 from ._restart import RestartOps
 from ._runs import RunOps
+from ._tx import PostgresRules
 from ._workflow import WorkflowOps
 
 __all__ = ["PostgresStore"]
@@ -28,7 +28,7 @@ class PostgresStore(
     ApprovalOps,
     LangGraphOps,
     ContentOps,
-    PostgresBase,
+    PostgresRules,
 ):
     """An opened, migrated PostgreSQL schema implementing every operation of ``Store``."""
 

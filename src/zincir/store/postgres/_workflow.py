@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from .._timers import TimerOps
 from ._children import ChildOps
 from ._messages import MessageOps
 from ._steps import StepOps
-from ._timers import TimerOps
 
 __all__ = ["WorkflowOps"]
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import apsw
 
 from .._records import TERMINAL_STATUSES, Lease
+from .._timers import clear_wait, set_wait
 from .._workflow_records import ChildOutcome, ChildResult, WaitAttempt, child_result
 from .._workflow_rules import child_not_found, child_spawned, spawn_taken
 from ._base import SQLiteBase
 from ._log import append, insert_run
-from ._timers import clear_wait, set_wait
+from ._tx import SqliteTx
 
 __all__ = ["ChildOps"]
 
@@ -92,11 +93,12 @@ class ChildOps(SQLiteBase):
 
         def write(conn: apsw.Connection) -> WaitAttempt[ChildResult]:
             child = _child(conn, child_id)
-            append(conn, lease, self.clock())
+            tx = SqliteTx(conn, self.clock())
+            tx.append(lease)
             if child.status in TERMINAL_STATUSES:
-                clear_wait(conn, lease.run_id, "child", child_id)
+                clear_wait(tx, lease.run_id, "child", child_id)
                 return WaitAttempt(True, child)
-            set_wait(conn, lease.run_id, "child", child_id, None)
+            set_wait(tx, lease.run_id, "child", child_id, None)
             return WaitAttempt(False, child)
 
         return await self._write(write)

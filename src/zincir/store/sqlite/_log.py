@@ -19,12 +19,13 @@ anyway.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import apsw
 
-from ..._errors import RunNotFound
+from ..._errors import RunNotFound, StoreError
 from ..._time import from_db, to_db
 from .._content import cut_events
 from .._records import Lease, NewEvent
@@ -41,6 +42,7 @@ __all__ = [
     "last_seq_sql",
     "lease_expiry_sql",
     "register_functions",
+    "set_now",
     "ttl_us",
     "updated_at_sql",
 ]
@@ -59,9 +61,30 @@ def _plus_us(*args: apsw.SQLiteValue) -> str | None:
     return to_db(from_db(stamp) + timedelta(microseconds=micros))
 
 
+_now = threading.local()
+"""The ``now`` of the transaction running on this thread, as stored (:func:`set_now`)."""
+
+
+def set_now(stamp: str) -> None:
+    """Make ``zincir_now()`` return ``stamp`` in this thread's next statements: the time of
+    the transaction about to run (SQLite runs a connection's statements on its caller's
+    thread)."""
+    _now.stamp = stamp
+
+
+def _zincir_now(*_args: apsw.SQLiteValue) -> str:
+    stamp: str | None = getattr(_now, "stamp", None)
+    if stamp is None:
+        raise StoreError("zincir_now() called outside a transaction given a time")
+    return stamp
+
+
 def register_functions(conn: apsw.Connection) -> None:
-    """Give ``conn`` the SQL functions the run reads below call."""
+    """Give ``conn`` the SQL functions the run reads below call, and ``zincir_now()``, the
+    clock the statements written once for both backends read (PostgreSQL defines it as the
+    server's)."""
     conn.create_scalar_function(PLUS_US, _plus_us, 2, deterministic=True)
+    conn.create_scalar_function("zincir_now", _zincir_now, 0, deterministic=False)
 
 
 def _holder_append(run: str) -> str:

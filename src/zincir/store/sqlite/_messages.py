@@ -15,6 +15,7 @@ import apsw
 
 from ..._time import from_db, to_db
 from .._records import Lease
+from .._timers import clear_wait, ensure_timer, fire_timer, read_timer, set_wait
 from .._workflow_records import MESSAGE_COLUMNS, ReceivedMessage, WaitAttempt, received_message
 from .._workflow_rules import (
     message_received,
@@ -25,7 +26,7 @@ from .._workflow_rules import (
 )
 from ._base import SQLiteBase
 from ._log import append
-from ._timers import clear_wait, ensure_timer, fire_timer, read_timer, set_wait
+from ._tx import SqliteTx
 
 __all__ = ["MessageOps"]
 
@@ -69,7 +70,7 @@ def take_messages(
 
 
 def _replayed(
-    conn: apsw.Connection, run_id: str, recv_key: str
+    conn: apsw.Connection, now: datetime, run_id: str, recv_key: str
 ) -> WaitAttempt[ReceivedMessage | None] | None:
     row = conn.execute(
         f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE to_run_id = ? AND received_by = ?",
@@ -77,7 +78,7 @@ def _replayed(
     ).fetchone()
     if row is not None:
         return WaitAttempt(True, _message(row))
-    deadline = read_timer(conn, run_id, receive_deadline(recv_key))
+    deadline = read_timer(SqliteTx(conn, now), run_id, receive_deadline(recv_key))
     if deadline is not None and deadline.completed:
         return WaitAttempt(True, None, deadline.wake_at)
     return None
@@ -136,7 +137,7 @@ class MessageOps(SQLiteBase):
     ) -> WaitAttempt[ReceivedMessage | None] | None:
         """What the receive ``recv_key`` of ``run_id`` already resolved to (its message, or
         a timeout with its deadline), or None if it is still pending."""
-        return await self._read(lambda conn: _replayed(conn, run_id, recv_key))
+        return await self._read(lambda conn: _replayed(conn, self.clock(), run_id, recv_key))
 
     async def receive_attempt(
         self,
@@ -154,10 +155,11 @@ class MessageOps(SQLiteBase):
         deadline_name = receive_deadline(recv_key)
 
         def write(conn: apsw.Connection) -> WaitAttempt[ReceivedMessage | None]:
-            replayed = _replayed(conn, lease.run_id, recv_key)
+            now = self.clock()
+            replayed = _replayed(conn, now, lease.run_id, recv_key)
             if replayed is not None:
                 return replayed
-            now = self.clock()
+            tx = SqliteTx(conn, now)
             row = conn.execute(
                 f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE to_run_id = ? AND topic = ? "
                 "AND received_at IS NULL ORDER BY id LIMIT 1",
@@ -175,24 +177,19 @@ class MessageOps(SQLiteBase):
                     "AND completed_at IS NULL",
                     (to_db(now), lease.run_id, deadline_name),
                 )
-                clear_wait(conn, lease.run_id, "message", topic)
+                clear_wait(tx, lease.run_id, "message", topic)
                 return WaitAttempt(True, taken)
             deadline = None
             if timeout is not None:
-                deadline = ensure_timer(conn, lease, now, deadline_name, timeout).wake_at
-                if now >= deadline:
-                    fire_timer(
-                        conn,
-                        lease,
-                        now,
-                        deadline_name,
-                        "recv_timed_out",
-                        {"topic": topic, "key": recv_key},
-                    )
-                    clear_wait(conn, lease.run_id, "message", topic)
+                timer, due = ensure_timer(tx, lease, deadline_name, timeout)
+                deadline = timer.wake_at
+                if due:
+                    details = {"topic": topic, "key": recv_key}
+                    fire_timer(tx, lease, deadline_name, "recv_timed_out", details)
+                    clear_wait(tx, lease.run_id, "message", topic)
                     return WaitAttempt(True, None, deadline)
             append(conn, lease, now)
-            set_wait(conn, lease.run_id, "message", topic, deadline)
+            set_wait(tx, lease.run_id, "message", topic, deadline)
             return WaitAttempt(False, None, deadline)
 
         return await self._write(write)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from .._approvals import ApprovalOps
 from ._agent import AgentOps
-from ._approvals import ApprovalOps
-from ._base import SQLiteBase
 from ._claims import ClaimOps
 from ._content_ops import ContentOps
 from ._langgraph import LangGraphOps
@@ -12,6 +11,7 @@ from ._lifecycle import LifecycleOps
 from ._operations import OperationOps
 from ._restart import RestartOps
 from ._runs import RunOps
+from ._tx import SqliteRules
 from ._workflow import WorkflowOps
 
 __all__ = ["SQLiteStore"]
@@ -28,7 +28,7 @@ class SQLiteStore(
     ApprovalOps,
     LangGraphOps,
     ContentOps,
-    SQLiteBase,
+    SqliteRules,
 ):
     """An opened, migrated SQLite database implementing every operation of ``Store``."""
 

@@ -1,0 +1,77 @@
+"""The PostgreSQL side of the rule seam: a transaction as rule functions see it.
+
+``zincir_now()`` is the schema's own function (the server's clock, or the store's pinned
+one); times are parameters and rows as ``timestamptz``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from .._records import Lease, NewEvent
+from .._sql import Params, Rules, Sql, Tx
+from ._base import Conn, PostgresBase
+from ._log import append
+
+__all__ = ["PostgresRules", "PostgresTx"]
+
+T = TypeVar("T")
+
+
+class PostgresTx:
+    """A :class:`~zincir.store._sql.Tx` over a psycopg connection in a transaction."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+
+    def execute(self, statement: Sql, params: Params = ()) -> None:
+        self.conn.execute(statement.postgres, params)
+
+    def executemany(self, statement: Sql, rows: Iterable[Params]) -> None:
+        batch = list(rows)
+        if batch:
+            with self.conn.cursor() as cursor:
+                cursor.executemany(statement.postgres, batch)
+
+    def one(self, statement: Sql, params: Params = ()) -> tuple[Any, ...] | None:
+        return self.conn.execute(statement.postgres, params).fetchone()
+
+    def all(self, statement: Sql, params: Params = ()) -> list[tuple[Any, ...]]:
+        return self.conn.execute(statement.postgres, params).fetchall()
+
+    def stamp(self, moment: datetime | None) -> object:
+        return moment
+
+    def time(self, value: Any) -> datetime:
+        assert isinstance(value, datetime), "timestamptz columns read as datetimes"
+        return value
+
+    def values(self, items: Sequence[str]) -> object:
+        return list(items)
+
+    def append(self, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
+        return append(self.conn, lease, events)
+
+    def take_messages(self, to_run_id: str, topic: str, taker: str, **about: str) -> None:
+        from . import _messages  # not yet written once; it imports this module
+
+        _messages.take_messages(self.conn, to_run_id, topic, taker, **about)
+
+    def send(self, to_run_id: str, topic: str, body: str) -> None:
+        from . import _messages
+
+        _messages._insert(self.conn, to_run_id, topic, body, None, None, "")  # no key
+
+
+class PostgresRules(Rules, PostgresBase):
+    """Rule functions run in pooled write transactions and repeatable-read snapshots."""
+
+    async def _write_tx(self, fn: Callable[[Tx], T]) -> T:
+        return await self._write(lambda conn: fn(PostgresTx(conn)))
+
+    async def _read_tx(self, fn: Callable[[Tx], T], *, offload: bool = False) -> T:
+        return await self._read(lambda conn: fn(PostgresTx(conn)), offload=offload)

@@ -1,0 +1,82 @@
+"""The SQLite side of the rule seam: a transaction as rule functions see it.
+
+``zincir_now()`` in a statement is the ``now`` the transaction was given (the store's
+clock, read once per run of a transaction function), registered on every connection by
+``register_functions``; times are parameters and rows as sortable UTC text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import apsw
+
+from ..._json import encode_checked
+from ..._time import from_db, to_db
+from .._records import Lease, NewEvent
+from .._sql import Params, Rules, Sql, Tx
+from ._base import SQLiteBase
+from ._log import append, set_now
+
+__all__ = ["SqliteRules", "SqliteTx"]
+
+T = TypeVar("T")
+
+
+class SqliteTx:
+    """A :class:`~zincir.store._sql.Tx` over an APSW connection, at time ``now``."""
+
+    __slots__ = ("conn", "now")
+
+    def __init__(self, conn: apsw.Connection, now: datetime) -> None:
+        self.conn = conn
+        self.now = now
+        set_now(to_db(now))
+
+    def execute(self, statement: Sql, params: Params = ()) -> None:
+        self.conn.execute(statement.sqlite, params)
+
+    def executemany(self, statement: Sql, rows: Iterable[Params]) -> None:
+        self.conn.executemany(statement.sqlite, rows)
+
+    def one(self, statement: Sql, params: Params = ()) -> tuple[Any, ...] | None:
+        row = self.conn.execute(statement.sqlite, params).fetchone()
+        return None if row is None else tuple(row)
+
+    def all(self, statement: Sql, params: Params = ()) -> list[tuple[Any, ...]]:
+        return [tuple(row) for row in self.conn.execute(statement.sqlite, params)]
+
+    def stamp(self, moment: datetime | None) -> object:
+        return None if moment is None else to_db(moment)
+
+    def time(self, value: Any) -> datetime:
+        return from_db(value)
+
+    def values(self, items: Sequence[str]) -> object:
+        return encode_checked(list(items))
+
+    def append(self, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
+        return append(self.conn, lease, self.now, events)
+
+    def take_messages(self, to_run_id: str, topic: str, taker: str, **about: str) -> None:
+        from . import _messages  # not yet written once; it imports this module
+
+        _messages.take_messages(self.conn, self.now, to_run_id, topic, taker, **about)
+
+    def send(self, to_run_id: str, topic: str, body: str) -> None:
+        from . import _messages
+
+        _messages._insert(self.conn, self.now, to_run_id, topic, body, None, None)
+
+
+class SqliteRules(Rules, SQLiteBase):
+    """Rule functions run in the writer's (group-committed) transactions and in reads, each
+    given the store's clock."""
+
+    async def _write_tx(self, fn: Callable[[Tx], T]) -> T:
+        return await self._write(lambda conn: fn(SqliteTx(conn, self.clock())))
+
+    async def _read_tx(self, fn: Callable[[Tx], T], *, offload: bool = False) -> T:
+        return await self._read(lambda conn: fn(SqliteTx(conn, self.clock())), offload=offload)
