@@ -1,0 +1,44 @@
+"""The rule seam (store/_sql.py): statements written once, and rules that import no driver."""
+
+from __future__ import annotations
+
+import ast
+from datetime import timedelta
+from pathlib import Path
+
+from zincir.store._sql import micros, sql
+
+STORE = Path(__file__).resolve().parents[2] / "src" / "zincir" / "store"
+DRIVERS = {"apsw", "psycopg", "psycopg_pool", "sqlite3"}
+
+
+def test_a_statement_is_written_once_and_converted_for_psycopg() -> None:
+    statement = sql("SELECT a FROM t WHERE b = ? AND c LIKE 'x%?' AND d {in_list}{for_update}")
+    assert statement.sqlite == (
+        "SELECT a FROM t WHERE b = ? AND c LIKE 'x%?' AND d IN (SELECT value FROM json_each(?))"
+    )
+    assert statement.postgres == (
+        "SELECT a FROM t WHERE b = %s AND c LIKE 'x%%?' AND d = ANY(%s) FOR UPDATE"
+    )
+
+
+def test_a_quoted_name_keeps_its_question_mark() -> None:
+    statement = sql("SELECT \"a?b\", 'it''s ?' FROM t WHERE x = ?")
+    assert statement.postgres == "SELECT \"a?b\", 'it''s ?' FROM t WHERE x = %s"
+
+
+def test_a_duration_is_given_in_whole_microseconds() -> None:
+    assert micros(timedelta(days=1, microseconds=7)) == 86_400_000_007
+
+
+def test_the_rule_modules_import_no_database_driver() -> None:
+    found = []
+    for path in STORE.glob("_*.py"):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module.split(".")[0]]
+            found += [f"{path.name}: {name}" for name in names if name in DRIVERS]
+    assert found == []
