@@ -11,9 +11,10 @@ transaction machinery, its error mapping and the paths that really differ.
 Statements (:func:`sql`) are written once, in SQLite's form: ``?`` placeholders, and the
 clock as ``zincir_now()``, which PostgreSQL defines as the server's clock (or a pinned one)
 and SQLite registers on its connections as the ``now`` the transaction was given, so both
-backends stamp and judge time in SQL alike. The few dialect differences are named
-fragments (``{in_list}``, ``{for_update}``, ``{now_plus}``), filled in for each backend and
-the PostgreSQL text's placeholders converted once, at import.
+backends stamp and judge time in SQL alike (on SQLite only inside a ``SqliteTx``: the
+function reads the time its thread's last transaction was given). The few dialect
+differences are named fragments (``{in_list}``, ``{for_update}``, ``{now_plus}``), filled
+in for each backend, and the PostgreSQL text's placeholders converted, once at import.
 
 Values that cross the seam in a dialect's own shape go through the :class:`Tx`: a time
 parameter (:meth:`Tx.stamp`: text on SQLite, a datetime on PostgreSQL), a stored time
@@ -29,7 +30,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from ._records import Lease, NewEvent
 
-__all__ = ["Rules", "Sql", "Tx", "micros", "sql"]
+__all__ = ["Params", "Rules", "Sql", "Tx", "micros", "sql"]
 
 T = TypeVar("T")
 Params = Sequence[object]
@@ -76,10 +77,6 @@ class Sql:
 
     def __repr__(self) -> str:
         return f"sql({self.sqlite!r})"
-
-    def __add__(self, tail: Sql) -> Sql:
-        """This statement followed by ``tail`` (a clause built at import)."""
-        return Sql(self.sqlite + tail.sqlite, self.postgres + tail.postgres)
 
 
 def sql(text: str) -> Sql:
