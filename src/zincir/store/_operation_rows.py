@@ -3,12 +3,13 @@ binds, the records a read or a claim returns, and the ``operation_completed`` ev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
 from .._errors import FencedOut, InvalidInput, RunNotFound, RunTerminal
 from .._json import encode_checked
+from ._content import ContentIndex
 from ._operation_records import NewOperation, OperationKey, OperationOutcome, OperationRow
 from ._records import Lease, LogEntry, NewEvent, TimeDecoder, driver_time, optional_time
 
@@ -23,6 +24,7 @@ __all__ = [
     "key_params",
     "lease_columns",
     "operation_row",
+    "record_composer",
 ]
 
 OPERATION_COLUMNS: Final = (
@@ -39,6 +41,23 @@ RecordComposer = Callable[[str | None, str, str | None, tuple[str, str, str]], s
 """Composes a row's canonical record from its ``record``, ``input_json`` and
 ``input_parts`` columns and its (kind, handler id, input digest)
 (:meth:`._content.ContentIndex.compose_record`, bound to a read and the row's key)."""
+
+
+def record_composer(
+    content: ContentIndex,
+    read: Callable[[Sequence[str]], Mapping[str, str]],
+    key: OperationKey,
+    *,
+    whole: bool,
+) -> RecordComposer:
+    """The :data:`RecordComposer` of ``key``'s row read through ``read``: its canonical
+    record whole, or (``whole`` False, a replay's read) with its input left as stored."""
+    head = key_params(key)
+    if whole:
+        return lambda record, text, parts, row: content.compose_record(
+            record, text, parts, read, (*head, *row)
+        )
+    return lambda record, text, parts, row: content.compose_output(record, read, (*head, *row))
 
 
 def key_params(key: OperationKey) -> tuple[str, str, int]:

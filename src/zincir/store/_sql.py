@@ -24,7 +24,7 @@ parameter (:meth:`Tx.stamp`: text on SQLite, a datetime on PostgreSQL), a stored
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol, TypeVar
 
@@ -95,7 +95,8 @@ def micros(duration: timedelta) -> int:
 class Tx(Protocol):
     """One transaction's connection, as a rule function sees it: rows come back as tuples.
 
-    The ``append``, ``take_messages`` and ``send`` methods are the families not yet written
+    ``read_content``/``write_content`` keep content bodies each backend's way; the
+    ``append``, ``take_messages`` and ``send`` methods are the families not yet written
     once (the agent log, messages): each backend's own function, called as one.
     """
 
@@ -119,6 +120,14 @@ class Tx(Protocol):
 
     def values(self, items: Sequence[str]) -> object:
         """``items`` as the parameter of ``{in_list}``."""
+
+    def read_content(self, digests: Sequence[str]) -> Mapping[str, str]:
+        """The stored text of each ``content`` digest found (bodies kept the backend's way:
+        compressed on SQLite)."""
+
+    def write_content(self, run_id: str, rows: Sequence[tuple[str, str]]) -> None:
+        """Store content rows (digest, text) that may exist already, and the run's
+        references to them (references first where a prune runs beside the writer)."""
 
     def append(self, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
         """Check the lease's fence and append ``events`` (the agent log's one writer)."""

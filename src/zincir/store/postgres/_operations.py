@@ -42,6 +42,7 @@ from .._operation_rows import (
     key_params,
     lease_columns,
     operation_row,
+    record_composer,
 )
 from .._records import Lease, LogEntry
 from ._agent import write_entries
@@ -89,23 +90,10 @@ def _select(
     if found is None:
         return None
     now, fenced = found[OPERATION_WIDTH:]
-    read = reader(conn)
     row = operation_row(
         found[:OPERATION_WIDTH],
         fenced=bool(fenced),
-        compose=(
-            (
-                lambda record, text, parts, row: content.compose_record(
-                    record, text, parts, read, (*key_params(key), *row)
-                )
-            )
-            if whole
-            else (
-                lambda record, text, parts, row: content.compose_output(
-                    record, read, (*key_params(key), *row)
-                )
-            )
-        ),
+        compose=record_composer(content, reader(conn), key, whole=whole),
     )
     return row, now
 

@@ -6,13 +6,14 @@ one); times are parameters and rows as ``timestamptz``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 from .._records import Lease, NewEvent
 from .._sql import Params, Rules, Sql, Tx
 from ._base import Conn, PostgresBase
+from ._content import reader, write_rows
 from ._log import append
 
 __all__ = ["PostgresRules", "PostgresTx"]
@@ -52,6 +53,12 @@ class PostgresTx:
 
     def values(self, items: Sequence[str]) -> object:
         return list(items)
+
+    def read_content(self, digests: Sequence[str]) -> Mapping[str, str]:
+        return reader(self.conn)(digests)
+
+    def write_content(self, run_id: str, rows: Sequence[tuple[str, str]]) -> None:
+        write_rows(self.conn, run_id, rows)
 
     def append(self, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
         return append(self.conn, lease, events)

@@ -40,6 +40,7 @@ from .._operation_rows import (
     key_params,
     lease_columns,
     operation_row,
+    record_composer,
 )
 from .._records import TERMINAL_STATUSES, Lease, LogEntry
 from ._agent import write_entries
@@ -119,24 +120,11 @@ def _select(
     if judge and status == "claimed" and lease_token is not None:
         run = conn.execute(_RUN_LEASE, (key.run_id,)).fetchone()
         fenced = _lease_lost((lease_owner, lease_token), run or (None,) * 4, now)
-    read = reader(conn)
     return operation_row(
         row,
         fenced=fenced,
         time=from_db,
-        compose=(
-            (
-                lambda record, text, parts, row: content.compose_record(
-                    record, text, parts, read, (*key_params(key), *row)
-                )
-            )
-            if whole
-            else (
-                lambda record, text, parts, row: content.compose_output(
-                    record, read, (*key_params(key), *row)
-                )
-            )
-        ),
+        compose=record_composer(content, reader(conn), key, whole=whole),
     )
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from .._approvals import ApprovalOps
+from .._content_ops import ContentOps
 from .._restart import RestartOps
 from ._agent import AgentOps
 from ._claims import ClaimOps
-from ._content_ops import ContentOps
 from ._langgraph import LangGraphOps
 from ._lifecycle import LifecycleOps
 from ._operations import OperationOps

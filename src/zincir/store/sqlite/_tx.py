@@ -7,7 +7,7 @@ clock, read once per run of a transaction function), registered on every connect
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -18,6 +18,7 @@ from ..._time import from_db, to_db
 from .._records import Lease, NewEvent
 from .._sql import Params, Rules, Sql, Tx
 from ._base import SQLiteBase
+from ._content import reader, write_rows
 from ._log import append, set_now
 
 __all__ = ["SqliteRules", "SqliteTx"]
@@ -56,6 +57,12 @@ class SqliteTx:
 
     def values(self, items: Sequence[str]) -> object:
         return encode_checked(list(items))
+
+    def read_content(self, digests: Sequence[str]) -> Mapping[str, str]:
+        return reader(self.conn)(digests)
+
+    def write_content(self, run_id: str, rows: Sequence[tuple[str, str]]) -> None:
+        write_rows(self.conn, run_id, rows)
 
     def append(self, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
         return append(self.conn, lease, self.now, events)

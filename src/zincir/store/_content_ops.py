@@ -1,41 +1,42 @@
-"""Content by digest on SQLite: put a run's content (its references first) and read it back,
-for a side that sends references instead of the text (a TemporalRuntime and its workers)."""
+"""Content by digest: put a run's content (its references first) and read it back, for a
+side that sends references instead of the text (a TemporalRuntime and its workers)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .._content import strict_reader
-from ._base import SQLiteBase
-from ._content import reader, write_rows
+from ._content import ContentIndex, strict_reader
+from ._sql import Rules
 
 __all__ = ["ContentOps"]
 
 
-class ContentOps(SQLiteBase):
+class ContentOps(Rules):
     """``content`` rows written and read by their SHA-256 hex digest."""
+
+    _content: ContentIndex  # the store's content cache
 
     async def put_content(self, run_id: str, items: Sequence[tuple[str, str]]) -> None:
         """Store each (digest, text) once, referred to by ``run_id`` (a prune of the run
-        removes what no other run refers to); the caller computed each digest."""
+        removes what no other run refers to; on PostgreSQL references go first, so a
+        concurrent prune keeps the rows); the caller computed each digest."""
         rows = list(items)
-        if not rows:
-            return
-        await self._write(lambda conn: write_rows(conn, run_id, rows))
+        if rows:
+            await self._write_tx(lambda tx: tx.write_content(run_id, rows))
 
     async def read_content(self, digests: Sequence[str]) -> Mapping[str, str]:
         """The stored text of each digest found (a missing one is left out)."""
         wanted = list(digests)
         if not wanted:
             return {}
-        return await self._read(lambda conn: dict(reader(conn)(wanted)))
+        return await self._read_tx(lambda tx: dict(tx.read_content(wanted)))
 
     async def compose_content(self, description: str, *, run_id: str | None = None) -> str:
         """The text a content description stands for (see ``zincir._pieces``), composed in
         one read through the store's content cache; ContentMissing names a missing piece."""
-        return await self._read(
-            lambda conn: self._content.compose_input(
-                "", description, strict_reader(reader(conn)), run_id
+        return await self._read_tx(
+            lambda tx: self._content.compose_input(
+                "", description, strict_reader(tx.read_content), run_id
             ),
             offload=True,
         )
