@@ -35,13 +35,79 @@ __all__ = ["Params", "Rules", "Sql", "Tx", "micros", "sql"]
 T = TypeVar("T")
 Params = Sequence[object]
 
-_FRAGMENTS: Final[dict[str, dict[str, str]]] = {
+PLUS_US: Final = "zincir_plus_us"
+"""SQLite's SQL function (registered on every connection) adding microseconds to a stored
+time."""
+
+
+def _holder_append(run: str) -> str:
+    """SQLite: the time of the newest event past the row's ``last_seq`` (the lease holder's
+    last append since the row was written), or NULL."""
+    return (
+        f"(SELECT e.created_at FROM events AS e WHERE e.run_id = {run}.id "
+        f"AND e.seq > {run}.last_seq ORDER BY e.seq DESC LIMIT 1)"
+    )
+
+
+def lagging_last_seq(run: str = "agent_runs") -> str:
+    """SQLite: the last seq of the ``agent_runs`` row named ``run``: the row's own, or its
+    newest event's when the lease holder appended since the row was written. A run without
+    an owner is read from its row alone: giving up a lease writes the row."""
+    return (
+        f"CASE WHEN {run}.lease_owner IS NULL THEN {run}.last_seq "
+        f"ELSE max({run}.last_seq, coalesce((SELECT max(e.seq) FROM events AS e "
+        f"WHERE e.run_id = {run}.id), 0)) END"
+    )
+
+
+def lagging_updated_at(run: str = "agent_runs") -> str:
+    """SQLite: when the row named ``run`` last moved: the lease holder's last append since the
+    row was written, else the row's own time; an ownerless run's row alone."""
+    return (
+        f"CASE WHEN {run}.lease_owner IS NULL THEN {run}.updated_at "
+        f"ELSE coalesce({_holder_append(run)}, {run}.updated_at) END"
+    )
+
+
+def lagging_lease_expiry(run: str = "agent_runs") -> str:
+    """SQLite: the lease expiry of the row named ``run``: the lease holder's last append since
+    the row was written plus the lease's TTL, else the row's; NULL without a lease. The later
+    write sets it, as a write of the row would."""
+    return (
+        f"CASE WHEN {run}.lease_expires_at IS NULL OR {run}.lease_ttl_us IS NULL "
+        f"THEN {run}.lease_expires_at ELSE coalesce("
+        f"{PLUS_US}({_holder_append(run)}, {run}.lease_ttl_us), {run}.lease_expires_at) END"
+    )
+
+
+class _RunColumn:
+    """A fragment naming a column of an ``agent_runs`` row, given its alias as the format
+    spec (``{last_seq:r}``; none: ``agent_runs``)."""
+
+    __slots__ = ("build",)
+
+    def __init__(self, build: Callable[[str], str]) -> None:
+        self.build = build
+
+    def __format__(self, alias: str) -> str:
+        return self.build(alias or "agent_runs")
+
+
+_FRAGMENTS: Final[dict[str, dict[str, object]]] = {
     "sqlite": {
         "in_list": "IN (SELECT value FROM json_each(?))",
         "for_share": "",
         "for_update": "",
         "bytewise": "",
-        "now_plus": "zincir_plus_us(zincir_now(), ?)",
+        "now_plus": f"{PLUS_US}(zincir_now(), ?)",
+        "last_seq": _RunColumn(lagging_last_seq),
+        "updated_at": _RunColumn(lagging_updated_at),
+        "lease_expiry": _RunColumn(lagging_lease_expiry),
+        "caught_up": _RunColumn(
+            lambda r: (
+                f"last_seq = {lagging_last_seq(r)}, lease_expires_at = {lagging_lease_expiry(r)}"
+            )
+        ),
     },
     "postgres": {
         "in_list": "= ANY(?)",
@@ -49,12 +115,24 @@ _FRAGMENTS: Final[dict[str, dict[str, str]]] = {
         "for_update": " FOR UPDATE",
         "bytewise": ' COLLATE "C"',
         "now_plus": "zincir_now() + CAST(? AS bigint) * interval '1 microsecond'",
+        "last_seq": _RunColumn(lambda r: f"{r}.last_seq"),
+        "updated_at": _RunColumn(lambda r: f"{r}.updated_at"),
+        "lease_expiry": _RunColumn(lambda r: f"{r}.lease_expires_at"),
+        "caught_up": _RunColumn(
+            lambda r: f"last_seq = {r}.last_seq, lease_expires_at = {r}.lease_expires_at"
+        ),
     },
 }
 """The dialects' differences at the statement level: ``{in_list}`` matches a list given by
 :meth:`Tx.values`; ``{for_share}``/``{for_update}`` lock rows where the server runs
 transactions side by side (SQLite runs one writer); ``{bytewise}`` orders text by bytes, as
-SQLite always does; ``{now_plus}`` is the clock plus a parameter's microseconds."""
+SQLite always does; ``{now_plus}`` is the clock plus a parameter's microseconds.
+
+``{last_seq:r}``, ``{updated_at:r}`` and ``{lease_expiry:r}`` read those columns of the run
+row aliased ``r`` (no alias: ``agent_runs``), and ``{caught_up:r}`` are SET clauses writing
+the first and last back: on PostgreSQL the row's own columns; on SQLite, where the lease
+holder's appends leave the row unwritten (one page less a commit), the row's or its newest
+events' (see ``sqlite/_log.py``)."""
 
 _LITERAL = re.compile(r"('(?:[^']|'')*'|\"(?:[^\"]|\"\")*\")")
 

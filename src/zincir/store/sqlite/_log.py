@@ -30,6 +30,7 @@ from ..._time import from_db, to_db
 from .._content import cut_events
 from .._records import Lease, NewEvent
 from .._run_rules import fence_error, transition
+from .._sql import PLUS_US, lagging_last_seq, lagging_lease_expiry, lagging_updated_at
 from ._content import write_rows
 
 __all__ = [
@@ -46,11 +47,6 @@ __all__ = [
     "ttl_us",
     "updated_at_sql",
 ]
-
-
-PLUS_US = "zincir_plus_us"
-"""The SQL function (registered on every connection by :func:`register_functions`) that adds
-microseconds to a stored timestamp: the expiry a lease holder's append extends to."""
 
 
 def _plus_us(*args: apsw.SQLiteValue) -> str | None:
@@ -87,46 +83,9 @@ def register_functions(conn: apsw.Connection) -> None:
     conn.create_scalar_function("zincir_now", _zincir_now, 0, deterministic=False)
 
 
-def _holder_append(run: str) -> str:
-    """The time of the newest event past the row's ``last_seq``: the lease holder's last
-    append since the row was written, or NULL."""
-    return (
-        f"(SELECT e.created_at FROM events AS e WHERE e.run_id = {run}.id "
-        f"AND e.seq > {run}.last_seq ORDER BY e.seq DESC LIMIT 1)"
-    )
-
-
-def last_seq_sql(run: str = "agent_runs") -> str:
-    """SQL for the last seq of the ``agent_runs`` row named ``run``: the row's own, or its
-    newest live event's when the lease holder appended since the row was written. A run
-    without an owner is read from its row alone: giving up a lease writes the row."""
-    return (
-        f"CASE WHEN {run}.lease_owner IS NULL THEN {run}.last_seq "
-        f"ELSE max({run}.last_seq, coalesce((SELECT max(e.seq) FROM events AS e "
-        f"WHERE e.run_id = {run}.id), 0)) END"
-    )
-
-
-def updated_at_sql(run: str = "agent_runs") -> str:
-    """SQL for when the ``agent_runs`` row named ``run`` last moved: the lease holder's last
-    append since the row was written, else the row's own time (the later write sets it, as
-    a write of the row would, whatever the clocks say); an ownerless run's row alone."""
-    return (
-        f"CASE WHEN {run}.lease_owner IS NULL THEN {run}.updated_at "
-        f"ELSE coalesce({_holder_append(run)}, {run}.updated_at) END"
-    )
-
-
-def lease_expiry_sql(run: str = "agent_runs") -> str:
-    """SQL for the lease expiry of the ``agent_runs`` row named ``run``: the lease holder's
-    last append since the row was written plus the lease's TTL, else the row's; NULL without
-    a lease. The later write sets it, as a write of the row would: a clock that stepped
-    back shortens the lease exactly as it did when every append wrote the row."""
-    return (
-        f"CASE WHEN {run}.lease_expires_at IS NULL OR {run}.lease_ttl_us IS NULL "
-        f"THEN {run}.lease_expires_at ELSE coalesce("
-        f"{PLUS_US}({_holder_append(run)}, {run}.lease_ttl_us), {run}.lease_expires_at) END"
-    )
+last_seq_sql = lagging_last_seq
+updated_at_sql = lagging_updated_at
+lease_expiry_sql = lagging_lease_expiry
 
 
 def caught_up_sql(run: str = "agent_runs") -> str:
