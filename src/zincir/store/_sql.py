@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol, TypeVar
 
+from ._content import InputPlan
 from ._records import Lease, NewEvent
 
 __all__ = ["Params", "Rules", "Sql", "Tx", "micros", "sql"]
@@ -100,6 +101,7 @@ _FRAGMENTS: Final[dict[str, dict[str, object]]] = {
         "for_update": "",
         "bytewise": "",
         "now_plus": f"{PLUS_US}(zincir_now(), ?)",
+        "json_field": _RunColumn(lambda column: f"({column} ->> ?)"),
         "last_seq": _RunColumn(lagging_last_seq),
         "updated_at": _RunColumn(lagging_updated_at),
         "lease_expiry": _RunColumn(lagging_lease_expiry),
@@ -115,6 +117,7 @@ _FRAGMENTS: Final[dict[str, dict[str, object]]] = {
         "for_update": " FOR UPDATE",
         "bytewise": ' COLLATE "C"',
         "now_plus": "zincir_now() + CAST(? AS bigint) * interval '1 microsecond'",
+        "json_field": _RunColumn(lambda c: f"(CAST({c} AS json) ->> CAST(? AS text))"),
         "last_seq": _RunColumn(lambda r: f"{r}.last_seq"),
         "updated_at": _RunColumn(lambda r: f"{r}.updated_at"),
         "lease_expiry": _RunColumn(lambda r: f"{r}.lease_expires_at"),
@@ -126,7 +129,9 @@ _FRAGMENTS: Final[dict[str, dict[str, object]]] = {
 """The dialects' differences at the statement level: ``{in_list}`` matches a list given by
 :meth:`Tx.values`; ``{for_share}``/``{for_update}`` lock rows where the server runs
 transactions side by side (SQLite runs one writer); ``{bytewise}`` orders text by bytes, as
-SQLite always does; ``{now_plus}`` is the clock plus a parameter's microseconds.
+SQLite always does; ``{now_plus}`` is the clock plus a parameter's microseconds;
+``{json_field:c}`` is the top-level field named by a parameter of the JSON text in column
+``c`` (a string field as text).
 
 ``{last_seq:r}``, ``{updated_at:r}`` and ``{lease_expiry:r}`` read those columns of the run
 row aliased ``r`` (no alias: ``agent_runs``), and ``{caught_up:r}`` are SET clauses writing
@@ -173,9 +178,8 @@ def micros(duration: timedelta) -> int:
 class Tx(Protocol):
     """One transaction's connection, as a rule function sees it: rows come back as tuples.
 
-    ``read_content``/``write_content`` keep content bodies each backend's way; the
-    ``append``, ``take_messages`` and ``send`` methods are the families not yet written
-    once (the agent log, messages): each backend's own function, called as one.
+    ``read_content``/``write_content`` keep content bodies each backend's way; ``append``
+    is the agent log's writer: each backend's own function, called as one.
     """
 
     def execute(self, statement: Sql, params: Params = ()) -> None:
@@ -210,19 +214,22 @@ class Tx(Protocol):
     def append(self, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
         """Check the lease's fence and append ``events`` (the agent log's one writer)."""
 
-    def take_messages(self, to_run_id: str, topic: str, taker: str, **about: str) -> None:
-        """Mark the unreceived messages of ``topic`` to a run as received by ``taker``."""
+    def write_input(self, run_id: str, plan: InputPlan) -> None:
+        """Store an operation input's new content (``plan.rows``) and the run's references
+        to it, each backend's way (SQLite skips rows it has and compresses long bodies)."""
 
-    def send(self, to_run_id: str, topic: str, body: str) -> None:
-        """Send a message from outside any run, without a key."""
+    def violates(self, error: Exception, index: str) -> bool:
+        """Whether ``error``, raised by a statement of this transaction, is a unique
+        violation of ``index`` (SQLite names no index: any constraint error)."""
 
 
 class Rules:
     """What a family's operations need of a backend: a write and a read transaction, each
     running a rule function on the backend's :class:`Tx`."""
 
-    async def _write_tx(self, fn: Callable[[Tx], T]) -> T:
-        """Run ``fn`` in one write transaction (which may run it more than once)."""
+    async def _write_tx(self, fn: Callable[[Tx], T], *, durable: bool = True) -> T:
+        """Run ``fn`` in one write transaction (which may run it more than once);
+        ``durable=False`` (a claim, a mark) may commit without waiting for the disk."""
         raise NotImplementedError
 
     async def _read_tx(self, fn: Callable[[Tx], T], *, offload: bool = False) -> T:

@@ -10,10 +10,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+from psycopg import errors
+
+from .._content import InputPlan
 from .._records import Lease, NewEvent
 from .._sql import Params, Rules, Sql, Tx
 from ._base import Conn, PostgresBase
-from ._content import reader, write_rows
+from ._content import reader, write_content, write_rows
 from ._log import append
 
 __all__ = ["PostgresRules", "PostgresTx"]
@@ -63,22 +66,18 @@ class PostgresTx:
     def append(self, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
         return append(self.conn, lease, events)
 
-    def take_messages(self, to_run_id: str, topic: str, taker: str, **about: str) -> None:
-        from . import _messages  # not yet written once; it imports this module
+    def write_input(self, run_id: str, plan: InputPlan) -> None:
+        write_content(self.conn, run_id, plan)
 
-        _messages.take_messages(self.conn, to_run_id, topic, taker, **about)
-
-    def send(self, to_run_id: str, topic: str, body: str) -> None:
-        from . import _messages
-
-        _messages._insert(self.conn, to_run_id, topic, body, None, None, "")  # no key
+    def violates(self, error: Exception, index: str) -> bool:
+        return isinstance(error, errors.UniqueViolation) and error.diag.constraint_name == index
 
 
 class PostgresRules(Rules, PostgresBase):
     """Rule functions run in pooled write transactions and repeatable-read snapshots."""
 
-    async def _write_tx(self, fn: Callable[[Tx], T]) -> T:
-        return await self._write(lambda conn: fn(PostgresTx(conn)))
+    async def _write_tx(self, fn: Callable[[Tx], T], *, durable: bool = True) -> T:
+        return await self._write(lambda conn: fn(PostgresTx(conn)), durable=durable)
 
     async def _read_tx(self, fn: Callable[[Tx], T], *, offload: bool = False) -> T:
         return await self._read(lambda conn: fn(PostgresTx(conn)), offload=offload)

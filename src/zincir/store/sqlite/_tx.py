@@ -15,10 +15,11 @@ import apsw
 
 from ..._json import encode_checked
 from ..._time import from_db, to_db
+from .._content import InputPlan
 from .._records import Lease, NewEvent
 from .._sql import Params, Rules, Sql, Tx
 from ._base import SQLiteBase
-from ._content import reader, write_rows
+from ._content import reader, write_content, write_rows
 from ._log import append, set_now
 
 __all__ = ["SqliteRules", "SqliteTx"]
@@ -67,23 +68,19 @@ class SqliteTx:
     def append(self, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
         return append(self.conn, lease, self.now, events)
 
-    def take_messages(self, to_run_id: str, topic: str, taker: str, **about: str) -> None:
-        from . import _messages  # not yet written once; it imports this module
+    def write_input(self, run_id: str, plan: InputPlan) -> None:
+        write_content(self.conn, run_id, plan)
 
-        _messages.take_messages(self.conn, self.now, to_run_id, topic, taker, **about)
-
-    def send(self, to_run_id: str, topic: str, body: str) -> None:
-        from . import _messages
-
-        _messages._insert(self.conn, self.now, to_run_id, topic, body, None, None)
+    def violates(self, error: Exception, index: str) -> bool:
+        return isinstance(error, apsw.ConstraintError)
 
 
 class SqliteRules(Rules, SQLiteBase):
     """Rule functions run in the writer's (group-committed) transactions and in reads, each
     given the store's clock."""
 
-    async def _write_tx(self, fn: Callable[[Tx], T]) -> T:
-        return await self._write(lambda conn: fn(SqliteTx(conn, self.clock())))
+    async def _write_tx(self, fn: Callable[[Tx], T], *, durable: bool = True) -> T:
+        return await self._write(lambda conn: fn(SqliteTx(conn, self.clock())), durable=durable)
 
     async def _read_tx(self, fn: Callable[[Tx], T], *, offload: bool = False) -> T:
         return await self._read(lambda conn: fn(SqliteTx(conn, self.clock())), offload=offload)
