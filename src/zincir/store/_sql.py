@@ -97,6 +97,7 @@ class _RunColumn:
 _FRAGMENTS: Final[dict[str, dict[str, object]]] = {
     "sqlite": {
         "in_list": "IN (SELECT value FROM json_each(?))",
+        "json_items": "json_each(?)",
         "for_share": "",
         "for_update": "",
         "bytewise": "",
@@ -113,6 +114,7 @@ _FRAGMENTS: Final[dict[str, dict[str, object]]] = {
     },
     "postgres": {
         "in_list": "= ANY(?)",
+        "json_items": "json_array_elements(CAST(? AS json))",
         "for_share": " FOR SHARE",
         "for_update": " FOR UPDATE",
         "bytewise": ' COLLATE "C"',
@@ -131,7 +133,8 @@ _FRAGMENTS: Final[dict[str, dict[str, object]]] = {
 transactions side by side (SQLite runs one writer); ``{bytewise}`` orders text by bytes, as
 SQLite always does; ``{now_plus}`` is the clock plus a parameter's microseconds;
 ``{json_field:c}`` is the top-level field named by a parameter of the JSON text in column
-``c`` (a string field as text).
+``c`` (a string field as text); ``{json_items}`` is the items of a JSON array given as
+text, each as ``value``.
 
 ``{last_seq:r}``, ``{updated_at:r}`` and ``{lease_expiry:r}`` read those columns of the run
 row aliased ``r`` (no alias: ``agent_runs``), and ``{caught_up:r}`` are SET clauses writing
