@@ -94,6 +94,11 @@ class _RunColumn:
         return self.build(alias or "agent_runs")
 
 
+def _json_key(test: str) -> _RunColumn:
+    """SQLite: the JSON object in a column has the key ``?`` with an entry passing ``test``."""
+    return _RunColumn(lambda c: f"EXISTS (SELECT 1 FROM json_each({c}) WHERE key = ? AND {test})")
+
+
 _FRAGMENTS: Final[dict[str, dict[str, object]]] = {
     "sqlite": {
         "in_list": "IN (SELECT value FROM json_each(?))",
@@ -111,6 +116,14 @@ _FRAGMENTS: Final[dict[str, dict[str, object]]] = {
                 f"last_seq = {lagging_last_seq(r)}, lease_expires_at = {lagging_lease_expiry(r)}"
             )
         ),
+        "json_unparsed": _RunColumn(lambda c: f"instr({c}, '\\u0000') > 0"),
+        "json_null": _RunColumn(
+            lambda c: f"NOT EXISTS (SELECT 1 FROM json_each({c}) WHERE key = ? AND type <> 'null')"
+        ),
+        "json_bool": _json_key("type = ?"),
+        "json_number": _json_key("type IN ('integer', 'real') AND value = ?"),
+        "json_text": _json_key("type = 'text' AND value = ?"),
+        "json_container": _json_key("type IN ('object', 'array') AND json(value) = json(?)"),
     },
     "postgres": {
         "in_list": "= ANY(?)",
@@ -126,6 +139,16 @@ _FRAGMENTS: Final[dict[str, dict[str, object]]] = {
         "caught_up": _RunColumn(
             lambda r: f"last_seq = {r}.last_seq, lease_expires_at = {r}.lease_expires_at"
         ),
+        "json_unparsed": _RunColumn(lambda c: f"{c} ~ '\\\\u(0000|[dD][89a-fA-F])'"),
+        "json_null": _RunColumn(
+            lambda c: f"COALESCE(jsonb_typeof(CAST({c} AS jsonb) -> ?), 'null') = 'null'"
+        ),
+        "json_bool": _RunColumn(lambda c: f"(CAST({c} AS jsonb) -> ?) = CAST(? AS jsonb)"),
+        "json_number": _RunColumn(
+            lambda c: f"(CAST({c} AS jsonb) -> ?) = CAST(CAST(? AS text) AS jsonb)"
+        ),
+        "json_text": _RunColumn(lambda c: f"(CAST({c} AS jsonb) -> ?) = to_jsonb(CAST(? AS text))"),
+        "json_container": _RunColumn(lambda c: f"CAST(CAST({c} AS json) -> ? AS text) = ?"),
     },
 }
 """The dialects' differences at the statement level: ``{in_list}`` matches a list given by
@@ -140,7 +163,14 @@ text, each as ``value``.
 row aliased ``r`` (no alias: ``agent_runs``), and ``{caught_up:r}`` are SET clauses writing
 the first and last back: on PostgreSQL the row's own columns; on SQLite, where the lease
 holder's appends leave the row unwritten (one page less a commit), the row's or its newest
-events' (see ``sqlite/_log.py``)."""
+events' (see ``sqlite/_log.py``).
+
+The ``{json_...:c}`` tests match the JSON object in column ``c`` under the key given as a
+parameter, by JSON type and value: ``json_null`` (null or missing; the key alone),
+``json_bool`` (the key, ``'true'``/``'false'``), ``json_number`` (1 matches 1.0),
+``json_text`` (no NUL: PostgreSQL refuses one) and ``json_container`` (compact JSON text).
+``{json_unparsed:c}`` finds the JSON text PostgreSQL's parser refuses (a ``\\u0000``, a
+lone surrogate; SQLite's: a ``\\u0000``), whose rows are to be matched outside SQL."""
 
 _LITERAL = re.compile(r"('(?:[^']|'')*'|\"(?:[^\"]|\"\")*\")")
 
@@ -224,6 +254,10 @@ class Tx(Protocol):
     def violates(self, error: Exception, index: str) -> bool:
         """Whether ``error``, raised by a statement of this transaction, is a unique
         violation of ``index`` (SQLite names no index: any constraint error)."""
+
+    def lock(self, space: int, keys: Iterable[str], *, exclusive: bool) -> None:
+        """Hold a lock on each of ``keys`` in ``space`` until the transaction ends, taken in
+        sorted order (PostgreSQL's advisory locks; SQLite runs one writer: nothing)."""
 
 
 class Rules:

@@ -72,6 +72,14 @@ class PostgresTx:
     def violates(self, error: Exception, index: str) -> bool:
         return isinstance(error, errors.UniqueViolation) and error.diag.constraint_name == index
 
+    def lock(self, space: int, keys: Iterable[str], *, exclusive: bool) -> None:
+        take = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        for key in sorted(set(keys)):
+            self.conn.execute(
+                f"SELECT {take}(CAST(%s AS integer), hashtext(current_schema() || '.' || %s))",
+                (space, key),
+            )
+
 
 class PostgresRules(Rules, PostgresBase):
     """Rule functions run in pooled write transactions and repeatable-read snapshots."""

@@ -74,6 +74,9 @@ class SqliteTx:
     def violates(self, error: Exception, index: str) -> bool:
         return isinstance(error, apsw.ConstraintError)
 
+    def lock(self, space: int, keys: Iterable[str], *, exclusive: bool) -> None:
+        pass  # one writer at a time
+
 
 class SqliteRules(Rules, SQLiteBase):
     """Rule functions run in the writer's (group-committed) transactions and in reads, each
