@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from ..._errors import RunNotFound
 from ..._time import to_db
 from .._content import cut_events
 from .._records import RUN_COLUMNS, Lease, NewEvent, RunRecord
-from .._run_rules import fence_error, transition
+from .._run_rules import fence_error
 from ._base import Conn
 from ._content import write_rows
 
@@ -144,51 +144,10 @@ def append_checked(conn: Conn, items: Sequence[tuple[str, int, Sequence[NewEvent
             cursor.executemany(_INSERT, rows)
 
 
-def insert_run(
-    conn: Conn,
-    run_id: str,
-    *,
-    name: str,
-    provider: str = "",
-    config_json: str = "{}",
-    parent_id: str | None = None,
-    spawn_name: str | None = None,
-    lease: Lease | None = None,
-    app_version: str | None = None,
-) -> bool:
-    """Create run ``run_id``: ``running`` under ``lease`` (with its first state_transition),
-    or ``pending`` and unowned without one. False if the id is taken; RunNotFound for a
-    missing parent. A child without an ``app_version`` of its own inherits its parent's."""
-    if parent_id is not None:
-        parent = conn.execute(
-            "SELECT app_version FROM agent_runs WHERE id = %s", (parent_id,)
-        ).fetchone()
-        if parent is None:
-            raise RunNotFound(f"the parent run {parent_id!r} does not exist", run_id=run_id)
-        if app_version is None:
-            app_version = parent[0]
-    created = conn.execute(
-        "INSERT INTO agent_runs (id, parent_id, spawn_name, name, status, provider, "
-        "app_version, config, lease_owner, lease_token, lease_expires_at, created_at, "
-        "updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-        "zincir_now() + %s::interval, zincir_now(), zincir_now()) "
-        "ON CONFLICT (id) DO NOTHING RETURNING 1",
-        (
-            run_id,
-            parent_id,
-            spawn_name,
-            name,
-            "running" if lease else "pending",
-            provider,
-            app_version,
-            config_json,
-            lease.owner if lease else None,
-            lease.token if lease else 0,
-            lease.ttl if lease else None,
-        ),
-    ).fetchone()
-    if created is None:
-        return False
-    if lease is not None:
-        append(conn, lease, [transition("pending", "running")])
-    return True
+def insert_run(conn: Conn, run_id: str, **run: Any) -> bool:
+    """:func:`zincir.store._log.insert_run` on ``conn`` (for callers not yet written over
+    the rule seam)."""
+    from .. import _log
+    from ._tx import PostgresTx  # it imports this module
+
+    return _log.insert_run(PostgresTx(conn), run_id, **run)

@@ -22,14 +22,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 import apsw
 
-from ..._errors import RunNotFound, StoreError
+from ..._errors import StoreError
 from ..._time import from_db, to_db
 from .._content import cut_events
 from .._records import Lease, NewEvent
-from .._run_rules import fence_error, transition
+from .._run_rules import fence_error
 from .._sql import PLUS_US, lagging_last_seq, lagging_lease_expiry, lagging_updated_at
 from ._content import write_rows
 
@@ -204,55 +205,10 @@ def append_checked(
     conn.executemany(_INSERT, values)
 
 
-def insert_run(
-    conn: apsw.Connection,
-    run_id: str,
-    now: datetime,
-    *,
-    name: str,
-    provider: str = "",
-    config_json: str = "{}",
-    parent_id: str | None = None,
-    spawn_name: str | None = None,
-    lease: Lease | None = None,
-    app_version: str | None = None,
-) -> bool:
-    """Create run ``run_id``: ``running`` under ``lease`` (with its first state_transition),
-    or ``pending`` and unowned without one. False if the id is taken; RunNotFound for a
-    missing parent. A child without an ``app_version`` of its own inherits its parent's."""
-    if parent_id is not None:
-        parent = conn.execute(
-            "SELECT app_version FROM agent_runs WHERE id = ?", (parent_id,)
-        ).fetchone()
-        if parent is None:
-            raise RunNotFound(f"the parent run {parent_id!r} does not exist", run_id=run_id)
-        if app_version is None:
-            app_version = parent[0]
-    stamp = to_db(now)
-    created = conn.execute(
-        "INSERT INTO agent_runs (id, parent_id, spawn_name, name, status, provider, "
-        "app_version, config, lease_owner, lease_token, lease_expires_at, lease_ttl_us, "
-        "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (id) DO NOTHING RETURNING 1",
-        (
-            run_id,
-            parent_id,
-            spawn_name,
-            name,
-            "running" if lease else "pending",
-            provider,
-            app_version,
-            config_json,
-            lease.owner if lease else None,
-            lease.token if lease else 0,
-            lease.expiry(now) if lease else None,
-            ttl_us(lease.ttl) if lease else None,
-            stamp,
-            stamp,
-        ),
-    ).fetchone()
-    if created is None:
-        return False
-    if lease is not None:
-        append(conn, lease, now, [transition("pending", "running")])
-    return True
+def insert_run(conn: apsw.Connection, run_id: str, now: datetime, **run: Any) -> bool:
+    """:func:`zincir.store._log.insert_run` on ``conn`` at ``now`` (for callers not yet
+    written over the rule seam)."""
+    from .. import _log
+    from ._tx import SqliteTx  # it imports this module
+
+    return _log.insert_run(SqliteTx(conn, now), run_id, **run)

@@ -1,0 +1,102 @@
+"""The event log's shared writes: a run's row created, and events appended under a fence
+the same transaction already took.
+
+:func:`insert_run` is the one way a run's row is created (``running`` under a lease, with
+its first transition, or ``pending``); :func:`append_checked` appends events to runs whose
+row the caller's conditional write just fenced (a claim, a settled attempt, a cancel).
+The fenced append itself is each backend's (:meth:`Tx.append`): SQLite leaves the holder's
+row unwritten, PostgreSQL updates it under its lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from .._errors import RunNotFound
+from ._content import cut_events
+from ._records import Lease, NewEvent
+from ._run_rules import transition
+from ._sql import Tx, micros, sql
+
+__all__ = ["append_checked", "insert_run"]
+
+_PARENT: Final = sql("SELECT app_version FROM agent_runs WHERE id = ?")
+_INSERT_RUN: Final = sql(
+    "INSERT INTO agent_runs (id, parent_id, spawn_name, name, status, provider, app_version, "
+    "config, lease_owner, lease_token, lease_expires_at, lease_ttl_us, created_at, updated_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {now_plus}, ?, zincir_now(), zincir_now()) "
+    "ON CONFLICT (id) DO NOTHING RETURNING 1"
+)
+_INSERT_EVENT: Final = sql(
+    "INSERT INTO events (run_id, seq, type, payload, created_at, tool_call_id, payload_pieces) "
+    "VALUES (?, ?, ?, ?, zincir_now(), ?, ?)"
+)
+
+
+def insert_run(
+    tx: Tx,
+    run_id: str,
+    *,
+    name: str,
+    provider: str = "",
+    config_json: str = "{}",
+    parent_id: str | None = None,
+    spawn_name: str | None = None,
+    lease: Lease | None = None,
+    app_version: str | None = None,
+) -> bool:
+    """Create run ``run_id``: ``running`` under ``lease`` (with its first state_transition),
+    or ``pending`` and unowned without one. False if the id is taken; RunNotFound for a
+    missing parent. A child without an ``app_version`` of its own inherits its parent's."""
+    if parent_id is not None:
+        parent = tx.one(_PARENT, (parent_id,))
+        if parent is None:
+            raise RunNotFound(f"the parent run {parent_id!r} does not exist", run_id=run_id)
+        if app_version is None:
+            app_version = parent[0]
+    ttl = None if lease is None else micros(lease.ttl)
+    created = tx.one(
+        _INSERT_RUN,
+        (
+            run_id,
+            parent_id,
+            spawn_name,
+            name,
+            "running" if lease else "pending",
+            provider,
+            app_version,
+            config_json,
+            lease.owner if lease else None,
+            lease.token if lease else 0,
+            ttl,
+            ttl,
+        ),
+    )
+    if created is None:
+        return False
+    if lease is not None:
+        tx.append(lease, [transition("pending", "running")])
+    return True
+
+
+def append_checked(tx: Tx, items: Sequence[tuple[str, int, Sequence[NewEvent]]]) -> None:
+    """Append events to runs whose fence this transaction already took or checked.
+
+    Each item is (run id, the run's last seq before, events): the caller's conditional
+    UPDATE of the run's row (a claim that bumped the token, an attempt settled under its
+    token) was the fence and already moved the row's ``last_seq`` past them.
+    """
+    rows: list[tuple[object, ...]] = []
+    for run_id, before, events in items:
+        stored, pieces = cut_events(events)
+        if pieces:
+            tx.write_content(run_id, pieces)
+        rows.extend(
+            (run_id, before + i + 1, kind, payload, call_id, parts)
+            for i, (kind, payload, call_id, parts) in enumerate(stored)
+        )
+    if len(rows) == 1:
+        tx.execute(_INSERT_EVENT, rows[0])
+    else:
+        tx.executemany(_INSERT_EVENT, rows)
