@@ -29,6 +29,7 @@ from ._approval_checks import (
     checked_approvals,
     new_rounds,
 )
+from ._messages import send, take_messages
 from ._records import Lease, NewEvent
 from ._restart_records import (
     APPROVAL_COLUMNS,
@@ -130,7 +131,7 @@ def _take_wake_ups(tx: Tx, run_id: str, call_id: str, sequence: int) -> None:
     """Take the unreceived decision messages of one call, in the name of its decision round
     (its approval's sequence: a message is received once per taker). The caller appended
     under the run's lease (on PostgreSQL it holds the run's row lock)."""
-    tx.take_messages(run_id, APPROVAL_TOPIC, decision_taker(call_id, sequence), call_id=call_id)
+    take_messages(tx, run_id, APPROVAL_TOPIC, decision_taker(call_id, sequence), call_id=call_id)
 
 
 def decide_approval(tx: Tx, aid: str, decision_json: str, digest: str | None) -> ApprovalRow:
@@ -149,7 +150,7 @@ def decide_approval(tx: Tx, aid: str, decision_json: str, digest: str | None) ->
     )
     decided = tx.one(_DECIDE, (decision_json, aid))
     assert decided is not None, "the approval read above is stored"
-    tx.send(run_id, APPROVAL_TOPIC, decision_message(stored))
+    send(tx, run_id, APPROVAL_TOPIC, decision_message(stored))
     return replace(stored, decision_json=decision_json, decided_at=tx.time(decided[0]))
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from .._messages import MessageOps
 from .._timers import TimerOps
 from ._children import ChildOps
-from ._messages import MessageOps
 from ._steps import StepOps
 
 __all__ = ["WorkflowOps"]
