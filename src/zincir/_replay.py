@@ -212,6 +212,11 @@ class Replay:
         finally:
             self._done()
 
+    @property
+    def recorded(self) -> list[str]:
+        """The recorded items, in log order (after :meth:`load`)."""
+        return [str(item) for item in self._recorded.order]
+
     def unreplayed(self) -> list[str]:
         """The recorded items nothing has asked for yet, in log order (after :meth:`load`)."""
         return [str(item) for item in self._recorded.order if item not in self._asked]

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Literal
+from typing import Literal, cast
 
 from .._errors import InputDrift, RunNotFound, StoreError, VersionDivergence, ZincirSignal
 from .._validate import MAX_SEQUENCE, printable
@@ -38,7 +38,7 @@ from ..store import Lease, RunRecord, Store, open_store
 from ..store._readonly import ReadOnlyView, open_read_only
 from ..store.sqlite import ReadOnlyDatabase
 from ._context import AgentContext
-from ._dry_store import DryStore, RecordedWork, ReplayStopped
+from ._dry_store import DryStore, ReplayStopped
 from ._worker import Handler
 
 __all__ = ["CompatReport", "check_compat", "format_reports"]
@@ -153,25 +153,27 @@ async def _check_run(
             for row in reader.steps(run_id, MAX_SEQUENCE)
             if row["status"] == "completed"
         }
-    recorded = RecordedWork(run_id, await inner.list_events(run_id), steps)
     lease = Lease(run_id, _OWNER, max(int(run["lease_token"]), 1) + 1, _LEASE_TTL)
-    dry = DryStore(inner, lease, recorded, path)
+    dry = DryStore(inner, lease, await inner.list_events(run_id), steps, path)
+    ctx = AgentContext.adopt(cast(Store, dry), lease)
+    replay = ctx.replay
 
     def report(verdict: Verdict, detail: str, position: int | None = None) -> CompatReport:
+        unreplayed = replay.unreplayed()
         return CompatReport(
             run_id,
             run["name"],
             run["app_version"],
             verdict,
             detail,
-            len(recorded.order),
-            recorded.replayed,
-            recorded.unreplayed(),
+            len(replay.recorded),
+            len(replay.recorded) - len(unreplayed),
+            unreplayed,
             position,
         )
 
-    ctx = AgentContext.adopt(dry, lease)
     try:
+        await replay.load()
         await asyncio.wait_for(_invoke(handler, ctx), timeout)
     except (KeyboardInterrupt, SystemExit):
         raise

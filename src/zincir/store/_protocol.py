@@ -49,7 +49,7 @@ from ._workflow_records import (
     WaitAttempt,
 )
 
-__all__ = ["Store", "as_store"]
+__all__ = ["READS", "Store", "as_store"]
 
 
 @runtime_checkable
@@ -353,6 +353,32 @@ class Store(Protocol):
     async def renew_thread_lease(self, lease: ThreadLease) -> bool: ...
     async def release_thread_lease(self, lease: ThreadLease) -> bool: ...
 
+
+READS: frozenset[str] = frozenset(
+    {
+        "get_run",
+        "list_runs",
+        "list_events",
+        "open_intents",
+        "proposed_checkpoint",
+        "load_state",
+        "run_is_finished",
+        "get_timer",
+        "replayed_receive",
+        "message_ready",
+        "child_outcome",
+        "get_operation",
+        "get_operation_as_stored",
+        "load_restart_checkpoint",
+        "list_restart_checkpoints",
+        "get_approval",
+        "list_approvals",
+        "get_graph_checkpoint",
+        "list_graph_checkpoints",
+    }
+)
+"""The operations that only read; every other ``async`` operation of :class:`Store` writes
+(``check-compat``'s dry replay passes these through and refuses the rest)."""
 
 _STORE_CLASSES: set[type] = set()
 """Classes whose instances passed the structural check (it walks every protocol member)."""
