@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from .._children import ChildOps
 from .._messages import MessageOps
 from .._timers import TimerOps
-from ._children import ChildOps
 from ._steps import StepOps
 
 __all__ = ["WorkflowOps"]
 
 
-class WorkflowOps(StepOps, TimerOps, MessageOps, ChildOps):
+class WorkflowOps(TimerOps, MessageOps, ChildOps, StepOps):
     """Durable steps, sleep, messages and child runs of workflow contexts."""
