@@ -103,8 +103,11 @@ _FRAGMENTS: Final[dict[str, dict[str, object]]] = {
     "sqlite": {
         "in_list": "IN (SELECT value FROM json_each(?))",
         "json_items": "json_each(?)",
+        "indexed_by": _RunColumn(lambda index: f" INDEXED BY {index}"),
         "for_share": "",
         "for_update": "",
+        "for_no_key_update": "",
+        "hold_references": "",
         "bytewise": "",
         "now_plus": f"{PLUS_US}(zincir_now(), ?)",
         "json_field": _RunColumn(lambda column: f"({column} ->> ?)"),
@@ -128,8 +131,11 @@ _FRAGMENTS: Final[dict[str, dict[str, object]]] = {
     "postgres": {
         "in_list": "= ANY(?)",
         "json_items": "json_array_elements(CAST(? AS json))",
+        "indexed_by": _RunColumn(lambda index: ""),
         "for_share": " FOR SHARE",
         "for_update": " FOR UPDATE",
+        "for_no_key_update": " FOR NO KEY UPDATE",
+        "hold_references": "LOCK TABLE content_refs IN SHARE MODE",
         "bytewise": ' COLLATE "C"',
         "now_plus": "zincir_now() + CAST(? AS bigint) * interval '1 microsecond'",
         "json_field": _RunColumn(lambda c: f"(CAST({c} AS json) ->> CAST(? AS text))"),
@@ -152,12 +158,15 @@ _FRAGMENTS: Final[dict[str, dict[str, object]]] = {
     },
 }
 """The dialects' differences at the statement level: ``{in_list}`` matches a list given by
-:meth:`Tx.values`; ``{for_share}``/``{for_update}`` lock rows where the server runs
-transactions side by side (SQLite runs one writer); ``{bytewise}`` orders text by bytes, as
-SQLite always does; ``{now_plus}`` is the clock plus a parameter's microseconds;
+:meth:`Tx.values`; ``{for_share}``/``{for_update}``/``{for_no_key_update}`` lock rows
+where the server runs transactions side by side (SQLite runs one writer), and
+``{hold_references}`` (a statement) keeps content references from being added until COMMIT;
+``{bytewise}`` orders text by bytes, as SQLite always does; ``{now_plus}`` is the clock plus
+a parameter's microseconds;
 ``{json_field:c}`` is the top-level field named by a parameter of the JSON text in column
 ``c`` (a string field as text); ``{json_items}`` is the items of a JSON array given as
-text, each as ``value``.
+text, each as ``value``; ``{indexed_by:i}`` (after a table) makes SQLite's planner use
+index ``i`` where it would misjudge a list (PostgreSQL's needs no hint).
 
 ``{last_seq:r}``, ``{updated_at:r}`` and ``{lease_expiry:r}`` read those columns of the run
 row aliased ``r`` (no alias: ``agent_runs``), and ``{caught_up:r}`` are SET clauses writing
@@ -272,3 +281,21 @@ class Rules:
     async def _read_tx(self, fn: Callable[[Tx], T], *, offload: bool = False) -> T:
         """Run ``fn`` in one read snapshot; ``offload`` a read that may scan."""
         raise NotImplementedError
+
+    async def _write_first(
+        self,
+        statement: Sql,
+        params: Params,
+        found: T,
+        rest: Callable[[Tx], T],
+        *,
+        durable: bool = True,
+    ) -> T:
+        """``found`` when ``statement`` (atomic on its own: a fenced claim) returns a row,
+        else ``rest``'s result. Here both run in one write transaction; PostgreSQL commits
+        the statement alone first (autocommit: no ``BEGIN``/``COMMIT`` round trips)."""
+
+        def write(tx: Tx) -> T:
+            return found if tx.one(statement, params) is not None else rest(tx)
+
+        return await self._write_tx(write, durable=durable)

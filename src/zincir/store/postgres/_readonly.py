@@ -3,11 +3,11 @@
 It never creates, migrates or writes the schema: each :meth:`ReadOnlyPostgres.snapshot`
 opens one short connection whose sessions default to read-only transactions
 (``default_transaction_read_only``), runs one ``REPEATABLE READ READ ONLY`` transaction,
-checks that the schema is a zincir schema this code can read, and closes. The named queries
-return the typed rows every backend's view returns (``zincir.store._readonly_rows``):
-timestamps as UTC text, JSON columns decoded (text that is not strict JSON is kept as it is).
-The LangGraph thread queries live in ``_readonly_threads``. Driver errors leave as zincir
-errors.
+checks that the schema is a zincir schema this code can read, and closes. The named
+queries are written once (``store/_readonly_queries.py``); this module connects and runs
+their statements (:class:`_PostgresRead`: timestamps as the UTC text the SQLite view
+returns). The LangGraph thread queries live in ``_readonly_threads``. Driver errors leave
+as zincir errors.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import psycopg
 from psycopg import errors
@@ -24,34 +24,9 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from ..._errors import ConnectionLost, NotAZincirDatabase, SchemaTooNew, StoreError
-from ..._validate import MAX_SEQUENCE
-from .._content import compose_read_rows, event_columns, read_columns
-from .._readonly_rows import (
-    REQUIRED_TABLES,
-    CheckpointRow,
-    EventRow,
-    MessageRow,
-    OperationOutcomeRow,
-    OperationRow,
-    OperationSummaryRow,
-    PendingToolRow,
-    RestartCheckpointRow,
-    Row,
-    StepRow,
-    TimerRow,
-    Usage,
-    UsageCache,
-    decode_columns,
-    decode_json,
-    event_pages,
-    outcome_keys,
-    outcomes_in_order,
-    row_limit,
-    row_seq,
-    select_list,
-    tail_by_seq,
-)
-from .._records import RUN_COLUMNS, RunRecord, merge_by_seq
+from .._readonly_queries import READ_COLUMNS, SnapshotQueries
+from .._readonly_rows import REQUIRED_TABLES, Row, UsageCache, decode_json
+from .._sql import Params, Sql
 from ._base import Conn, migrations, split_schema
 from ._content import reader
 from ._errors import DRIVER_ERRORS, translate
@@ -60,16 +35,6 @@ from ._readonly_threads import ThreadReads
 
 __all__ = ["PostgresSnapshot", "ReadOnlyPostgres"]
 
-_C: Final = ' COLLATE "C"'  # text orders byte by byte, as SQLite's do
-_EVENT_COLUMNS: Final = select_list(EventRow)
-_CHECKPOINT_COLUMNS: Final = select_list(CheckpointRow)
-_OPERATION_COLUMNS: Final = select_list(OperationRow)
-_OUTCOME_COLUMNS: Final = select_list(OperationOutcomeRow)
-_SUMMARY_COLUMNS: Final = select_list(OperationSummaryRow)
-_STEP_COLUMNS: Final = select_list(StepRow)
-_TIMER_COLUMNS: Final = select_list(TimerRow)
-_MESSAGE_COLUMNS: Final = select_list(MessageRow)
-_MODEL_KINDS: Final = "('model_request', 'model_stream')"
 _INTEGER = r"^-?[0-9]+$"  # a JSON number SQLite's json_each calls an integer
 _USAGE_SQL: Final = (
     "SELECT u.key, sum((u.value #>> '{}')::numeric), "
@@ -113,6 +78,75 @@ def _number(total: Decimal, integral: bool) -> int | float:
     return int(total) if integral else float(total)
 
 
+class _PostgresRead:
+    """A :class:`~zincir.store._readonly_queries.ReadTx` over a read-only psycopg
+    connection in its snapshot transaction."""
+
+    __slots__ = ("conn", "path")
+
+    def __init__(self, conn: Conn, path: str) -> None:
+        self.conn = conn
+        self.path = path
+
+    def one(self, statement: Sql, params: Params = ()) -> tuple[Any, ...] | None:
+        with reading(self.path):
+            return self.conn.execute(statement.postgres, params).fetchone()
+
+    def all(self, statement: Sql, params: Params = ()) -> list[tuple[Any, ...]]:
+        return self.text_all(statement.postgres, params)
+
+    def text_all(self, text: str, params: Params = ()) -> list[tuple[Any, ...]]:
+        """Every row of the psycopg statement ``text``."""
+        with reading(self.path):
+            return self.conn.execute(text, tuple(params)).fetchall()
+
+    def rows(self, statement: Sql, params: Params = ()) -> list[Row]:
+        return self.text_rows(statement.postgres, params)
+
+    def text_rows(self, text: str, params: Params = ()) -> list[Row]:
+        """Every row of the psycopg statement ``text`` as a dict, times as UTC text."""
+        with reading(self.path), self.conn.cursor(row_factory=dict_row) as cursor:
+            return [_text_times(row) for row in cursor.execute(text, tuple(params)).fetchall()]
+
+    def stamp(self, moment: datetime | None) -> object:
+        return moment
+
+    def values(self, items: Sequence[str]) -> object:
+        return list(items)
+
+    def read_content(self, digests: Sequence[str]) -> Mapping[str, str]:
+        with reading(self.path):
+            return reader(self.conn)(digests)
+
+    def usage_sums(self, source: str, run_id: str, upto: int, last_seq: int) -> list[Any] | None:
+        """Summed in SQL; an event whose payload is not JSON is skipped, as SQLite's
+        ``json_valid`` skips it (the sums are then taken in Python, after a savepoint)."""
+        with reading(self.path):
+            try:
+                with self.conn.transaction():  # a savepoint: a cast error leaves it alone
+                    found = self.conn.execute(
+                        _USAGE_SQL.replace("{source}", source), (run_id, upto, last_seq)
+                    ).fetchall()
+                return [(str(name), _number(total, bool(whole))) for name, total, whole in found]
+            except errors.InvalidTextRepresentation:
+                pass
+        sums: dict[str, tuple[Decimal, bool]] = {}
+        for (payload,) in self.text_all(
+            f"SELECT payload FROM {source} AS e WHERE run_id = %s AND seq > %s "
+            "AND seq <= %s AND type = 'llm_call'",
+            (run_id, upto, last_seq),
+        ):
+            document = decode_json(payload)
+            usage = document.get("usage") if isinstance(document, Mapping) else None
+            if not isinstance(usage, Mapping):
+                continue
+            for name, value in usage.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    total, whole = sums.get(str(name), (Decimal(0), True))
+                    sums[str(name)] = (total + Decimal(value), whole and isinstance(value, int))
+        return [(name, _number(total, whole)) for name, (total, whole) in sums.items()]
+
+
 class ReadOnlyPostgres:
     """A zincir PostgreSQL schema opened read-only: one short connection per snapshot."""
 
@@ -147,14 +181,16 @@ class ReadOnlyPostgres:
         return conn
 
     def _tables(self, conn: Conn) -> frozenset[str]:
-        """The schema's tables, after refusing a schema that is not a readable zincir one."""
+        """The schema's tables (and which :data:`READ_COLUMNS` it has), after refusing a
+        schema that is not a readable zincir one."""
+        columns = [f"{table}.{column}" for table, column in READ_COLUMNS]
         tables = frozenset(
             str(name)
             for (name,) in conn.execute(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
                 "UNION ALL SELECT table_name || '.' || column_name FROM information_schema.columns "
-                "WHERE table_schema = %s AND table_name = 'events' AND column_name = %s",
-                (self.schema, self.schema, "payload_pieces"),
+                "WHERE table_schema = %s AND table_name || '.' || column_name = ANY(%s)",
+                (self.schema, self.schema, columns),
             )
         )
         if not tables:
@@ -205,393 +241,27 @@ class ReadOnlyPostgres:
             conn.close()
 
 
-class PostgresSnapshot(ThreadReads):
+class PostgresSnapshot(SnapshotQueries, ThreadReads):
     """The named read queries, inside one read transaction of a :class:`ReadOnlyPostgres`."""
 
     def __init__(self, conn: Conn, database: ReadOnlyPostgres, tables: frozenset[str]) -> None:
         self._conn = conn
         self._database = database
         self._tables = tables
+        self._tx = self._read = _PostgresRead(conn, database.path)
+        self._usage_cache = database.usage_cache
 
     @property
     def path(self) -> str:
         """The schema being read, as a URL without its password."""
         return self._database.path
 
+    # -- what the thread queries (``_readonly_threads``) run their psycopg text with -----
+
     def _tuples(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with reading(self._database.path):
-            return self._conn.execute(sql, tuple(params)).fetchall()
-
-    def _event_columns(self) -> str:
-        """The columns of an :class:`EventRow` and those its payload is composed from."""
-        return event_columns(_EVENT_COLUMNS, self._tables)
-
-    def _stored(self, columns: str) -> str:
-        """``columns`` of ``operations`` and those its input and record are composed from."""
-        return read_columns(columns, "content" in self._tables)
+        return self._read.text_all(sql, params)
 
     def _dicts(self, sql: str, params: Sequence[Any], *, decode: bool = True) -> list[Row]:
         """Rows as dicts keyed by column name, times as text, JSON columns decoded unless
         ``decode`` is off."""
-        with reading(self._database.path), self._conn.cursor(row_factory=dict_row) as cursor:
-            found = [_text_times(row) for row in cursor.execute(sql, tuple(params)).fetchall()]
-            found = compose_read_rows(found, reader(self._conn))
-        return decode_columns(found) if decode else found
-
-    def _runs(self, where: str, params: Sequence[Any]) -> list[RunRecord]:
-        """Runs as RunRecords; a column an older schema lacks (``app_version``) reads as unset."""
-        return [
-            cast(RunRecord, {name: row.get(name) for name in RUN_COLUMNS})
-            for row in self._dicts(f"SELECT * FROM agent_runs {where}", params, decode=False)
-        ]
-
-    # -- runs -----------------------------------------------------------------------------
-
-    def list_runs(
-        self,
-        status: str | None = None,
-        limit: int = 100,
-        *,
-        app_version: str | None = None,
-        stuck_before: datetime | None = None,
-    ) -> list[RunRecord]:
-        """The latest runs by update time, optionally of one status and one app version;
-        with ``stuck_before`` only live runs that made no progress since then."""
-        if app_version is not None and not self._tuples(
-            "SELECT 1 FROM information_schema.columns WHERE table_schema = %s "
-            "AND table_name = 'agent_runs' AND column_name = 'app_version'",
-            (self._database.schema,),
-        ):
-            return []  # an older schema: no run has a version
-        filters: list[tuple[str, object]] = [
-            ("status = %s", status),
-            ("app_version = %s", app_version),
-            ("status IN ('pending', 'running') AND updated_at < %s", stuck_before),
-        ]
-        wanted = [(sql, value) for sql, value in filters if value]
-        where = "WHERE " + " AND ".join(sql for sql, _ in wanted) if wanted else ""
-        return self._runs(
-            f"{where} ORDER BY updated_at DESC, id{_C} LIMIT %s",
-            (*(value for _, value in wanted), row_limit(limit)),
-        )
-
-    def get_run(self, run_id: str) -> RunRecord | None:
-        """One run, or None."""
-        found = self._runs("WHERE id = %s", (run_id,))
-        return found[0] if found else None
-
-    def children(self, run_id: str, limit: int = 500) -> list[RunRecord]:
-        """The runs spawned by ``run_id``, oldest first."""
-        return self._runs(
-            f"WHERE parent_id = %s ORDER BY created_at, id{_C} LIMIT %s",
-            (run_id, row_limit(limit)),
-        )
-
-    # -- the log --------------------------------------------------------------------------
-
-    def events(self, run_id: str, after_seq: int = 0, limit: int = 200) -> list[EventRow]:
-        """One page of the log after ``after_seq``: keyset on the (run_id, seq) primary key;
-        events compaction archived are merged in by seq (one index probe when none are)."""
-        params = (run_id, min(max(after_seq, 0), MAX_SEQUENCE), row_limit(limit))
-        page = "WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s"
-        select = f"SELECT {self._event_columns()} FROM"
-        live = cast(list[EventRow], self._dicts(f"{select} events {page}", params))
-        if not self._archived_after(run_id, params[1]):
-            return live
-        older = cast(list[EventRow], self._dicts(f"{select} archived_events {page}", params))
-        return merge_by_seq(older, live, row_seq, params[2])
-
-    def _archived_after(self, run_id: str, after_seq: int) -> bool:
-        """Whether compaction archived any event of ``run_id`` after ``after_seq`` (False on
-        a schema older than the archive)."""
-        if "archived_events" not in self._tables:
-            return False
-        return bool(
-            self._tuples(
-                "SELECT 1 FROM archived_events WHERE run_id = %s AND seq > %s LIMIT 1",
-                (run_id, after_seq),
-            )
-        )
-
-    def _log_source(self) -> str:
-        """The run log to aggregate over: live and archived events (live only on a schema
-        older than the archive)."""
-        if "archived_events" not in self._tables:
-            return "events"
-        return (
-            "(SELECT run_id, seq, type, payload FROM events UNION ALL "
-            "SELECT run_id, seq, type, payload FROM archived_events)"
-        )
-
-    def iter_events(
-        self, run_id: str, after_seq: int = 0, *, page_size: int = 1000
-    ) -> Iterator[EventRow]:
-        """Every event after ``after_seq``, read page by page within this snapshot."""
-        return event_pages(self.events, run_id, after_seq, page_size)
-
-    def arrived(self, runs: Sequence[RunRecord]) -> set[str]:
-        """The ids of those ``runs`` that wait for a message which has arrived (a decided
-        approval's among them), in one query."""
-        waiting = {(run["id"], run["wait_ref"]) for run in runs if run["wait_kind"] == "message"}
-        if not waiting:
-            return set()
-        found = self._tuples(
-            "SELECT DISTINCT to_run_id, topic FROM messages "
-            "WHERE received_at IS NULL AND to_run_id = ANY(%s)",
-            (sorted({run_id for run_id, _ in waiting}),),
-        )
-        return {run_id for run_id, topic in {(str(a), str(b)) for a, b in found} & waiting}
-
-    def answered(self, run_id: str, call_ids: Sequence[str]) -> set[str]:
-        """Which of these tool call ids already have a ``tool_result``."""
-        if not call_ids:
-            return set()
-        # An archived intent was answered: compaction keeps the open ones live.
-        queries = [
-            "SELECT tool_call_id FROM events WHERE run_id = %s AND type = 'tool_result' "
-            "AND tool_call_id = ANY(%s)"
-        ]
-        if "archived_events" in self._tables:
-            queries.append(
-                "SELECT tool_call_id FROM archived_events WHERE run_id = %s "
-                "AND type = 'tool_call' AND tool_call_id = ANY(%s)"
-            )
-        return {
-            str(call_id)
-            for query in queries
-            for (call_id,) in self._tuples(query, (run_id, list(call_ids)))
-        }
-
-    def tool_intents(self, run_id: str, call_ids: Sequence[str]) -> list[EventRow]:
-        """The ``tool_call`` events (intents) of these call ids, by seq (the
-        ``events_one_intent`` index, never a scan of the log)."""
-        if not call_ids:
-            return []
-        return cast(
-            list[EventRow],
-            self._dicts(
-                f"SELECT {self._event_columns()} FROM events WHERE run_id = %s "
-                "AND type = 'tool_call' AND tool_call_id = ANY(%s) ORDER BY seq",
-                (run_id, list(dict.fromkeys(call_ids))),
-            ),
-        )
-
-    def result_seqs(self, run_id: str, call_ids: Sequence[str]) -> dict[str, int]:
-        """The seq of the ``tool_result`` of each of these call ids that has one (indexed)."""
-        if not call_ids:
-            return {}
-        return {
-            str(call_id): int(seq)
-            for call_id, seq in self._tuples(
-                "SELECT tool_call_id, seq FROM events WHERE run_id = %s "
-                "AND type = 'tool_result' AND tool_call_id = ANY(%s)",
-                (run_id, list(dict.fromkeys(call_ids))),
-            )
-        }
-
-    def pending_tools(self, run_id: str, limit: int = 500) -> list[PendingToolRow]:
-        """Tool intents without a result (in doubt after a crash), oldest first: the
-        ``open_intents`` table, O(pending) not O(intents)."""
-        return cast(
-            list[PendingToolRow],
-            self._dicts(
-                "SELECT intent.seq, intent.payload, intent.created_at, intent.tool_call_id "
-                "FROM open_intents AS open JOIN events AS intent "
-                "ON intent.run_id = open.run_id AND intent.seq = open.seq "
-                "WHERE open.run_id = %s ORDER BY open.seq LIMIT %s",
-                (run_id, row_limit(limit)),
-            ),
-        )
-
-    def usage(self, run: RunRecord) -> Usage:
-        """Totals of the numeric ``usage`` fields of the run's ``llm_call`` events.
-
-        The log is append-only, so totals are cached per run (by id and creation time) and
-        only events newer than the cached ones are summed.
-        """
-
-        def sums(run_id: str, upto: int, last_seq: int) -> list[tuple[str, int | float]]:
-            return [
-                (name, _number(total, integral))
-                for name, total, integral in self._usage_rows(run_id, upto, last_seq)
-            ]
-
-        return self._database.usage_cache.usage(run, sums)
-
-    def _usage_rows(self, run_id: str, upto: int, last_seq: int) -> list[tuple[str, Any, bool]]:
-        """(field, sum, all integers) over the usage objects of ``llm_call`` events in
-        (upto, last_seq]; an event whose payload is not JSON is skipped, as SQLite's
-        ``json_valid`` skips it (the statement is retried in Python after a savepoint)."""
-        with reading(self._database.path):
-            try:
-                query = _USAGE_SQL.replace("{source}", self._log_source())
-                with self._conn.transaction():  # a savepoint: a cast error leaves it alone
-                    found = self._conn.execute(query, (run_id, upto, last_seq)).fetchall()
-                return [(str(name), total, bool(integral)) for name, total, integral in found]
-            except errors.InvalidTextRepresentation:
-                pass
-        sums: dict[str, tuple[Decimal, bool]] = {}
-        for (payload,) in self._tuples(
-            f"SELECT payload FROM {self._log_source()} AS e WHERE run_id = %s AND seq > %s "
-            "AND seq <= %s AND type = 'llm_call'",
-            (run_id, upto, last_seq),
-        ):
-            document = decode_json(payload)
-            usage = document.get("usage") if isinstance(document, Mapping) else None
-            if not isinstance(usage, Mapping):
-                continue
-            for name, value in usage.items():
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    total, integral = sums.get(str(name), (Decimal(0), True))
-                    sums[str(name)] = (total + Decimal(value), integral and isinstance(value, int))
-        return [(name, total, integral) for name, (total, integral) in sums.items()]
-
-    # -- durable state --------------------------------------------------------------------
-
-    def checkpoints(self, run_id: str, limit: int = 500) -> list[CheckpointRow]:
-        """The run's semantic checkpoints by round."""
-        return cast(
-            list[CheckpointRow],
-            self._dicts(
-                f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s "
-                "ORDER BY round LIMIT %s",
-                (run_id, row_limit(limit)),
-            ),
-        )
-
-    def restart_checkpoints(self, run_id: str, limit: int = 500) -> list[RestartCheckpointRow]:
-        """The run's restart checkpoints by id, each payload cut to its first 200 characters."""
-        return cast(
-            list[RestartCheckpointRow],
-            self._dicts(
-                "SELECT checkpoint_id, revision, octet_length(payload) AS size, "
-                "substr(payload, 1, 200) AS preview, updated_at FROM restart_checkpoints "
-                f"WHERE run_id = %s ORDER BY checkpoint_id{_C} LIMIT %s",
-                (run_id, row_limit(limit)),
-                decode=False,
-            ),
-        )
-
-    def operations(self, run_id: str, limit: int = 500) -> list[OperationRow]:
-        """The run's durable operations, oldest first."""
-        return cast(
-            list[OperationRow],
-            self._dicts(
-                f"SELECT {self._stored(_OPERATION_COLUMNS)} FROM operations WHERE run_id = %s "
-                f"ORDER BY created_at, step_id{_C}, sequence LIMIT %s",
-                (run_id, row_limit(limit)),
-            ),
-        )
-
-    def operation_outcomes(
-        self, run_id: str, keys: Sequence[tuple[str, int]]
-    ) -> list[OperationOutcomeRow]:
-        """The state and record of these operations, by primary key (step id, sequence),
-        in the order asked; keys with no operation are left out. Inputs are not read."""
-        wanted = outcome_keys(keys)
-        if not wanted:
-            return []
-        found = self._dicts(
-            f"SELECT {self._stored(_OUTCOME_COLUMNS)} FROM operations WHERE run_id = %s "
-            "AND (step_id, sequence) IN (SELECT * FROM unnest(%s::text[], %s::bigint[]))",
-            (run_id, [step for step, _ in wanted], [seq for _, seq in wanted]),
-        )
-        return outcomes_in_order(wanted, found)
-
-    def first_model_request(self, run_id: str, step_id: str | None = None) -> OperationRow | None:
-        """The run's first model request (``model_request`` or ``model_stream`` #0), input
-        included: a primary-key lookup when ``step_id`` is known."""
-        where, params = ("AND step_id = %s ", (step_id,)) if step_id is not None else ("", ())
-        found = self._dicts(
-            f"SELECT {self._stored(_OPERATION_COLUMNS)} FROM operations WHERE run_id = %s {where}"
-            f"AND sequence = 0 AND kind IN {_MODEL_KINDS} ORDER BY created_at, step_id{_C} "
-            "LIMIT 1",
-            (run_id, *params),
-        )
-        return cast(OperationRow, found[0]) if found else None
-
-    def steps(self, run_id: str, limit: int = 500) -> list[StepRow]:
-        """The run's workflow steps, in the order they started."""
-        return cast(
-            list[StepRow],
-            self._dicts(
-                f"SELECT {_STEP_COLUMNS} FROM steps WHERE run_id = %s "
-                f"ORDER BY started_at, name{_C} LIMIT %s",
-                (run_id, row_limit(limit)),
-            ),
-        )
-
-    def timers(self, run_id: str, limit: int = 500) -> list[TimerRow]:
-        """The run's workflow timers by wake time."""
-        return cast(
-            list[TimerRow],
-            self._dicts(
-                f"SELECT {_TIMER_COLUMNS} FROM timers WHERE run_id = %s "
-                f"ORDER BY wake_at, name{_C} LIMIT %s",
-                (run_id, row_limit(limit)),
-            ),
-        )
-
-    def messages(self, run_id: str, limit: int = 500) -> list[MessageRow]:
-        """Messages sent to or from the run, oldest first."""
-        return cast(
-            list[MessageRow],
-            self._dicts(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages "
-                "WHERE to_run_id = %s OR from_run_id = %s ORDER BY id LIMIT %s",
-                (run_id, run_id, row_limit(limit)),
-            ),
-        )
-
-    # -- bounded reads of a long run (the inspector's pages) ------------------------------
-
-    def events_before(self, run_id: str, before_seq: int, limit: int = 200) -> list[EventRow]:
-        """The last ``limit`` events before ``before_seq``, in seq order: keyset on the
-        (run_id, seq) primary key read backwards, archived events merged in."""
-        params = (run_id, min(max(before_seq, 0), MAX_SEQUENCE), row_limit(limit))
-        page = "WHERE run_id = %s AND seq < %s ORDER BY seq DESC LIMIT %s"
-        select = f"SELECT {self._event_columns()} FROM"
-        live = cast(list[EventRow], self._dicts(f"{select} events {page}", params))
-        older: list[EventRow] = []
-        if "archived_events" in self._tables:
-            older = cast(list[EventRow], self._dicts(f"{select} archived_events {page}", params))
-        return tail_by_seq(older, live, params[2])
-
-    def operation_page(
-        self, run_id: str, offset: int = 0, limit: int = 50
-    ) -> list[OperationSummaryRow]:
-        """One page of the run's operations, newest first, without inputs or records."""
-        return cast(
-            list[OperationSummaryRow],
-            self._dicts(
-                f"SELECT {_SUMMARY_COLUMNS} FROM operations WHERE run_id = %s "
-                f"ORDER BY created_at DESC, step_id{_C} DESC, sequence DESC LIMIT %s OFFSET %s",
-                (run_id, row_limit(limit), row_limit(offset)),
-            ),
-        )
-
-    def failed_operations(
-        self, run_id: str, kind: str, limit: int = 500
-    ) -> list[OperationOutcomeRow]:
-        """The run's operations of ``kind`` whose record is a failure, newest first, records
-        included (inputs not read)."""
-        return cast(
-            list[OperationOutcomeRow],
-            self._dicts(
-                f"SELECT {self._stored(_OUTCOME_COLUMNS)} FROM operations "
-                f"WHERE run_id = %s AND kind = %s "
-                f"AND outcome = 'failure' ORDER BY created_at DESC, step_id{_C} DESC, "
-                "sequence DESC LIMIT %s",
-                (run_id, kind, row_limit(limit)),
-            ),
-        )
-
-    def operation(self, run_id: str, step_id: str, sequence: int) -> OperationRow | None:
-        """One operation, input and record whole, by its primary key."""
-        found = self._dicts(
-            f"SELECT {self._stored(_OPERATION_COLUMNS)} FROM operations "
-            f"WHERE run_id = %s AND step_id = %s "
-            "AND sequence = %s",
-            (run_id, step_id, row_limit(sequence)),
-        )
-        return cast(OperationRow, found[0]) if found else None
+        return self._shaped(self._read.text_rows(sql, params), decode=decode)
