@@ -168,3 +168,26 @@ async def test_suspended_recv_resumes_with_the_message(store: SQLiteStore, store
     async with await WorkflowContext.open(store, "receiver", suspend_waits=True) as receiver:
         assert await receiver.recv("approval") == "yes"
     assert select(store_url, "SELECT wait_kind FROM agent_runs WHERE id = 'receiver'") == [(None,)]
+
+
+async def test_taking_messages_by_a_payload_field_leaves_the_rest(
+    store: SQLiteStore, store_url: str
+) -> None:
+    from zincir.store._messages import take_messages
+
+    await make_runs(store, "run")
+    for call_id in ("c2", "c1", "c3"):
+        await send_message(store, "run", "decisions", {"call_id": call_id, "n": 1})
+    await send_message(store, "run", "other", {"call_id": "c1"})
+    await store._write_tx(lambda tx: take_messages(tx, "run", "decisions", "c1#1", call_id="c1"))
+    assert select(store_url, "SELECT topic, received_by FROM messages ORDER BY id") == [
+        ("decisions", None),
+        ("decisions", "c1#1"),
+        ("decisions", None),
+        ("other", None),
+    ]
+    assert await store.message_ready("run", "decisions")
+    async with await WorkflowContext.open(store, "run") as run:
+        assert await run.recv("decisions") == {"call_id": "c2", "n": 1}
+        assert await run.recv("decisions") == {"call_id": "c3", "n": 1}
+        assert await run.recv("decisions", timeout=0) is None

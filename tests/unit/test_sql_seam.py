@@ -42,3 +42,11 @@ def test_the_rule_modules_import_no_database_driver() -> None:
                 names = [node.module.split(".")[0]]
             found += [f"{path.name}: {name}" for name in names if name in DRIVERS]
     assert found == []
+
+
+def test_a_json_field_is_named_by_a_parameter() -> None:
+    statement = sql("SELECT id FROM messages WHERE {json_field:payload} = ?")
+    assert statement.sqlite == "SELECT id FROM messages WHERE (payload ->> ?) = ?"
+    assert statement.postgres == (
+        "SELECT id FROM messages WHERE (CAST(payload AS json) ->> CAST(%s AS text)) = %s"
+    )
