@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from .._time import to_db
 from ._records import TimeDecoder, driver_time
 
 __all__ = [
@@ -132,7 +131,3 @@ class ThreadLease:
     owner: str
     token: int
     ttl: timedelta
-
-    def expiry(self, now: datetime) -> str:
-        """The stored expiry of the lease renewed at ``now``."""
-        return to_db(now + self.ttl)

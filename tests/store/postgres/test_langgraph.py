@@ -24,8 +24,9 @@ from zincir.store import (
     NewGraphCheckpoint,
     Store,
     ThreadLease,
+    _langgraph,
 )
-from zincir.store.postgres import PostgresStore, _langgraph
+from zincir.store.postgres import PostgresStore
 from zincir.testing import FakeClock
 
 TTL = timedelta(seconds=30)

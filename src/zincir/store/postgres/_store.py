@@ -5,10 +5,10 @@ from __future__ import annotations
 from .._agent import AgentOps
 from .._approvals import ApprovalOps
 from .._content_ops import ContentOps
+from .._langgraph import LangGraphOps
 from .._operations import OperationOps
 from .._restart import RestartOps
 from ._claims import ClaimOps
-from ._langgraph import LangGraphOps
 from ._lifecycle import LifecycleOps
 from ._runs import RunOps
 from ._tx import PostgresRules
