@@ -89,3 +89,16 @@ class PostgresRules(Rules, PostgresBase):
 
     async def _read_tx(self, fn: Callable[[Tx], T], *, offload: bool = False) -> T:
         return await self._read(lambda conn: fn(PostgresTx(conn)), offload=offload)
+
+    async def _write_first(
+        self,
+        statement: Sql,
+        params: Params,
+        found: T,
+        rest: Callable[[Tx], T],
+        *,
+        durable: bool = True,
+    ) -> T:
+        if await self._write_one(statement.postgres, tuple(params), durable=durable) is not None:
+            return found
+        return await self._write_tx(rest, durable=durable)

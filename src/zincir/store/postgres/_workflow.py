@@ -5,10 +5,10 @@ from __future__ import annotations
 from .._children import ChildOps
 from .._messages import MessageOps
 from .._timers import TimerOps
-from ._steps import StepOps
+from ._steps import PostgresStepOps
 
 __all__ = ["WorkflowOps"]
 
 
-class WorkflowOps(TimerOps, MessageOps, ChildOps, StepOps):
+class WorkflowOps(TimerOps, MessageOps, ChildOps, PostgresStepOps):
     """Durable steps, sleep, messages and child runs of workflow contexts."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from .._children import ChildOps
 from .._messages import MessageOps
+from .._steps import StepOps
 from .._timers import TimerOps
-from ._steps import StepOps
 
 __all__ = ["WorkflowOps"]
 
