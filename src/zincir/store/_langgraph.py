@@ -364,7 +364,8 @@ def _list(
         tests.append(where[0])
         params.extend(where[1])
     limit = None if query.limit is None or query.limit < 0 else query.limit
-    after, found = query.after, []
+    after = query.after
+    found: list[tuple[Any, ...]] = []
     while True:
         page_tests, page_params = list(tests), list(params)
         if after is not None:

@@ -6,8 +6,8 @@ opens one short connection whose sessions default to read-only transactions
 checks that the schema is a zincir schema this code can read, and closes. The named
 queries are written once (``store/_readonly_queries.py``); this module connects and runs
 their statements (:class:`_PostgresRead`: timestamps as the UTC text the SQLite view
-returns). The LangGraph thread queries live in ``_readonly_threads``. Driver errors leave
-as zincir errors.
+returns). The LangGraph thread queries are written once too (``store/_thread_reads.py``).
+Driver errors leave as zincir errors.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from ..._errors import ConnectionLost, NotAZincirDatabase, SchemaTooNew, StoreEr
 from .._readonly_queries import READ_COLUMNS, SnapshotQueries
 from .._readonly_rows import REQUIRED_TABLES, Row, UsageCache, decode_json
 from .._sql import Params, Sql
+from .._thread_reads import ThreadReads
 from ._base import Conn, migrations, split_schema
 from ._content import reader
 from ._errors import DRIVER_ERRORS, translate
 from ._log import text_time
-from ._readonly_threads import ThreadReads
 
 __all__ = ["PostgresSnapshot", "ReadOnlyPostgres"]
 
@@ -256,12 +256,6 @@ class PostgresSnapshot(SnapshotQueries, ThreadReads):
         """The schema being read, as a URL without its password."""
         return self._database.path
 
-    # -- what the thread queries (``_readonly_threads``) run their psycopg text with -----
-
     def _tuples(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Every row of the psycopg statement ``sql`` (the schema's version)."""
         return self._read.text_all(sql, params)
-
-    def _dicts(self, sql: str, params: Sequence[Any], *, decode: bool = True) -> list[Row]:
-        """Rows as dicts keyed by column name, times as text, JSON columns decoded unless
-        ``decode`` is off."""
-        return self._shaped(self._read.text_rows(sql, params), decode=decode)

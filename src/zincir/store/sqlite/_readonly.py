@@ -4,18 +4,18 @@ It never creates, migrates or writes the file: each :meth:`ReadOnlyDatabase.snap
 opens ``file:PATH?mode=ro`` (``SQLITE_OPEN_READONLY``, ``query_only``), checks that the
 file is a zincir database this code can read, reads in one transaction and closes. The
 named queries are written once (``store/_readonly_queries.py``); this module opens the
-file and runs their statements (:class:`_SqliteRead`). The LangGraph thread queries live in
-``_readonly_threads``. Driver errors leave as zincir errors, damaged pages as
-:class:`~zincir.DatabaseCorrupt`.
+file and runs their statements (:class:`_SqliteRead`). The LangGraph thread queries are
+written once too (``store/_thread_reads.py``). Driver errors leave as zincir errors,
+damaged pages as :class:`~zincir.DatabaseCorrupt`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 from urllib.parse import quote
 
 import apsw
@@ -27,16 +27,15 @@ from ..._validate import utf8
 from .._readonly_queries import READ_COLUMNS, SnapshotQueries
 from .._readonly_rows import REQUIRED_TABLES, Row, UsageCache
 from .._sql import Params, Sql
+from .._thread_reads import ThreadReads
 from .._thread_rows import PREVIEW_BYTES
 from ._base import check_zincir_file, migrations, refuse_directory
 from ._content import reader
 from ._errors import DRIVER_ERRORS, close_quietly, translate
 from ._log import register_functions
-from ._readonly_threads import ThreadReads
 
 __all__ = ["PREVIEW_BYTES", "ReadOnlyDatabase", "SnapshotReader"]
 
-T = TypeVar("T")
 
 _USAGE_SUMS: Final = (
     "SELECT usage.key, SUM(usage.value) FROM {source} AS e, "
@@ -235,17 +234,3 @@ class SnapshotReader(SnapshotQueries, ThreadReads):
     def path(self) -> str:
         """The database file being read."""
         return self._database.path
-
-    # -- what the thread queries (``_readonly_threads``) run their SQLite text with ------
-
-    def _query(self, fn: Callable[[apsw.Connection], T]) -> T:
-        with _reading(self._database.path):
-            return fn(self._conn)
-
-    def _dicts(self, sql: str, params: Sequence[Any], *, decode: bool = True) -> list[Row]:
-        """Rows as dicts keyed by column name, JSON columns decoded unless ``decode`` is off."""
-        return self._shaped(self._read.text_rows(sql, params), decode=decode)
-
-    def _optional(self, table: str, sql: str, params: Sequence[Any]) -> list[Row]:
-        """Rows of a table this database may not have (an older schema): empty if absent."""
-        return self._dicts(sql, params) if table in self._tables else []
