@@ -101,12 +101,10 @@ class _PostgresRead:
             return self.conn.execute(text, tuple(params)).fetchall()
 
     def rows(self, statement: Sql, params: Params = ()) -> list[Row]:
-        return self.text_rows(statement.postgres, params)
-
-    def text_rows(self, text: str, params: Params = ()) -> list[Row]:
-        """Every row of the psycopg statement ``text`` as a dict, times as UTC text."""
+        """Every row as a dict, times as UTC text."""
         with reading(self.path), self.conn.cursor(row_factory=dict_row) as cursor:
-            return [_text_times(row) for row in cursor.execute(text, tuple(params)).fetchall()]
+            found = cursor.execute(statement.postgres, params).fetchall()
+        return [_text_times(row) for row in found]
 
     def stamp(self, moment: datetime | None) -> object:
         return moment

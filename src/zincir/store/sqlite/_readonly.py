@@ -89,14 +89,10 @@ class _SqliteRead:
             return [tuple(row) for row in self.conn.execute(statement.sqlite, params)]
 
     def rows(self, statement: Sql, params: Params = ()) -> list[Row]:
-        return self.text_rows(statement.sqlite, params)
-
-    def text_rows(self, text: str, params: Params = ()) -> list[Row]:
-        """Every row of the SQLite statement ``text`` as a dict by column name."""
         with _reading(self.path):
             cursor = self.conn.cursor()
             cursor.row_trace = _as_dict
-            return list(cursor.execute(text, tuple(params)))
+            return list(cursor.execute(statement.sqlite, params))
 
     def stamp(self, moment: datetime | None) -> object:
         return None if moment is None else to_db(moment)
@@ -227,7 +223,7 @@ class SnapshotReader(SnapshotQueries, ThreadReads):
         self._conn = conn
         self._database = database
         self._tables = tables
-        self._tx = self._read = _SqliteRead(conn, database.path)
+        self._tx = _SqliteRead(conn, database.path)
         self._usage_cache = database.usage_cache
 
     @property
