@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from .._agent import AgentOps
 from .._approvals import ApprovalOps
+from .._claims import ClaimOps
 from .._content_ops import ContentOps
 from .._langgraph import LangGraphOps
+from .._lifecycle import LifecycleOps
 from .._operations import OperationOps
 from .._restart import RestartOps
-from ._claims import ClaimOps
-from ._lifecycle import LifecycleOps
-from ._runs import RunOps
+from .._runs import RunOps
 from ._tx import SqliteRules
 from ._workflow import WorkflowOps
 
