@@ -107,6 +107,7 @@ _FRAGMENTS: Final[dict[str, dict[str, object]]] = {
         "for_share": "",
         "for_update": "",
         "for_no_key_update": "",
+        "skip_locked": "",
         "hold_references": "",
         "bytewise": "",
         "now_plus": f"{PLUS_US}(zincir_now(), ?)",
@@ -135,6 +136,7 @@ _FRAGMENTS: Final[dict[str, dict[str, object]]] = {
         "for_share": " FOR SHARE",
         "for_update": " FOR UPDATE",
         "for_no_key_update": " FOR NO KEY UPDATE",
+        "skip_locked": " FOR NO KEY UPDATE SKIP LOCKED",
         "hold_references": "LOCK TABLE content_refs IN SHARE MODE",
         "bytewise": ' COLLATE "C"',
         "now_plus": "zincir_now() + CAST(? AS bigint) * interval '1 microsecond'",
@@ -159,7 +161,8 @@ _FRAGMENTS: Final[dict[str, dict[str, object]]] = {
 }
 """The dialects' differences at the statement level: ``{in_list}`` matches a list given by
 :meth:`Tx.values`; ``{for_share}``/``{for_update}``/``{for_no_key_update}`` lock rows
-where the server runs transactions side by side (SQLite runs one writer), and
+where the server runs transactions side by side (SQLite runs one writer), ``{skip_locked}``
+passes over rows another transaction has locked (workers claiming at once), and
 ``{hold_references}`` (a statement) keeps content references from being added until COMMIT;
 ``{bytewise}`` orders text by bytes, as SQLite always does; ``{now_plus}`` is the clock plus
 a parameter's microseconds;
