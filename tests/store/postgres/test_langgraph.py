@@ -368,7 +368,7 @@ async def test_deleting_runs_while_their_threads_are_leased_is_fenced_as_a_whole
 METADATA: list[dict[str, Any]] = [
     {"step": 1, "flag": True, "score": 1, "tag": "a", "info": {"x": 1, "y": [2]}},
     {"step": 2, "flag": False, "score": 1.0, "tag": "1"},
-    {"step": 3, "score": None, "tag": "a\x00b"},
+    {"step": 3, "score": None, "tag": "a\x00b", "k\x00": 1},
     {"step": 4, "tag": "lone \ud800", "info": {"x": 1, "y": [2]}},
     {"step": 5, "info": {"y": [2], "x": 1}, "big": 10**16},
     {"step": 6, "big": 1e16, "tag": "é"},
@@ -393,6 +393,10 @@ FILTERS: list[dict[str, Any]] = [
     {"step": 4, "info": {"x": 1, "y": [2]}},
     {"step": 2.0},
     {"odd key\"'.$": 1},
+    {"k\x00": 1},
+    {"k\x00": None},
+    {"k\x00": 2},
+    {"score": float("inf")},
 ]
 
 
