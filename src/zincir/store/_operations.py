@@ -49,7 +49,7 @@ from ._operation_rows import (
     record_composer,
 )
 from ._records import Lease, LogEntry
-from ._sql import Rules, Tx, micros, sql
+from ._sql import Rules, Tx, sql
 
 __all__ = ["OperationOps"]
 
@@ -72,7 +72,7 @@ _COLUMNS: Final = (
     "claim_lease_owner, claim_lease_token, input_parts"
 )
 _CLAIMED: Final = (
-    "?, ?, ?, ?, ?, ?, ?, 'claimed', NULL, NULL, ?, {now_plus}, 1, zincir_now(), zincir_now(), "
+    "?, ?, ?, ?, ?, ?, ?, 'claimed', NULL, NULL, ?, {later}, 1, zincir_now(), zincir_now(), "
     "NULL, ?, ?, ?"
 )
 _CLAIM_FIRST: Final = sql(
@@ -90,7 +90,7 @@ _CLAIM_FENCED: Final = sql(
 a row exists or the lease no longer holds the live run (the full path then tells which; a
 lease lost after the insert leaves the claim fenced at once)."""
 _RECLAIM: Final = sql(
-    "UPDATE operations SET claim_owner = ?, claim_expires_at = {now_plus}, "
+    "UPDATE operations SET claim_owner = ?, claim_expires_at = {later}, "
     "attempts = attempts + 1, updated_at = zincir_now(), claim_lease_owner = ?, "
     f"claim_lease_token = ? WHERE {_WHERE} RETURNING claim_expires_at, attempts"
 )
@@ -112,11 +112,11 @@ _CREATE_COMPLETED: Final = sql(
     "ON CONFLICT (run_id, step_id, sequence) DO NOTHING RETURNING 1"
 )
 _RENEW: Final = sql(
-    "UPDATE operations SET claim_expires_at = {now_plus}, updated_at = zincir_now() "
+    "UPDATE operations SET claim_expires_at = {later}, updated_at = zincir_now() "
     f"WHERE {_WHERE} AND status = 'claimed' AND claim_owner = ? RETURNING 1"
 )
 _COUNT: Final = sql(
-    "UPDATE operations SET attempts = attempts + 1, claim_expires_at = {now_plus}, "
+    "UPDATE operations SET attempts = attempts + 1, claim_expires_at = {later}, "
     f"updated_at = zincir_now() WHERE {_WHERE} AND status = 'claimed' AND claim_owner = ?"
 )
 _RELEASE: Final = sql(
@@ -161,7 +161,8 @@ def _first_claim(
 ) -> datetime | None:
     """Insert the identity's claimed row and return its expiry; None when it has a row
     already (or, ``fenced``, the lease no longer holds the live run)."""
-    tx.write_input(operation.key.run_id, plan)
+    if plan.rows:
+        tx.write_input(operation.key.run_id, plan)
     values = (
         *key_params(operation.key),
         operation.kind,
@@ -169,7 +170,7 @@ def _first_claim(
         operation.input_digest,
         plan.input_json,
         owner,
-        micros(ttl),
+        tx.later(ttl),
         *lease_columns(lease),
         plan.input_parts,
     )
@@ -205,7 +206,9 @@ def _claim(
         row, now = found
         if operation.claim_blocked_by(row, prefix, now):
             return OperationClaim(False, row)
-        reclaimed = tx.one(_RECLAIM, (owner, micros(ttl), *lease_columns(lease), *key_params(key)))
+        reclaimed = tx.one(
+            _RECLAIM, (owner, tx.later(ttl), *lease_columns(lease), *key_params(key))
+        )
         assert reclaimed is not None, "the row is locked (PostgreSQL) or the only writer's"
         if lease is not None:
             check_fence(tx, lease)  # raising rolls the claim back
@@ -271,7 +274,8 @@ def _complete(
             if created is not None:
                 attempts = 1
                 break  # else a concurrent writer created the row: judge it instead
-    tx.write_input(key.run_id, plan)
+    if plan.rows:
+        tx.write_input(key.run_id, plan)
     if lease is not None:  # a fenced append raises, and the transaction is rolled back
         event = completed_event(operation, outcome, event_attempts or attempts)
         write_entries(tx, lease, log, leading=[event])
@@ -310,7 +314,7 @@ def _renew(tx: Tx, key: OperationKey, owner: str, ttl: timedelta, lease: Lease |
         tx.one(_LOCK, key_params(key))
         if not fence_holds(lambda: check_fence(tx, lease)):
             return False
-    return tx.one(_RENEW, (micros(ttl), *key_params(key), owner)) is not None
+    return tx.one(_RENEW, (tx.later(ttl), *key_params(key), owner)) is not None
 
 
 def _count_attempt(
@@ -327,7 +331,7 @@ def _count_attempt(
         check_fence(tx, lease)
     if found is not None and found[0].status == "completed":
         return found[0]
-    tx.execute(_COUNT, (micros(ttl), *key_params(key), owner))
+    tx.execute(_COUNT, (tx.later(ttl), *key_params(key), owner))
     return None
 
 

@@ -7,7 +7,7 @@ one); times are parameters and rows as ``timestamptz``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from psycopg import errors
@@ -22,6 +22,7 @@ from ._log import append
 __all__ = ["PostgresRules", "PostgresTx"]
 
 T = TypeVar("T")
+_US = timedelta(microseconds=1)
 
 
 class PostgresTx:
@@ -71,6 +72,9 @@ class PostgresTx:
 
     def violates(self, error: Exception, index: str) -> bool:
         return isinstance(error, errors.UniqueViolation) and error.diag.constraint_name == index
+
+    def later(self, ttl: timedelta) -> object:
+        return ttl // _US
 
     def lock(self, space: int, keys: Iterable[str], *, exclusive: bool) -> None:
         take = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"

@@ -7,8 +7,8 @@ clock, read once per run of a transaction function), registered on every connect
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import apsw
@@ -30,11 +30,12 @@ T = TypeVar("T")
 class SqliteTx:
     """A :class:`~zincir.store._sql.Tx` over an APSW connection, at time ``now``."""
 
-    __slots__ = ("conn", "now")
+    __slots__ = ("_later", "conn", "now")
 
     def __init__(self, conn: apsw.Connection, now: datetime) -> None:
         self.conn = conn
         self.now = now
+        self._later: tuple[str, datetime] | None = None
         set_now(to_db(now))
 
     def execute(self, statement: Sql, params: Params = ()) -> None:
@@ -54,6 +55,9 @@ class SqliteTx:
         return None if moment is None else to_db(moment)
 
     def time(self, value: Any) -> datetime:
+        later = self._later  # a time this transaction computed comes back as computed
+        if later is not None and value == later[0]:
+            return later[1]
         return from_db(value)
 
     def values(self, items: Sequence[str]) -> object:
@@ -74,6 +78,11 @@ class SqliteTx:
     def violates(self, error: Exception, index: str) -> bool:
         return isinstance(error, apsw.ConstraintError)
 
+    def later(self, ttl: timedelta) -> object:
+        moment = self.now + ttl
+        self._later = (to_db(moment), moment)
+        return self._later[0]
+
     def lock(self, space: int, keys: Iterable[str], *, exclusive: bool) -> None:
         pass  # one writer at a time
 
@@ -82,8 +91,8 @@ class SqliteRules(Rules, SQLiteBase):
     """Rule functions run in the writer's (group-committed) transactions and in reads, each
     given the store's clock."""
 
-    async def _write_tx(self, fn: Callable[[Tx], T], *, durable: bool = True) -> T:
-        return await self._write(lambda conn: fn(SqliteTx(conn, self.clock())), durable=durable)
+    def _write_tx(self, fn: Callable[[Tx], T], *, durable: bool = True) -> Coroutine[Any, Any, T]:
+        return self._write(lambda conn: fn(SqliteTx(conn, self.clock())), durable=durable)
 
     async def _read_tx(self, fn: Callable[[Tx], T], *, offload: bool = False) -> T:
         return await self._read(lambda conn: fn(SqliteTx(conn, self.clock())), offload=offload)
