@@ -1,5 +1,5 @@
 """The event log's shared writes: a run's row created, and events appended under a fence
-the same transaction already took.
+the same transaction already took (each backend inserts the rows: :meth:`Tx.insert_events`).
 
 :func:`insert_run` is the one way a run's row is created (``running`` under a lease, with
 its first transition, or ``pending``); :func:`append_checked` appends events to runs whose
@@ -27,10 +27,6 @@ _INSERT_RUN: Final = sql(
     "config, lease_owner, lease_token, lease_expires_at, lease_ttl_us, created_at, updated_at) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {now_plus}, ?, zincir_now(), zincir_now()) "
     "ON CONFLICT (id) DO NOTHING RETURNING 1"
-)
-_INSERT_EVENT: Final = sql(
-    "INSERT INTO events (run_id, seq, type, payload, created_at, tool_call_id, payload_pieces) "
-    "VALUES (?, ?, ?, ?, zincir_now(), ?, ?)"
 )
 
 
@@ -85,7 +81,8 @@ def append_checked(tx: Tx, items: Sequence[tuple[str, int, Sequence[NewEvent]]])
 
     Each item is (run id, the run's last seq before, events): the caller's conditional
     UPDATE of the run's row (a claim that bumped the token, an attempt settled under its
-    token) was the fence and already moved the row's ``last_seq`` past them.
+    token) was the fence and already moved the row's ``last_seq`` past them. Long strings
+    go to ``content`` (:func:`~._content.cut_events`) and the rows to :meth:`Tx.insert_events`.
     """
     rows: list[tuple[object, ...]] = []
     for run_id, before, events in items:
@@ -96,7 +93,5 @@ def append_checked(tx: Tx, items: Sequence[tuple[str, int, Sequence[NewEvent]]])
             (run_id, before + i + 1, kind, payload, call_id, parts)
             for i, (kind, payload, call_id, parts) in enumerate(stored)
         )
-    if len(rows) == 1:
-        tx.execute(_INSERT_EVENT, rows[0])
-    else:
-        tx.executemany(_INSERT_EVENT, rows)
+    if rows:
+        tx.insert_events(rows)

@@ -278,6 +278,10 @@ class Tx(Protocol):
         """Hold a lock on each of ``keys`` in ``space`` until the transaction ends, taken in
         sorted order (PostgreSQL's advisory locks; SQLite runs one writer: nothing)."""
 
+    def insert_events(self, rows: Sequence[Params]) -> None:
+        """Insert event rows (run id, seq, type, payload, tool call id, pieces) created at
+        the transaction's time, under a fence it already took: each backend's one writer."""
+
 
 class Rules:
     """What a family's operations need of a backend: a write and a read transaction, each

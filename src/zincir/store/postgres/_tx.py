@@ -17,7 +17,7 @@ from .._records import Lease, NewEvent
 from .._sql import Params, Rules, Sql, Tx
 from ._base import Conn, PostgresBase
 from ._content import reader, write_content, write_rows
-from ._log import append
+from ._log import append, insert_events
 
 __all__ = ["PostgresRules", "PostgresTx"]
 
@@ -65,7 +65,7 @@ class PostgresTx:
         write_rows(self.conn, run_id, rows)
 
     def append(self, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
-        return append(self.conn, lease, events)
+        return append(self, lease, events)
 
     def write_input(self, run_id: str, plan: InputPlan) -> None:
         write_content(self.conn, run_id, plan)
@@ -83,6 +83,9 @@ class PostgresTx:
                 f"SELECT {take}(CAST(%s AS integer), hashtext(current_schema() || '.' || %s))",
                 (space, key),
             )
+
+    def insert_events(self, rows: Sequence[Params]) -> None:
+        insert_events(self, rows)
 
 
 class PostgresRules(Rules, PostgresBase):

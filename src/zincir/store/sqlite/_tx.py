@@ -20,7 +20,7 @@ from .._records import Lease, NewEvent
 from .._sql import Params, Rules, Sql, Tx
 from ._base import SQLiteBase
 from ._content import reader, write_content, write_rows
-from ._log import append, set_now
+from ._log import append, insert_events, set_now
 
 __all__ = ["SqliteRules", "SqliteTx"]
 
@@ -30,13 +30,14 @@ T = TypeVar("T")
 class SqliteTx:
     """A :class:`~zincir.store._sql.Tx` over an APSW connection, at time ``now``."""
 
-    __slots__ = ("_later", "conn", "now")
+    __slots__ = ("_later", "conn", "now", "stamp_now")
 
     def __init__(self, conn: apsw.Connection, now: datetime) -> None:
         self.conn = conn
         self.now = now
         self._later: tuple[str, datetime] | None = None
-        set_now(to_db(now))
+        self.stamp_now = to_db(now)  # ``now`` as stored
+        set_now(self.stamp_now)
 
     def execute(self, statement: Sql, params: Params = ()) -> None:
         self.conn.execute(statement.sqlite, params)
@@ -70,7 +71,7 @@ class SqliteTx:
         write_rows(self.conn, run_id, rows)
 
     def append(self, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
-        return append(self.conn, lease, self.now, events)
+        return append(self, lease, events)
 
     def write_input(self, run_id: str, plan: InputPlan) -> None:
         write_content(self.conn, run_id, plan)
@@ -85,6 +86,9 @@ class SqliteTx:
 
     def lock(self, space: int, keys: Iterable[str], *, exclusive: bool) -> None:
         pass  # one writer at a time
+
+    def insert_events(self, rows: Sequence[Params]) -> None:
+        insert_events(self, rows)
 
 
 class SqliteRules(Rules, SQLiteBase):
