@@ -1,35 +1,16 @@
-"""PostgresStore: the shared store, one mixin of operations per table family."""
+"""PostgresStore: the shared store, every operation written once over PostgreSQL's rule
+seam, with its one-statement step result."""
 
 from __future__ import annotations
 
-from .._agent import AgentOps
-from .._approvals import ApprovalOps
-from .._claims import ClaimOps
-from .._content_ops import ContentOps
-from .._langgraph import LangGraphOps
-from .._lifecycle import LifecycleOps
-from .._operations import OperationOps
-from .._restart import RestartOps
-from .._runs import RunOps
+from .._store_ops import StoreOps
+from ._steps import PostgresStepOps
 from ._tx import PostgresRules
-from ._workflow import WorkflowOps
 
 __all__ = ["PostgresStore"]
 
 
-class PostgresStore(
-    RunOps,
-    LifecycleOps,
-    AgentOps,
-    ClaimOps,
-    WorkflowOps,
-    OperationOps,
-    RestartOps,
-    ApprovalOps,
-    LangGraphOps,
-    ContentOps,
-    PostgresRules,
-):
+class PostgresStore(PostgresStepOps, StoreOps, PostgresRules):
     """An opened, migrated PostgreSQL schema implementing every operation of ``Store``."""
 
     async def __aenter__(self) -> PostgresStore:
