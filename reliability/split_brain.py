@@ -36,7 +36,7 @@ from reliability._procs import Child, percentile, query, wait_stopped, write_loc
 from reliability._procs.split_owner import NOTE, PHASES
 from zincir._time import from_db
 from zincir.store import Lease, NewEvent
-from zincir.store.sqlite._log import last_seq_sql
+from zincir.store._sql import lagging_last_seq as last_seq_sql
 
 ORDER = 5
 TITLE = "Split brain: a paused owner after a takeover"
