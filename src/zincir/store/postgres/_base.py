@@ -24,14 +24,12 @@ LISTEN/NOTIFY (:mod:`._wake`) and keep polling as the fallback.
 from __future__ import annotations
 
 import asyncio
-import functools
 import re
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from importlib import resources
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -51,6 +49,7 @@ from ..._errors import (
 )
 from ..._time import Clock
 from .._content import ContentIndex
+from .._migrations import packaged_migrations
 from .._records import Lease
 from ._errors import DRIVER_ERRORS, RETRYABLE, translate, translating
 from ._wake import Listener
@@ -61,7 +60,6 @@ __all__ = [
     "Conn",
     "PostgresBase",
     "migrations",
-    "one",
     "split_schema",
 ]
 
@@ -97,28 +95,9 @@ _CONVERSIONS: dict[str, Callable[[Conn], object]] = {"content_rows": _convert_co
 """Migrations whose rows Python converts, in batches, before the step is recorded."""
 
 
-def one(conn: Conn, query: str, params: tuple[object, ...] | dict[str, object] = ()) -> Any:
-    """The one row a statement must return (an aggregate, an ``UPDATE … RETURNING``)."""
-    row = conn.execute(query, params).fetchone()
-    if row is None:
-        raise StoreError(f"expected a row from: {query.split(' WHERE ')[0]}")
-    return row
-
-
 def migrations() -> list[tuple[int, str, str]]:
     """The packaged PostgreSQL migrations as (version, name, sql), in order."""
-    return list(_packaged_migrations())
-
-
-@functools.cache
-def _packaged_migrations() -> tuple[tuple[int, str, str], ...]:
-    found = []
-    folder = resources.files("zincir.store.postgres").joinpath("migrations")
-    for entry in folder.iterdir():
-        if entry.name.endswith(".sql"):
-            number, _, rest = entry.name.partition("_")
-            found.append((int(number), rest.removesuffix(".sql"), entry.read_text("utf-8")))
-    return tuple(sorted(found))
+    return list(packaged_migrations("zincir.store.postgres"))
 
 
 def split_schema(url: str) -> tuple[str, str, str]:

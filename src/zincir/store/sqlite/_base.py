@@ -14,13 +14,11 @@ re-runs a batch job by job after one of them failed, and re-queues a batch whose
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from importlib import resources
 from typing import Any, Literal, TypeVar
 
 import apsw
@@ -36,6 +34,7 @@ from ..._time import Clock, system_clock, to_db
 from ..._validate import check_duration
 from .._content import ContentIndex
 from .._grouping import writes_grouped
+from .._migrations import packaged_migrations
 from .._records import Lease
 from ._content import convert_rows
 from ._errors import DRIVER_ERRORS, close_quietly, translate, translating
@@ -70,19 +69,7 @@ def one(
 
 def migrations() -> list[tuple[int, str, str]]:
     """The packaged migrations as (version, name, sql), in order."""
-    return list(_packaged_migrations())
-
-
-@functools.cache
-def _packaged_migrations() -> tuple[tuple[int, str, str], ...]:
-    """The migration files, read once per process."""
-    found = []
-    folder = resources.files("zincir.store.sqlite").joinpath("migrations")
-    for entry in folder.iterdir():
-        if entry.name.endswith(".sql"):
-            number, _, rest = entry.name.partition("_")
-            found.append((int(number), rest.removesuffix(".sql"), entry.read_text("utf-8")))
-    return tuple(sorted(found))
+    return list(packaged_migrations("zincir.store.sqlite"))
 
 
 def _too_new(path: str, newest: int, latest: int) -> SchemaTooNew:
