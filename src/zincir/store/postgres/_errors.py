@@ -7,9 +7,6 @@ above ``store/`` ever sees a ``psycopg`` exception.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import psycopg
 import psycopg_pool
 from psycopg import errors
@@ -22,6 +19,7 @@ from ..._errors import (
     StoreUnavailable,
     ZincirError,
 )
+from .._translating import translator
 
 __all__ = ["DRIVER_ERRORS", "RETRYABLE", "translate", "translating"]
 
@@ -58,10 +56,5 @@ def translate(error: BaseException, where: str) -> ZincirError:
     return StoreError(f"PostgreSQL error on {where}: {error}")
 
 
-@contextmanager
-def translating(where: str) -> Iterator[None]:
-    """Turn driver errors raised inside the block into zincir errors."""
-    try:
-        yield
-    except DRIVER_ERRORS as error:
-        raise translate(error, where) from None
+translating = translator(DRIVER_ERRORS, translate)
+"""``with translating(where):`` driver errors raised inside become zincir errors."""

@@ -6,9 +6,6 @@ which call :func:`translate`; nothing above ``store/`` ever sees an ``apsw`` exc
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import apsw
 
 from ..._errors import (
@@ -21,6 +18,7 @@ from ..._errors import (
     StoreUnavailable,
     ZincirError,
 )
+from .._translating import translator
 
 __all__ = ["DRIVER_ERRORS", "close_quietly", "commit_failed", "translate", "translating"]
 
@@ -89,10 +87,5 @@ def close_quietly(conn: apsw.Connection) -> None:
         pass
 
 
-@contextmanager
-def translating(path: str) -> Iterator[None]:
-    """Turn driver errors raised inside the block into zincir errors."""
-    try:
-        yield
-    except DRIVER_ERRORS as error:
-        raise translate(error, path) from None
+translating = translator(DRIVER_ERRORS, translate)
+"""``with translating(where):`` driver errors raised inside become zincir errors."""
