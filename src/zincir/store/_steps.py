@@ -116,7 +116,7 @@ class StepOps(Rules):
         """
         return await self._write_first(
             CLAIM,
-            claim_params(lease, name),
+            (name, lease.run_id, lease.owner, lease.token),
             CLAIMED,
             lambda tx: _claim(tx, lease, name),
             durable=False,

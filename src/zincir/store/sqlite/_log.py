@@ -36,7 +36,7 @@ from ._content import write_rows
 if TYPE_CHECKING:
     from ._tx import SqliteTx
 
-__all__ = ["append", "insert_events", "register_functions", "set_now"]
+__all__ = ["NOW", "append", "insert_events", "register_functions"]
 
 
 def _plus_us(*args: apsw.SQLiteValue) -> str | None:
@@ -47,19 +47,14 @@ def _plus_us(*args: apsw.SQLiteValue) -> str | None:
     return to_db(from_db(stamp) + timedelta(microseconds=micros))
 
 
-_now = threading.local()
-"""The ``now`` of the transaction running on this thread, as stored (:func:`set_now`)."""
-
-
-def set_now(stamp: str) -> None:
-    """Make ``zincir_now()`` return ``stamp`` in this thread's next statements: the time of
-    the transaction about to run (SQLite runs a connection's statements on its caller's
-    thread)."""
-    _now.stamp = stamp
+NOW = threading.local()
+"""``NOW.stamp``: the ``now`` of the transaction running on this thread, as stored, which
+``zincir_now()`` returns (a ``SqliteTx`` sets it: SQLite runs a connection's statements on
+its caller's thread)."""
 
 
 def _zincir_now(*_args: apsw.SQLiteValue) -> str:
-    stamp: str | None = getattr(_now, "stamp", None)
+    stamp: str | None = getattr(NOW, "stamp", None)
     if stamp is None:
         raise StoreError("zincir_now() called outside a transaction given a time")
     return stamp

@@ -20,7 +20,7 @@ from .._records import Lease, NewEvent
 from .._sql import Params, Rules, Sql, Tx
 from ._base import SQLiteBase
 from ._content import reader, write_content, write_rows
-from ._log import append, insert_events, set_now
+from ._log import NOW, append, insert_events
 
 __all__ = ["SqliteRules", "SqliteTx"]
 
@@ -36,8 +36,7 @@ class SqliteTx:
         self.conn = conn
         self.now = now
         self._later: tuple[str, datetime] | None = None
-        self.stamp_now = to_db(now)  # ``now`` as stored
-        set_now(self.stamp_now)
+        self.stamp_now = NOW.stamp = to_db(now)  # ``now`` as stored, and zincir_now()'s
 
     def execute(self, statement: Sql, params: Params = ()) -> None:
         self.conn.execute(statement.sqlite, params)
@@ -46,8 +45,8 @@ class SqliteTx:
         self.conn.executemany(statement.sqlite, rows)
 
     def one(self, statement: Sql, params: Params = ()) -> tuple[Any, ...] | None:
-        row = self.conn.execute(statement.sqlite, params).fetchone()
-        return None if row is None else tuple(row)
+        row: tuple[Any, ...] | None = self.conn.execute(statement.sqlite, params).fetchone()
+        return row  # APSW's rows are tuples
 
     def all(self, statement: Sql, params: Params = ()) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in self.conn.execute(statement.sqlite, params)]
