@@ -1,7 +1,8 @@
 """The Store protocol: every operation the layers above ask of a backend, named and typed.
 
-Each backend (``store/sqlite/`` today) implements all of it, and nothing above ``store/``
-holds a statement or a driver object. Writes that belong to a run take its ``Lease`` and
+``StoreOps`` (``_store_ops.py``) implements all of it once, over each backend's rule seam
+(``store/sqlite/``, ``store/postgres/``), and nothing above ``store/`` holds a statement or a
+driver object. Writes that belong to a run take its ``Lease`` and
 are fenced inside their own transaction: a fenced owner's write raises (``FencedOut``,
 ``RunTerminal``, ``RunNotFound``) with nothing stored. Driver errors surface as
 ``StoreError`` subclasses.
