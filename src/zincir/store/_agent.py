@@ -12,6 +12,7 @@ events' unique index, which no insert gets past.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Final
 
 from .._json import loads_strict
@@ -24,6 +25,7 @@ from ._agent_log import (
     result_error,
 )
 from ._content import event_rows
+from ._content_rows import read_content
 from ._records import (
     CHECKPOINT_COLUMNS,
     CheckpointRecord,
@@ -158,7 +160,10 @@ def _decide(
 
 def _events(tx: Tx, table: str, run_id: str, after_seq: int) -> list[Event]:
     rows = tx.all(_EVENTS[table], (run_id, after_seq))
-    return [event_record(run_id, row, tx.time) for row in event_rows(rows, tx.read_content, run_id)]
+    return [
+        event_record(run_id, row, tx.time)
+        for row in event_rows(rows, partial(read_content, tx), run_id)
+    ]
 
 
 def _read_events(tx: Tx, run_id: str, after_seq: int) -> list[Event]:

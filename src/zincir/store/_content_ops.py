@@ -4,8 +4,10 @@ side that sends references instead of the text (a TemporalRuntime and its worker
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 
 from ._content import ContentIndex, strict_reader
+from ._content_rows import read_content, write_content
 from ._sql import Rules
 
 __all__ = ["ContentOps"]
@@ -22,21 +24,21 @@ class ContentOps(Rules):
         concurrent prune keeps the rows); the caller computed each digest."""
         rows = list(items)
         if rows:
-            await self._write_tx(lambda tx: tx.write_content(run_id, rows))
+            await self._write_tx(lambda tx: write_content(tx, run_id, rows))
 
     async def read_content(self, digests: Sequence[str]) -> Mapping[str, str]:
         """The stored text of each digest found (a missing one is left out)."""
         wanted = list(digests)
         if not wanted:
             return {}
-        return await self._read_tx(lambda tx: dict(tx.read_content(wanted)))
+        return await self._read_tx(lambda tx: read_content(tx, wanted))
 
     async def compose_content(self, description: str, *, run_id: str | None = None) -> str:
         """The text a content description stands for (see ``zincir._pieces``), composed in
         one read through the store's content cache; ContentMissing names a missing piece."""
         return await self._read_tx(
             lambda tx: self._content.compose_input(
-                "", description, strict_reader(tx.read_content), run_id
+                "", description, strict_reader(partial(read_content, tx)), run_id
             ),
             offload=True,
         )

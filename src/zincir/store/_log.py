@@ -15,6 +15,7 @@ from typing import Final
 
 from .._errors import RunNotFound
 from ._content import cut_events
+from ._content_rows import write_content
 from ._records import Lease, NewEvent
 from ._run_rules import transition
 from ._sql import Tx, micros, sql
@@ -88,7 +89,7 @@ def append_checked(tx: Tx, items: Sequence[tuple[str, int, Sequence[NewEvent]]])
     for run_id, before, events in items:
         stored, pieces = cut_events(events)
         if pieces:
-            tx.write_content(run_id, pieces)
+            write_content(tx, run_id, pieces)
         rows.extend(
             (run_id, before + i + 1, kind, payload, call_id, parts)
             for i, (kind, payload, call_id, parts) in enumerate(stored)

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Final
 
 from ._agent import write_entries
 from ._content import ContentIndex, InputPlan, stored_record
+from ._content_rows import read_content, write_input
 from ._fence import check_fence
 from ._operation_records import (
     NewOperation,
@@ -144,7 +146,7 @@ def _select(
         found[:OPERATION_WIDTH],
         fenced=bool(fenced),
         time=tx.time,
-        compose=record_composer(content, tx.read_content, key, whole=whole),
+        compose=record_composer(content, partial(read_content, tx), key, whole=whole),
     )
     return row, tx.time(now)
 
@@ -162,7 +164,7 @@ def _first_claim(
     """Insert the identity's claimed row and return its expiry; None when it has a row
     already (or, ``fenced``, the lease no longer holds the live run)."""
     if plan.rows:
-        tx.write_input(operation.key.run_id, plan)
+        write_input(tx, operation.key.run_id, plan)
     values = (
         *key_params(operation.key),
         operation.kind,
@@ -275,7 +277,7 @@ def _complete(
                 attempts = 1
                 break  # else a concurrent writer created the row: judge it instead
     if plan.rows:
-        tx.write_input(key.run_id, plan)
+        write_input(tx, key.run_id, plan)
     if lease is not None:  # a fenced append raises, and the transaction is rolled back
         event = completed_event(operation, outcome, event_attempts or attempts)
         write_entries(tx, lease, log, leading=[event])

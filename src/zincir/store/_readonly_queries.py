@@ -11,14 +11,15 @@ time and lease expiry are the fragments ``{last_seq}``, ``{updated_at}`` and
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Final, Protocol, cast
 
 from .._json import encode_checked
 from .._validate import MAX_SEQUENCE
 from ._content import compose_read_rows, event_columns, read_columns
+from ._content_rows import read_content
 from ._readonly_rows import (
     CheckpointRow,
     EventRow,
@@ -175,8 +176,8 @@ class ReadTx(Protocol):
     def values(self, items: Sequence[str]) -> object:
         """``items`` as the parameter of ``{in_list}``."""
 
-    def read_content(self, digests: Sequence[str]) -> Mapping[str, str]:
-        """The stored text of each ``content`` digest found."""
+    def unpack_content(self, body: object) -> str:
+        """A stored content body as its text (see :meth:`~._sql.Tx.unpack_content`)."""
 
     def usage_sums(self, source: str, run_id: str, upto: int, last_seq: int) -> list[Any] | None:
         """(field, total) over the numeric ``usage`` fields of the ``llm_call`` events of
@@ -193,7 +194,7 @@ class SnapshotQueries:
 
     def _shaped(self, found: list[Row], *, decode: bool = True) -> list[Row]:
         """Rows with their content composed and (``decode``) their JSON columns decoded."""
-        found = compose_read_rows(found, self._tx.read_content)
+        found = compose_read_rows(found, partial(read_content, self._tx))
         return decode_columns(found) if decode else found
 
     def _rows(self, statement: Sql, params: Params, *, decode: bool = True) -> list[Row]:

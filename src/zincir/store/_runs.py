@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Final
 
 from .._time import to_db
 from ._content import event_rows
+from ._content_rows import read_content
 from ._log import insert_run
 from ._records import (
     RUN_COLUMNS,
@@ -135,7 +137,10 @@ def read_events(tx: Tx, run_id: str, after_seq: int, limit: int | None = None) -
 def _events_of(tx: Tx, table: str, run_id: str, after_seq: int, limit: int | None) -> list[Event]:
     params = (run_id, after_seq) if limit is None else (run_id, after_seq, limit)
     rows = tx.all(_EVENTS[table, limit is not None], params)
-    return [event_record(run_id, row, tx.time) for row in event_rows(rows, tx.read_content, run_id)]
+    return [
+        event_record(run_id, row, tx.time)
+        for row in event_rows(rows, partial(read_content, tx), run_id)
+    ]
 
 
 def acquire(tx: Tx, run_id: str, owner: str, ttl: timedelta, *, force: bool) -> tuple[int, str]:

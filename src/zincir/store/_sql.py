@@ -24,11 +24,10 @@ parameter (:meth:`Tx.stamp`: text on SQLite, a datetime on PostgreSQL), a stored
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol, TypeVar
 
-from ._content import InputPlan
 from ._records import Lease, NewEvent
 
 __all__ = ["Params", "Rules", "Sql", "Tx", "micros", "sql"]
@@ -225,7 +224,7 @@ def micros(duration: timedelta) -> int:
 class Tx(Protocol):
     """One transaction's connection, as a rule function sees it: rows come back as tuples.
 
-    ``read_content``/``write_content`` keep content bodies each backend's way; ``append``
+    ``pack_content``/``unpack_content`` keep content bodies each backend's way; ``append``
     is the agent log's writer: each backend's own function, called as one.
     """
 
@@ -250,20 +249,8 @@ class Tx(Protocol):
     def values(self, items: Sequence[str]) -> object:
         """``items`` as the parameter of ``{in_list}``."""
 
-    def read_content(self, digests: Sequence[str]) -> Mapping[str, str]:
-        """The stored text of each ``content`` digest found (bodies kept the backend's way:
-        compressed on SQLite)."""
-
-    def write_content(self, run_id: str, rows: Sequence[tuple[str, str]]) -> None:
-        """Store content rows (digest, text) that may exist already, and the run's
-        references to them (references first where a prune runs beside the writer)."""
-
     def append(self, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
         """Check the lease's fence and append ``events`` (the agent log's one writer)."""
-
-    def write_input(self, run_id: str, plan: InputPlan) -> None:
-        """Store an operation input's new content (``plan.rows``) and the run's references
-        to it, each backend's way (SQLite skips rows it has and compresses long bodies)."""
 
     def violates(self, error: Exception, index: str) -> bool:
         """Whether ``error``, raised by a statement of this transaction, is a unique
@@ -281,6 +268,16 @@ class Tx(Protocol):
     def insert_events(self, rows: Sequence[Params]) -> None:
         """Insert event rows (run id, seq, type, payload, tool call id, pieces) created at
         the transaction's time, under a fence it already took: each backend's one writer."""
+
+    def pack_content(
+        self, rows: Sequence[tuple[str, str]], *, new: bool = False
+    ) -> Sequence[tuple[str, object]]:
+        """Content rows (digest, text) as this backend inserts them: SQLite compresses long
+        bodies (and, ``new``, first leaves out the rows it has, looked up when there are
+        many: cheaper than compressing for an ignored insert); PostgreSQL's TOAST does."""
+
+    def unpack_content(self, body: object) -> str:
+        """A stored content body as its text."""
 
 
 class Rules:

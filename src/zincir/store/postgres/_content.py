@@ -1,70 +1,26 @@
-"""The PostgreSQL statements of content stored once (the rules are in ``.._content``): writing
-an input's new pieces, reading pieces back, and converting rows of the former format."""
+"""The conversion of PostgreSQL's rows of the former format to content stored once (the
+rules are in ``.._content``, the writes and reads in ``.._content_rows``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-from ..._crash import crash_point
-from .._content import CONVERT_BATCH, SWEEP_RUN_CONTENT, InputPlan, convert_stored_row
+from .._content import CONVERT_BATCH, convert_stored_row
+from .._content_rows import INSERT, REFER
 from ._base import Conn
 
-__all__ = ["SWEEP", "convert_rows", "reader", "write_content", "write_rows"]
+__all__ = ["convert_rows"]
 
-SWEEP: Final = SWEEP_RUN_CONTENT.format(param="%s")
-_INSERT: Final = "INSERT INTO content (hash, body) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING"
-_REFER: Final = "INSERT INTO content_refs (run_id, hash) VALUES (%s, %s) ON CONFLICT DO NOTHING"
 _CONVERT: Final = {
     "select": "SELECT input_json, record FROM operations "
     "WHERE run_id = %s AND step_id = %s AND sequence = %s FOR UPDATE",
-    "insert": _INSERT,
-    "refer": _REFER,
+    "insert": INSERT.postgres,
+    "refer": REFER.postgres,
     "update": "UPDATE operations SET input_json = %s, input_parts = %s, record = %s "
     "WHERE run_id = %s AND step_id = %s AND sequence = %s",
 }
 """The statements converting one row written whole (see .._content.convert_stored_row)."""
 _BATCH_CHARS: Final = 32 * 1024 * 1024
-
-
-def write_content(conn: Conn, run_id: str, plan: InputPlan) -> None:
-    """Insert the run's references to the plan's new pieces and nodes, then the pieces.
-
-    References go first: a prune holds ``content_refs`` in SHARE mode while it sweeps, so
-    a reference either commits before the sweep (which then keeps the piece) or waits for
-    it, and the piece inserted after the wait is there even if the sweep removed it.
-    """
-    rows = plan.rows
-    if not rows:
-        return
-    half = len(rows) // 2
-    with conn.cursor() as cursor:
-        cursor.executemany(_REFER, [(run_id, digest) for digest, _ in rows])
-        cursor.executemany(_INSERT, rows[:half])
-        crash_point("store.content_half_written")
-        cursor.executemany(_INSERT, rows[half:])
-
-
-def write_rows(conn: Conn, run_id: str, rows: Sequence[tuple[str, str]]) -> None:
-    """Insert the run's references to content rows (digest, body) that may be stored
-    already (an event's long strings), then the rows (references first: see
-    :func:`write_content`)."""
-    if rows:
-        with conn.cursor() as cursor:
-            cursor.executemany(_REFER, [(run_id, digest) for digest, _ in rows])
-            cursor.executemany(_INSERT, rows)
-
-
-def reader(conn: Conn) -> Callable[[Sequence[str]], Mapping[str, str]]:
-    """Reads content rows by digest on ``conn``."""
-
-    def read(digests: Sequence[str]) -> Mapping[str, str]:
-        rows = conn.execute(
-            "SELECT hash, body FROM content WHERE hash = ANY(%s)", (list(digests),)
-        ).fetchall()
-        return {str(digest): str(body) for digest, body in rows}
-
-    return read
 
 
 def convert_rows(conn: Conn) -> int:

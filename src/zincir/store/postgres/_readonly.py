@@ -29,7 +29,6 @@ from .._readonly_rows import REQUIRED_TABLES, Row, UsageCache, decode_json
 from .._sql import Params, Sql
 from .._thread_reads import ThreadReads
 from ._base import Conn, migrations, split_schema
-from ._content import reader
 from ._errors import DRIVER_ERRORS, translate
 from ._log import text_time
 
@@ -112,9 +111,8 @@ class _PostgresRead:
     def values(self, items: Sequence[str]) -> object:
         return list(items)
 
-    def read_content(self, digests: Sequence[str]) -> Mapping[str, str]:
-        with reading(self.path):
-            return reader(self.conn)(digests)
+    def unpack_content(self, body: object) -> str:
+        return str(body)
 
     def usage_sums(self, source: str, run_id: str, upto: int, last_seq: int) -> list[Any] | None:
         """Summed in SQL; an event whose payload is not JSON is skipped, as SQLite's

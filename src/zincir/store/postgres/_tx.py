@@ -6,17 +6,15 @@ one); times are parameters and rows as ``timestamptz``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from psycopg import errors
 
-from .._content import InputPlan
 from .._records import Lease, NewEvent
 from .._sql import Params, Rules, Sql, Tx
 from ._base import Conn, PostgresBase
-from ._content import reader, write_content, write_rows
 from ._log import append, insert_events
 
 __all__ = ["PostgresRules", "PostgresTx"]
@@ -58,17 +56,8 @@ class PostgresTx:
     def values(self, items: Sequence[str]) -> object:
         return list(items)
 
-    def read_content(self, digests: Sequence[str]) -> Mapping[str, str]:
-        return reader(self.conn)(digests)
-
-    def write_content(self, run_id: str, rows: Sequence[tuple[str, str]]) -> None:
-        write_rows(self.conn, run_id, rows)
-
     def append(self, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
         return append(self, lease, events)
-
-    def write_input(self, run_id: str, plan: InputPlan) -> None:
-        write_content(self.conn, run_id, plan)
 
     def violates(self, error: Exception, index: str) -> bool:
         return isinstance(error, errors.UniqueViolation) and error.diag.constraint_name == index
@@ -86,6 +75,14 @@ class PostgresTx:
 
     def insert_events(self, rows: Sequence[Params]) -> None:
         insert_events(self, rows)
+
+    def pack_content(
+        self, rows: Sequence[tuple[str, str]], *, new: bool = False
+    ) -> Sequence[tuple[str, object]]:
+        return rows  # TOAST compresses long values
+
+    def unpack_content(self, body: object) -> str:
+        return str(body)
 
 
 class PostgresRules(Rules, PostgresBase):

@@ -1,5 +1,5 @@
-"""The SQLite statements of content stored once (the rules are in ``.._content``): writing an
-input's new pieces, reading pieces back, and converting rows of the former format.
+"""How SQLite keeps content bodies (the rules are in ``.._content``, the writes and reads in
+``.._content_rows``), and the conversion of rows of the former format.
 
 A body of :data:`PACK_MIN_CHARS` or more is stored zlib-compressed (a BLOB) when that saves
 a tenth of it: SQLite keeps rows whole in 4 KiB pages, and a tool's 2 KiB result left one
@@ -8,33 +8,21 @@ such row a page. PostgreSQL compresses long values itself (TOAST)."""
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Final, cast
 
 import apsw
 
-from ..._crash import crash_point
-from .._content import CONVERT_BATCH, SWEEP_RUN_CONTENT, InputPlan, convert_stored_row
+from .._content import CONVERT_BATCH, convert_stored_row
+from .._content_rows import INSERT, REFER
 
-__all__ = [
-    "PACK_MIN_CHARS",
-    "SWEEP",
-    "convert_rows",
-    "packed",
-    "reader",
-    "unpacked",
-    "write_content",
-    "write_rows",
-]
+__all__ = ["PACK_MIN_CHARS", "convert_rows", "pack_rows", "packed", "unpacked"]
 
-SWEEP: Final = SWEEP_RUN_CONTENT.format(param="?")
-_INSERT: Final = "INSERT INTO content (hash, body) VALUES (?, ?) ON CONFLICT (hash) DO NOTHING"
-_REFER: Final = "INSERT INTO content_refs (run_id, hash) VALUES (?, ?) ON CONFLICT DO NOTHING"
 _CONVERT: Final = {
     "select": "SELECT input_json, record FROM operations "
     "WHERE run_id = ? AND step_id = ? AND sequence = ?",
-    "insert": _INSERT,
-    "refer": _REFER,
+    "insert": INSERT.sqlite,
+    "refer": REFER.sqlite,
     "update": "UPDATE operations SET input_json = ?, input_parts = ?, record = ? "
     "WHERE run_id = ? AND step_id = ? AND sequence = ?",
 }
@@ -66,16 +54,12 @@ def unpacked(body: object) -> str:
     return str(body)
 
 
-def write_content(conn: apsw.Connection, run_id: str, plan: InputPlan) -> None:
-    """Insert the plan's new pieces and nodes and the run's references to them."""
-    if not plan.rows:
-        return
-    rows = packed(_missing(conn, plan.rows))
-    half = len(rows) // 2
-    conn.executemany(_INSERT, rows[:half])
-    crash_point("store.content_half_written")
-    conn.executemany(_INSERT, rows[half:])
-    conn.executemany(_REFER, [(run_id, digest) for digest, _ in plan.rows])
+def pack_rows(
+    conn: apsw.Connection, rows: Sequence[tuple[str, str]], *, new: bool = False
+) -> list[tuple[str, str | bytes]]:
+    """Content rows as inserted (see ``Tx.pack_content``): ``new`` ones without those
+    stored already, long bodies compressed where that pays."""
+    return packed(_missing(conn, rows) if new else rows)
 
 
 def _missing(conn: apsw.Connection, rows: Sequence[tuple[str, str]]) -> Sequence[tuple[str, str]]:
@@ -95,35 +79,6 @@ def _missing(conn: apsw.Connection, rows: Sequence[tuple[str, str]]) -> Sequence
             )
         )
     return [row for row in rows if row[0] not in stored]
-
-
-def write_rows(conn: apsw.Connection, run_id: str, rows: Sequence[tuple[str, str]]) -> None:
-    """Insert content rows (digest, body) that may be stored already, and the run's
-    references to them (an event's long strings)."""
-    if rows:
-        conn.executemany(_INSERT, packed(rows))
-        conn.executemany(_REFER, [(run_id, digest) for digest, _ in rows])
-
-
-def reader(conn: apsw.Connection) -> Callable[[Sequence[str]], Mapping[str, str]]:
-    """Reads content rows by digest on ``conn``."""
-
-    def read(digests: Sequence[str]) -> Mapping[str, str]:
-        if len(digests) == 1:
-            row = conn.execute("SELECT body FROM content WHERE hash = ?", (digests[0],))
-            found = row.fetchone()
-            return {} if found is None else {digests[0]: unpacked(found[0])}
-        out: dict[str, str] = {}
-        for start in range(0, len(digests), _MAX_KEYS):
-            chunk = digests[start : start + _MAX_KEYS]
-            marks = ", ".join("?" * len(chunk))
-            for digest, body in conn.execute(
-                f"SELECT hash, body FROM content WHERE hash IN ({marks})", tuple(chunk)
-            ):
-                out[str(digest)] = unpacked(body)
-        return out
-
-    return read
 
 
 def convert_rows(conn: apsw.Connection) -> int:
@@ -158,6 +113,6 @@ def convert_rows(conn: apsw.Connection) -> int:
 
 def _convert(conn: apsw.Connection, key: tuple[str, str, int]) -> int:
     def execute_many(sql: str, rows: Sequence[tuple[Any, ...]]) -> Any:
-        return conn.executemany(sql, packed(rows) if sql == _INSERT else rows)
+        return conn.executemany(sql, packed(rows) if sql == INSERT.sqlite else rows)
 
     return convert_stored_row(conn.execute, execute_many, key, **_CONVERT)

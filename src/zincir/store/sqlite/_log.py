@@ -28,10 +28,10 @@ import apsw
 from ..._errors import StoreError
 from ..._time import from_db, to_db
 from .._content import cut_events
+from .._content_rows import write_content
 from .._fence import diagnose
 from .._records import Lease, NewEvent
 from .._sql import PLUS_US, Params, lagging_last_seq
-from ._content import write_rows
 
 if TYPE_CHECKING:
     from ._tx import SqliteTx
@@ -107,7 +107,7 @@ def append(tx: SqliteTx, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
         raise diagnose(tx, lease.run_id, lease.token)
     last_seq: int = row[0]
     stored, rows = cut_events(events)
-    write_rows(conn, lease.run_id, rows)
+    write_content(tx, lease.run_id, rows)
     if len(stored) == 1:
         kind, payload, call_id, pieces = stored[0]
         conn.execute(_INSERT, (lease.run_id, last_seq + 1, kind, payload, stamp, call_id, pieces))

@@ -12,7 +12,7 @@ damaged pages as :class:`~zincir.DatabaseCorrupt`.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Final
@@ -30,7 +30,7 @@ from .._sql import Params, Sql
 from .._thread_reads import ThreadReads
 from .._thread_rows import PREVIEW_BYTES
 from ._base import check_zincir_file, migrations, refuse_directory
-from ._content import reader
+from ._content import unpacked
 from ._errors import DRIVER_ERRORS, close_quietly, translate
 from ._log import register_functions
 
@@ -100,9 +100,9 @@ class _SqliteRead:
     def values(self, items: Sequence[str]) -> object:
         return encode_checked(list(items))
 
-    def read_content(self, digests: Sequence[str]) -> Mapping[str, str]:
-        with _reading(self.path):
-            return reader(self.conn)(digests)
+    def unpack_content(self, body: object) -> str:
+        with _reading(self.path):  # a body that does not decode: the file is damaged
+            return unpacked(body)
 
     def usage_sums(self, source: str, run_id: str, upto: int, last_seq: int) -> list[Any] | None:
         with _reading(self.path):

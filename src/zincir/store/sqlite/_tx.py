@@ -7,7 +7,7 @@ clock, read once per run of a transaction function), registered on every connect
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -15,11 +15,10 @@ import apsw
 
 from ..._json import encode_checked
 from ..._time import from_db, to_db
-from .._content import InputPlan
 from .._records import Lease, NewEvent
 from .._sql import Params, Rules, Sql, Tx
 from ._base import SQLiteBase
-from ._content import reader, write_content, write_rows
+from ._content import pack_rows, unpacked
 from ._log import NOW, append, insert_events
 
 __all__ = ["SqliteRules", "SqliteTx"]
@@ -63,17 +62,8 @@ class SqliteTx:
     def values(self, items: Sequence[str]) -> object:
         return encode_checked(list(items))
 
-    def read_content(self, digests: Sequence[str]) -> Mapping[str, str]:
-        return reader(self.conn)(digests)
-
-    def write_content(self, run_id: str, rows: Sequence[tuple[str, str]]) -> None:
-        write_rows(self.conn, run_id, rows)
-
     def append(self, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
         return append(self, lease, events)
-
-    def write_input(self, run_id: str, plan: InputPlan) -> None:
-        write_content(self.conn, run_id, plan)
 
     def violates(self, error: Exception, index: str) -> bool:
         return isinstance(error, apsw.ConstraintError)
@@ -88,6 +78,14 @@ class SqliteTx:
 
     def insert_events(self, rows: Sequence[Params]) -> None:
         insert_events(self, rows)
+
+    def pack_content(
+        self, rows: Sequence[tuple[str, str]], *, new: bool = False
+    ) -> Sequence[tuple[str, object]]:
+        return pack_rows(self.conn, rows, new=new)
+
+    def unpack_content(self, body: object) -> str:
+        return unpacked(body)
 
 
 class SqliteRules(Rules, SQLiteBase):
