@@ -8,30 +8,22 @@ such row a page. PostgreSQL compresses long values itself (TOAST)."""
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
-from typing import Any, Final, cast
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Final
 
 import apsw
 
-from .._content import CONVERT_BATCH, convert_stored_row
-from .._content_rows import INSERT, REFER
+from .._content import CONVERT_BATCH
+from .._content_rows import INSERT, convert_row
+from .._content_rows import convert_rows as convert_all
 
 __all__ = ["PACK_MIN_CHARS", "convert_rows", "pack_rows", "packed", "unpacked"]
 
-_CONVERT: Final = {
-    "select": "SELECT input_json, record FROM operations "
-    "WHERE run_id = ? AND step_id = ? AND sequence = ?",
-    "insert": INSERT.sqlite,
-    "refer": REFER.sqlite,
-    "update": "UPDATE operations SET input_json = ?, input_parts = ?, record = ? "
-    "WHERE run_id = ? AND step_id = ? AND sequence = ?",
-}
-"""The statements converting one row written whole (see .._content.convert_stored_row)."""
 _MAX_KEYS: Final = 500
 _LOOKUP_ABOVE: Final = 16
 PACK_MIN_CHARS: Final = 512
 """A content body shorter than this is stored as text."""
-_BATCH_CHARS: Final = 32 * 1024 * 1024
 
 
 def packed(rows: Sequence[tuple[str, str]]) -> list[tuple[str, str | bytes]]:
@@ -82,37 +74,31 @@ def _missing(conn: apsw.Connection, rows: Sequence[tuple[str, str]]) -> Sequence
 
 
 def convert_rows(conn: apsw.Connection) -> int:
-    """Convert every row written whole to content stored once, a bounded batch per
-    transaction (a row already converted is skipped, so a killed run resumes); how many."""
-    converted = 0
-    after: tuple[str, str, int] = ("", "", -1)
-    while True:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            keys = conn.execute(
-                "SELECT run_id, step_id, sequence, length(input_json) + "
-                "coalesce(length(record), 0) FROM operations WHERE input_parts IS NULL "
-                "AND (run_id, step_id, sequence) > (?, ?, ?) "
-                "ORDER BY run_id, step_id, sequence LIMIT ?",
-                (*after, CONVERT_BATCH),
-            ).fetchall()
-            total = 0
-            for run_id, step_id, sequence, size in keys:
-                after = (str(run_id), str(step_id), int(cast(int, sequence)))
-                converted += _convert(conn, after)
-                total += int(size or 0)
-                if total > _BATCH_CHARS:
-                    break
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        if not keys:
-            return converted
+    """Convert every row written whole to content stored once (see
+    ``.._content_rows.convert_rows``), long bodies compressed; how many."""
+    return convert_all(
+        "sqlite",
+        conn.execute,
+        lambda key: _convert(conn, key),
+        lambda: _immediate(conn),
+        CONVERT_BATCH,
+    )
 
 
 def _convert(conn: apsw.Connection, key: tuple[str, str, int]) -> int:
-    def execute_many(sql: str, rows: Sequence[tuple[Any, ...]]) -> Any:
-        return conn.executemany(sql, packed(rows) if sql == INSERT.sqlite else rows)
+    def execute_many(text: str, rows: Sequence[Any]) -> Any:
+        return conn.executemany(text, packed(rows) if text == INSERT.sqlite else rows)
 
-    return convert_stored_row(conn.execute, execute_many, key, **_CONVERT)
+    return convert_row("sqlite", conn.execute, execute_many, key)
+
+
+@contextmanager
+def _immediate(conn: apsw.Connection) -> Iterator[None]:
+    """One write transaction on ``conn``: committed, or rolled back on any error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
