@@ -49,6 +49,7 @@ from ..._errors import (
 )
 from ..._time import Clock
 from .._content import ContentIndex
+from .._held_leases import HeldLeases
 from .._migrations import packaged_migrations
 from .._records import Lease
 from ._errors import DRIVER_ERRORS, RETRYABLE, translate, translating
@@ -129,7 +130,7 @@ def split_schema(url: str) -> tuple[str, str, str]:
     return conninfo, schema, where
 
 
-class PostgresBase:
+class PostgresBase(HeldLeases):
     """An opened, migrated PostgreSQL schema: pools of write, unsynced-write (step claims)
     and read-only connections, the worker threads that use them, and a LISTEN connection."""
 
@@ -447,21 +448,6 @@ class PostgresBase:
         (a message to it, a child of it finished; None: any run became claimable), told by
         LISTEN/NOTIFY; True if one came. Callers poll again either way."""
         return await self._listener.wait(run_id, timeout)
-
-    # -- leases held by this process ------------------------------------------------------
-
-    def hold_lease(self, lease: Lease) -> None:
-        """A context of this process holds ``lease`` (its heartbeat started)."""
-        self._leases[lease.run_id] = lease
-
-    def drop_lease(self, lease: Lease) -> None:
-        """The context holding ``lease`` stopped."""
-        if self._leases.get(lease.run_id) is lease:
-            del self._leases[lease.run_id]
-
-    def lease_for(self, run_id: str) -> Lease | None:
-        """The lease a context of this process holds on ``run_id``, if any."""
-        return self._leases.get(run_id)
 
     # -- closing ------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from ..._time import Clock, system_clock, to_db
 from ..._validate import check_duration
 from .._content import ContentIndex
 from .._grouping import writes_grouped
+from .._held_leases import HeldLeases
 from .._migrations import packaged_migrations
 from .._records import Lease
 from ._content import convert_rows
@@ -139,7 +140,7 @@ def check_zincir_file(conn: Conn, path: str) -> frozenset[int]:
     return frozenset(version for version, _ in applied)
 
 
-class SQLiteBase:
+class SQLiteBase(HeldLeases):
     """An opened, migrated SQLite database: one writer plus per-thread read connections.
 
     ``single_process=True`` opens the file in SQLite's exclusive locking mode: this store's
@@ -350,25 +351,6 @@ class SQLiteBase:
         other processes' commits, so they poll (False: no notification)."""
         await asyncio.sleep(timeout)
         return False
-
-    # -- leases held by this process ------------------------------------------------------
-
-    def hold_lease(self, lease: Lease) -> None:
-        """A context of this process holds ``lease`` (its heartbeat started).
-
-        Writes made for that run without a context (a LocalRuntime's records) are fenced
-        by it; with more than one holder, writes always group-commit.
-        """
-        self._leases[lease.run_id] = lease
-
-    def drop_lease(self, lease: Lease) -> None:
-        """The context holding ``lease`` stopped."""
-        if self._leases.get(lease.run_id) is lease:
-            del self._leases[lease.run_id]
-
-    def lease_for(self, run_id: str) -> Lease | None:
-        """The lease a context of this process holds on ``run_id``, if any."""
-        return self._leases.get(run_id)
 
     # -- closing ------------------------------------------------------------------------
 
