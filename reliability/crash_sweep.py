@@ -364,7 +364,7 @@ def verify(lane: Lane, job: str, graph: list[str] | None = None) -> Verdict:
 def _rotation(choices: list[tuple[str, int]], rng: random.Random) -> Iterator[tuple[str, int]]:
     """The choices in a shuffled order, again and again: every point is killed at as often
     as any other, so a point that only a resume reaches (a worker's claim) is not left to
-    chance."""
+    chance (a point an armed resume finished without reaching is owed to the next one)."""
     order = list(choices)
     while True:
         rng.shuffle(order)
@@ -383,6 +383,7 @@ def _lane(
     keys count kills at each point (a job's first kill and the kills of its resumes)."""
     total = tallies[""]
     firsts, rearms = _rotation(choices[0], rng), _rotation(choices[1], rng)
+    owed: list[tuple[str, int]] = []  # rearmed points a resume finished without reaching
     for job in jobs:
         point, nth = next(firsts)
         status = yield Spec(job, point, rng.randint(1, nth))
@@ -396,10 +397,15 @@ def _lane(
         total.kills += bool(killed_at)
         finished = False
         for _ in range(_RESUMES):
-            again, again_nth = next(rearms) if rng.random() < _REARM else (None, 1)
+            if rng.random() < _REARM:
+                again, again_nth = owed.pop() if owed else next(rearms)
+            else:
+                again, again_nth = None, 1
             status = yield Spec(job, again, rng.randint(1, again_nth))
             code = os.waitstatus_to_exitcode(status)
             if code == 0:
+                if again is not None:  # a resume need not pass it (a takeover without a
+                    owed.append((again, again_nth))  # worker's claim): the next armed one
                 finished = True
                 break
             if code == -signal.SIGKILL and again is not None:
