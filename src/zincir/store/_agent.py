@@ -12,7 +12,6 @@ events' unique index, which no insert gets past.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import partial
 from typing import Any, Final
 
 from .._json import loads_strict
@@ -24,12 +23,9 @@ from ._agent_log import (
     proposed_checkpoint,
     result_error,
 )
-from ._content import event_rows
-from ._content_rows import read_content
 from ._records import (
     CHECKPOINT_COLUMNS,
     CheckpointRecord,
-    Event,
     Lease,
     LogEntry,
     NewEvent,
@@ -37,20 +33,15 @@ from ._records import (
     RunState,
     ToolResultEntry,
     checkpoint_record,
-    event_record,
-    event_seq,
-    merge_by_seq,
 )
 from ._run_rules import run_not_found
+from ._runs import INLINE_EVENTS, read_events
 from ._sql import Rules, Tx, sql
 
 __all__ = ["AgentOps", "write_entries"]
 
 _ONE_INTENT: Final = "events_one_intent"
 """The unique index of intents per (run, call id)."""
-_INLINE_EVENTS: Final = 256
-"""A state read of at most this many events runs on the caller's thread (SQLite)."""
-
 _OPEN: Final = sql("INSERT INTO open_intents (run_id, tool_call_id, seq) VALUES (?, ?, ?)")
 _CLOSE: Final = sql("DELETE FROM open_intents WHERE run_id = ? AND tool_call_id = ? RETURNING 1")
 _INTENT: Final = sql(
@@ -81,14 +72,6 @@ _PROPOSED, _ACCEPTED = (
 )
 """The latest checkpoint of a run waiting for its decision, and the latest accepted."""
 _RUN: Final = sql("SELECT status, config, {last_seq} FROM agent_runs WHERE id = ?")
-_EVENTS: Final = {
-    table: sql(
-        f"SELECT seq, type, payload, created_at, payload_pieces FROM {table} "
-        "WHERE run_id = ? AND seq > ? ORDER BY seq"
-    )
-    for table in ("events", "archived_events")
-}
-_ARCHIVED: Final = sql("SELECT 1 FROM archived_events WHERE run_id = ? AND seq > ? LIMIT 1")
 
 
 def write_entries(
@@ -158,23 +141,6 @@ def _decide(
     return seq
 
 
-def _events(tx: Tx, table: str, run_id: str, after_seq: int) -> list[Event]:
-    rows = tx.all(_EVENTS[table], (run_id, after_seq))
-    return [
-        event_record(run_id, row, tx.time)
-        for row in event_rows(rows, partial(read_content, tx), run_id)
-    ]
-
-
-def _read_events(tx: Tx, run_id: str, after_seq: int) -> list[Event]:
-    """Every event of ``run_id`` after ``after_seq``, in order: the live log merged with
-    what compaction archived (one index probe when nothing was)."""
-    live = _events(tx, "events", run_id, after_seq)
-    if tx.one(_ARCHIVED, (run_id, after_seq)) is None:
-        return live
-    return merge_by_seq(_events(tx, "archived_events", run_id, after_seq), live, event_seq, None)
-
-
 def _load_state(tx: Tx, run_id: str, *, inline: bool) -> RunState | None:
     """A run's status, config, latest accepted checkpoint and the events after it, from one
     snapshot; None when ``inline`` and the tail is too long to read on the caller's thread."""
@@ -185,9 +151,9 @@ def _load_state(tx: Tx, run_id: str, *, inline: bool) -> RunState | None:
     row = tx.one(_ACCEPTED, (run_id,))
     checkpoint = None if row is None else checkpoint_record(row, tx.time)
     after = 0 if checkpoint is None else int(checkpoint.decided_seq or 0)
-    if inline and int(last_seq) - after > _INLINE_EVENTS:
+    if inline and int(last_seq) - after > INLINE_EVENTS:
         return None
-    events = _read_events(tx, run_id, after)
+    events = read_events(tx, run_id, after)
     return RunState(run_id, str(status), loads_strict(config), int(last_seq), checkpoint, events)
 
 
