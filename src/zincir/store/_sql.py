@@ -166,7 +166,8 @@ where the server runs transactions side by side (SQLite runs one writer), ``{ski
 passes over rows another transaction has locked (workers claiming at once), and
 ``{hold_references}`` (a statement) keeps content references from being added until COMMIT;
 ``{bytewise}`` orders text by bytes, as SQLite always does; ``{now_plus}`` is the clock plus
-a parameter's microseconds;
+a parameter's microseconds, and ``{later}`` the same given by :meth:`Tx.later` (SQLite
+computes the time itself: no SQL function call on the hot path);
 ``{json_field:c}`` is the top-level field named by a parameter of the JSON text in column
 ``c`` (a string field as text); ``{json_items}`` is the items of a JSON array given as
 text, each as ``value``; ``{indexed_by:i}`` (after a table) makes SQLite's planner use
