@@ -5,8 +5,9 @@ BIN    := $(VENV)/bin
 BASE   := $(VENV)/.installed-base
 DEV    := $(VENV)/.installed-dev
 UI     := $(VENV)/.installed-ui
+DOCS   := $(VENV)/.installed-docs
 
-.PHONY: demo ui test test-quick lint bench bench-quick bench-peers reliability system-deps clean
+.PHONY: demo ui docs test test-quick lint bench bench-quick bench-peers reliability system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,11 +25,20 @@ $(UI): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[ui]'
 	touch $@ $(BASE)
 
+$(DOCS): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	touch $@ $(BASE)
+
 demo: $(BASE)
 	$(BIN)/zincir demo
 
 ui: $(UI)
 	$(BIN)/zincir ui
+
+# The documentation site (mkdocs.yml, docs/) into ./site; --strict fails on a page, link or
+# API reference that does not resolve. `mkdocs serve` serves it while you edit.
+docs: $(DOCS)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 system-deps:
 	@scripts/install-system-deps.sh
@@ -92,4 +102,4 @@ bench-peers: $(DEV) .venv-peers/.installed
 	$(BIN)/python benchmarks/run.py --peers --temporal
 
 clean:
-	rm -rf $(VENV) .venv-peers output zincir.db zincir.db-wal zincir.db-shm test-artifacts
+	rm -rf $(VENV) .venv-peers output site zincir.db zincir.db-wal zincir.db-shm test-artifacts
