@@ -35,7 +35,7 @@ MODULES = [
     "zincir.integrations.langgraph",
 ]
 
-pytestmark = pytest.mark.skipif(
+needs_mkdocs = pytest.mark.skipif(
     importlib.util.find_spec("mkdocs") is None
     or importlib.util.find_spec("mkdocstrings_handlers.python") is None,
     reason="the docs extra is not installed (pip install -e '.[docs]' or `make docs`)",
@@ -90,6 +90,7 @@ def inventory(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     return read_inventory(site / "objects.inv")
 
 
+@needs_mkdocs
 @pytest.mark.parametrize("module", MODULES)
 def test_every_export_is_in_the_api_reference(module: str, inventory: set[str]) -> None:
     names = exported_names(module)
