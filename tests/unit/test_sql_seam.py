@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import ast
 from datetime import timedelta
 from pathlib import Path
 
+from tests.unit.test_layers import drivers_imported
 from zincir.store._sql import micros, sql
 
 STORE = Path(__file__).resolve().parents[2] / "src" / "zincir" / "store"
-DRIVERS = {"apsw", "psycopg", "psycopg_pool", "sqlite3"}
 
 
 def test_a_statement_is_written_once_and_converted_for_psycopg() -> None:
@@ -32,15 +31,9 @@ def test_a_duration_is_given_in_whole_microseconds() -> None:
 
 
 def test_the_rule_modules_import_no_database_driver() -> None:
-    found = []
-    for path in STORE.glob("_*.py"):
-        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [alias.name.split(".")[0] for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module.split(".")[0]]
-            found += [f"{path.name}: {name}" for name in names if name in DRIVERS]
+    found = [
+        f"{path.name}: {name}" for path in STORE.glob("_*.py") for name in drivers_imported(path)
+    ]
     assert found == []
 
 

@@ -13,14 +13,13 @@ from typing import Any, TypeVar
 from psycopg import errors
 
 from .._records import Lease, NewEvent
-from .._sql import Params, Rules, Sql, Tx
+from .._sql import Params, Rules, Sql, Tx, micros
 from ._base import Conn, PostgresBase
 from ._log import append, insert_events
 
 __all__ = ["PostgresRules", "PostgresTx"]
 
 T = TypeVar("T")
-_US = timedelta(microseconds=1)
 
 
 class PostgresTx:
@@ -63,7 +62,7 @@ class PostgresTx:
         return isinstance(error, errors.UniqueViolation) and error.diag.constraint_name == index
 
     def later(self, ttl: timedelta) -> object:
-        return ttl // _US
+        return micros(ttl)
 
     def lock(self, space: int, keys: Iterable[str], *, exclusive: bool) -> None:
         take = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
