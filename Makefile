@@ -61,7 +61,7 @@ test-quick: $(DEV)
 	ZINCIR_TEST_BACKENDS=sqlite $(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not browser and not temporal"
 
 # The long-run section stores the same conversation on LangGraph's SqliteSaver in the peers'
-# venv and plots both (docs/long-run.png, with matplotlib installed into the venv for it).
+# venv and plots both (docs/operations/performance/long-run.png, with matplotlib installed into the venv for it).
 bench: $(DEV) .venv-peers/.installed
 	$(BIN)/python -m pip install --quiet matplotlib
 	$(BIN)/python benchmarks/run.py --temporal
@@ -78,7 +78,7 @@ bench-quick: $(DEV)
 
 # The long-horizon recovery benchmark: a task killed with SIGKILL at seeded points and
 # restarted, per durability, context strategy and verification policy; rewrites
-# docs/recovery.md and its plots (matplotlib is installed into the venv for them); the
+# docs/operations/performance/recovery.md and its plots (matplotlib is installed into the venv for them); the
 # same task on LangGraph and DBOS runs in the peers' venv.
 .PHONY: bench-recovery
 bench-recovery: $(DEV) .venv-peers/.installed

@@ -21,9 +21,9 @@ with ``LocalRuntime(max_input_bytes=None)`` (``--no-input-limit`` goes there at 
 
 The windows scale with N: bytes per turn over turns N/20–3N/20 and 9N/10–N (50–150 and
 900–1,000 at N = 1,000), the median turn over N/100–N/10 and 9N/10–N (10–100, 900–1,000).
-``--write`` rewrites docs/long-run.md and docs/long-run.png (matplotlib) from this run;
-``--before`` adds a curve from an earlier run's ``--json`` file to the plot; ``--from``
-reports (and with ``--write`` writes) a run's ``--json`` file instead of running.
+``--write`` rewrites long-run.md and long-run.png (matplotlib) in docs/operations/performance/
+from this run; ``--before`` adds a curve from an earlier run's ``--json`` file to the plot;
+``--from`` reports (and with ``--write`` writes) a run's ``--json`` file instead of running.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ from long_run_peer import PROMPT, TOOL, call_id, reply_text, tool_text  # noqa: 
 RUN_ID = "long-run"
 FIXED_MARKS = (50, 150, 300, 1000)
 MB = 1e6
-DOC = HERE.parent / "docs" / "long-run.md"
-PLOT = HERE.parent / "docs" / "long-run.png"
+DOC = HERE.parent / "docs" / "operations" / "performance" / "long-run.md"
+PLOT = HERE.parent / "docs" / "operations" / "performance" / "long-run.png"
 
 
 # -- the zincir run (in child processes) -----------------------------------------------------
@@ -439,7 +439,7 @@ def plot(result: dict[str, Any], path: Path, before: dict[str, Any] | None = Non
 
 
 def write_doc(result: dict[str, Any], turns: int, before: dict[str, Any] | None) -> None:
-    """Rewrite docs/long-run.md (and the plot) from ``result``; ``before``, an earlier
+    """Rewrite the long-run page (and the plot) from ``result``; ``before``, an earlier
     run's result, adds a column and a dotted curve."""
     earlier = {} if before is None else {**before["figures"], **before["ratios"]}
     head = "| figure | value |" + (" before |" if before else "") + " target |"
@@ -514,7 +514,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="100 turns, 3 resumes")
     parser.add_argument("--resumes", type=int, default=5, help="resumes timed (median)")
     parser.add_argument("--json", type=Path, help="also write the result to this file")
-    parser.add_argument("--write", action="store_true", help="rewrite docs/long-run.{md,png}")
+    parser.add_argument("--write", action="store_true", help="rewrite the long-run page and plot")
     parser.add_argument("--before", type=Path, help="an earlier run's --json, for the plot")
     parser.add_argument(
         "--from", dest="source", type=Path, help="report a run's --json instead of running"

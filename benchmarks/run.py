@@ -30,7 +30,8 @@ Long runs (benchmarks/long_run.py): one durable agent run of ``--long-run-turns`
 (1,000; 100 with ``--quick``), each adding about 2 KB: its database bytes at turns 50, 150,
 300 and 1,000, bytes per turn early and late, turn time early and late, a new process's
 resume to the next model request, and the same conversation on LangGraph's ``SqliteSaver``
-in the peers venv (when it exists); a full run rewrites docs/long-run.md and its plot.
+in the peers venv (when it exists); a full run rewrites
+docs/operations/performance/long-run.md and its plot.
 
 With ``--peers`` one LangGraph graph (``peers_child.step_graph``: a ring of small nodes, one
 super-step each, ``durability="sync"``) runs on ``ZincirSaver`` here and on LangGraph's
@@ -671,7 +672,8 @@ def frame_figures(bench: Bench) -> dict[str, float]:
 
 def long_run_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     """benchmarks/long_run.py: one agent run of ``--long-run-turns`` turns (100 quick) and
-    the same conversation on SqliteSaver; a full run rewrites docs/long-run.{md,png}."""
+    the same conversation on SqliteSaver; a full run rewrites
+    docs/operations/performance/long-run.{md,png}."""
     turns = 100 if bench.quick else args.long_run_turns
     try:
         result: dict[str, Any] = long_run.measure(
@@ -688,7 +690,9 @@ def long_run_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         try:
             long_run.write_doc(result, turns, None)
         except ImportError as error:
-            bench.notes["long_run_doc"] = f"docs/long-run.md not written ({error})"
+            bench.notes["long_run_doc"] = (
+                f"docs/operations/performance/long-run.md not written ({error})"
+            )
     return result
 
 

@@ -1,4 +1,5 @@
-"""docs/recovery.md: the tables, the plots (matplotlib, when importable) and the headline."""
+"""The recovery page (docs/operations/performance/recovery.md): its tables, its plots
+(matplotlib, when importable) and the headline."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
 
 Every cell (durability × context × verification, and the peers beside zincir) runs once
 without kills and once per seed with ``M`` seeded SIGKILLs, each followed by a restart; the
-report (tables, plots) goes to ``--write`` (default docs/recovery.md).
+report (tables, plots) goes to ``--write`` (default docs/operations/performance/recovery.md).
 """
 
 from __future__ import annotations
@@ -99,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--no-peers", action="store_true")
-    parser.add_argument("--write", type=Path, default=ROOT / "docs" / "recovery.md")
+    parser.add_argument(
+        "--write", type=Path, default=ROOT / "docs" / "operations" / "performance" / "recovery.md"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     task = Task(args.subtasks, args.every)
