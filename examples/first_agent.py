@@ -29,11 +29,12 @@ agent = Agent(
 
 async def main() -> None:
     async with Runner("weather.db", [agent]) as runner:
-        if len(sys.argv) > 1:  # python weather.py RUN_ID: finish a run after a crash
+        if len(sys.argv) > 1:  # python first_agent.py RUN_ID: finish a run after a crash
             result = await runner.resume(sys.argv[1])
         else:
             result = await runner.run(agent, "What is the weather in Oslo today?")
         print(result.run_id, result.output)
 
 
-asyncio.run(main())
+if __name__ == "__main__":  # not when `zincir worker --agent first_agent:agent` imports it
+    asyncio.run(main())
