@@ -1,21 +1,19 @@
 """The API reference names every export: each module's ``__all__`` is in the built site's inventory.
 
-The site is built with ``mkdocs build --strict`` into a temporary folder (a page, link or
-reference that does not resolve fails it), and mkdocstrings' ``objects.inv`` lists every
-object it rendered.
+The inventory is read from the built site (tests/docs/site.py: ``site/`` as ``make docs``
+built it with ``--strict``, or one build for the session when ``site/`` is missing or stale);
+mkdocstrings' ``objects.inv`` lists every object it rendered.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib.util
-import os
-import subprocess
-import sys
 import zlib
 from pathlib import Path
 
 import pytest
+
+from tests.docs.site import built_site
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
@@ -34,12 +32,6 @@ MODULES = [
     "zincir.integrations.pydantic_ai",
     "zincir.integrations.langgraph",
 ]
-
-needs_mkdocs = pytest.mark.skipif(
-    importlib.util.find_spec("mkdocs") is None
-    or importlib.util.find_spec("mkdocstrings_handlers.python") is None,
-    reason="the docs extra is not installed (pip install -e '.[docs]' or `make docs`)",
-)
 
 
 def _module_file(module: str) -> Path:
@@ -77,20 +69,11 @@ def read_inventory(path: Path) -> set[str]:
 
 @pytest.fixture(scope="module")
 def inventory(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
-    site = tmp_path_factory.mktemp("site")
-    build = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-        timeout=300,
-    )
-    assert build.returncode == 0, build.stdout + build.stderr
-    return read_inventory(site / "objects.inv")
+    """The built site's inventory (skipped when there is no current build and the docs extra
+    is not installed to make one)."""
+    return read_inventory(built_site(tmp_path_factory) / "objects.inv")
 
 
-@needs_mkdocs
 @pytest.mark.parametrize("module", MODULES)
 def test_every_export_is_in_the_api_reference(module: str, inventory: set[str]) -> None:
     names = exported_names(module)
