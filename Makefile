@@ -62,9 +62,12 @@ test-quick: $(DEV)
 
 # The long-run section stores the same conversation on LangGraph's SqliteSaver in the peers'
 # venv and plots both (docs/operations/performance/long-run.png, with matplotlib installed into the venv for it).
+# The run's figures go to benchmarks/results.json and from there into the table of
+# docs/operations/performance/index.md (benchmarks/docs_table.py).
 bench: $(DEV) .venv-peers/.installed
 	$(BIN)/python -m pip install --quiet matplotlib
-	$(BIN)/python benchmarks/run.py --temporal
+	$(BIN)/python benchmarks/run.py --temporal --json benchmarks/results.json
+	$(BIN)/python benchmarks/docs_table.py benchmarks/results.json
 
 # Instructions per step and per agent turn under valgrind's callgrind (about 5 minutes): the
 # figure to judge a change to zincir's own code by, where wall-clock figures drift.
@@ -99,7 +102,9 @@ reliability: $(DEV) system-deps
 	touch $@
 
 bench-peers: $(DEV) .venv-peers/.installed
-	$(BIN)/python benchmarks/run.py --peers --temporal
+	$(BIN)/python -m pip install --quiet matplotlib
+	$(BIN)/python benchmarks/run.py --peers --temporal --json benchmarks/results.json
+	$(BIN)/python benchmarks/docs_table.py benchmarks/results.json
 
 clean:
 	rm -rf $(VENV) .venv-peers output site zincir.db zincir.db-wal zincir.db-shm test-artifacts

@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -696,6 +696,15 @@ def long_run_section(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def cpu_model() -> str:
+    """The CPU's model name, as /proc/cpuinfo gives it ("" elsewhere)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return ""
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     bench = Bench(args.quick, 3 if args.quick else args.repeat)
     figures = bench.figures
@@ -880,11 +889,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "ratios": ratios,
         "notes": bench.notes,
         "machine": {
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "cpu": cpu_model(),
             "python": platform.python_version(),
             "sqlite": apsw.sqlite_lib_version(),
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
             "quick": args.quick,
+            "peers": args.peers,
+            "temporal": args.temporal,
         },
     }
 
