@@ -72,7 +72,7 @@ def blocks_of(page: Path) -> list[Block]:
 
 BLOCKS = [block for page in pages() for block in blocks_of(page)]
 RUNNABLE = [
-    # A block that imports zincir.temporal starts a Temporal dev server (`make test-quick` skips it).
+    # A block importing zincir.temporal starts a Temporal dev server (`make test-quick` skips it).
     pytest.param(block, id=f"{block.page}#{block.number}", marks=pytest.mark.temporal)
     if "zincir.temporal" in block.code
     else pytest.param(block, id=f"{block.page}#{block.number}")
@@ -89,6 +89,12 @@ def test_every_block_runs_or_says_why_not() -> None:
     ]
     assert unmarked == [], "mark these <!-- excerpt: why --> or make them python that runs"
     assert len(RUNNABLE) >= 40  # the docs are mostly examples that run
+
+
+def test_readme_first_agent_is_the_example_the_docs_include() -> None:
+    """The README's first agent is examples/first_agent.py, word for word, so neither drifts."""
+    first = next(block for block in BLOCKS if block.page == "README.md" and block.runs)
+    assert first.code == (REPO / "examples" / "first_agent.py").read_text()
 
 
 @pytest.mark.parametrize("block", RUNNABLE)
