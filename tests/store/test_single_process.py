@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,12 @@ async def test_a_durable_agent_runs_and_replays_on_a_single_process_store(
         events = await store.list_events("run-1")
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
         assert (await store.get_run("run-1"))["status"] == "completed"
+
+
+@pytest.mark.parametrize(
+    "option", [{"synchronous": "normal"}, {"busy_timeout": 5}, {"busy_timeout": timedelta(0)}]
+)
+def test_a_postgresql_store_refuses_sqlite_settings(option: dict[str, object]) -> None:
+    """A SQLite-only setting on a PostgreSQL URL is refused, not silently dropped."""
+    with pytest.raises(InvalidInput, match=next(iter(option))):
+        zincir.open_store("postgresql://localhost/zincir", **option)  # type: ignore[arg-type]

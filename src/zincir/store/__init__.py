@@ -112,11 +112,15 @@ def default_database_path() -> str:
     return os.environ.get("ZINCIR_DATABASE_PATH") or "zincir.db"
 
 
+_DEFAULT_BUSY_TIMEOUT = timedelta(seconds=30)
+"""How long a SQLite store waits for another process's lock before StoreUnavailable."""
+
+
 def open_store(
     url_or_path: str | os.PathLike[str] | None = None,
     *,
     synchronous: Literal["full", "normal"] = "full",
-    busy_timeout: timedelta | float = timedelta(seconds=30),
+    busy_timeout: timedelta | float = _DEFAULT_BUSY_TIMEOUT,
     clock: Clock | None = None,
     single_process: bool = False,
 ) -> SQLiteStore | PostgresStore:
@@ -128,6 +132,7 @@ def open_store(
     (NotAZincirDatabase); a read-only SQLite file raises DatabaseReadOnly.
     ``single_process=True`` (SQLite only) locks the file for this store alone until it is
     closed, which makes each transaction cheaper; no other process may open it meanwhile.
+    ``synchronous`` and ``busy_timeout`` are SQLite's too: a PostgreSQL URL refuses them.
     """
     if url_or_path is not None and not isinstance(url_or_path, str | os.PathLike):
         raise InvalidInput(f"open_store takes a path or URL, not {type(url_or_path).__name__}")
@@ -139,6 +144,16 @@ def open_store(
             raise InvalidInput(
                 "single_process locks an embedded SQLite file; a PostgreSQL store is shared "
                 "by design"
+            )
+        if synchronous != "full":
+            raise InvalidInput(
+                f"synchronous={synchronous!r} sets an embedded SQLite file's fsync; a PostgreSQL "
+                "store's durability is the server's synchronous_commit setting"
+            )
+        if busy_timeout not in (_DEFAULT_BUSY_TIMEOUT, _DEFAULT_BUSY_TIMEOUT.total_seconds()):
+            raise InvalidInput(
+                "busy_timeout is how long an embedded SQLite file waits for another process's "
+                "lock; a PostgreSQL store waits on row locks, and takes no busy_timeout"
             )
         return open_postgres(target, clock=clock)
     return SQLiteStore(
