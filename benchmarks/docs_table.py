@@ -31,19 +31,23 @@ PAGE = HERE.parent / "docs" / "operations" / "performance" / "index.md"
 START = "<!-- figures:start -->"
 END = "<!-- figures:end -->"
 
-# (title, name prefixes), the first matching group takes a name; the long-run figures have a
-# page of their own (long-run.md, written by the same run).
+# (title, name prefixes) in the order the page shows them; a name goes to the first group,
+# in MATCH_ORDER, with a prefix of it. The long-run figures have a page of their own
+# (long-run.md, written by the same run).
 GROUPS: list[tuple[str, tuple[str, ...]]] = [
-    ("Long runs", ("long_run_", "sqlitesaver_long_run_")),
-    ("Retention", ("prune_", "compact_")),
-    ("PostgreSQL", ("pg_", "dbos_pg_", "sqlite_4proc_")),
     ("A step on SQLite", ("raw_", "step_")),
     ("64 concurrent runs", ("concurrent64_",)),
     ("Operations and the durable agent turn", ("agent_", "runtime_")),
-    ("Peers: DBOS and LangGraph", ("dbos_", "langgraph_", "zincir_langgraph_", "inmemory_")),
+    ("Peers: DBOS and LangGraph", ("dbos_", "langgraph_", "zincir_", "inmemory_")),
     ("pydantic-ai", ("pydantic_ai_",)),
     ("Resume, claims and the inspector", ("resume_", "claims_", "inspector_")),
+    ("Retention", ("prune_", "compact_")),
+    ("PostgreSQL", ("pg_", "dbos_pg_", "sqlite_4proc_")),
     ("Temporal", ("temporal_",)),
+    ("Long runs", ("long_run_", "sqlitesaver_long_run_")),
+]
+MATCH_ORDER = ["Long runs", "Retention", "PostgreSQL"] + [
+    title for title, _ in GROUPS if title not in {"Long runs", "Retention", "PostgreSQL"}
 ]
 OTHER = "Other figures"
 SKIPPED = {"Long runs"}
@@ -53,8 +57,9 @@ SYMBOLS = {"<=": "≤", ">=": "≥", "<": "<"}
 def group_of(name: str) -> str:
     if name.endswith("_compact_ms"):  # resume_1m_before_compact_ms and _after_
         return "Retention"
-    for title, prefixes in GROUPS:
-        if name.startswith(prefixes):
+    prefixes = dict(GROUPS)
+    for title in MATCH_ORDER:
+        if name.startswith(prefixes[title]):
             return title
     return OTHER
 
@@ -70,7 +75,7 @@ def target(value: float, bound: tuple[str, float] | None) -> str:
         return ""
     op, limit = bound
     met = {"<=": value <= limit, ">=": value >= limit, "<": value < limit}[op]
-    return f"{SYMBOLS[op]} {limit:g} {'met' if met else '**missed**'}"
+    return f"{SYMBOLS[op]} {limit:,g} {'met' if met else '**missed**'}"
 
 
 def machine_line(machine: dict[str, Any]) -> str:
@@ -93,28 +98,39 @@ def render(result: dict[str, Any]) -> str:
     """The Markdown between the markers: the run, then one table per group, then its notes."""
     rows: dict[str, list[str]] = {title: [] for title, _ in GROUPS}
     rows[OTHER] = []
+    verdicts = []
     for kind, values, targets in (
         ("figure", result["figures"], FIGURE_TARGETS),
         ("ratio", result["ratios"], TARGETS),
     ):
         for name, value in values.items():
-            cells = (f"`{name}`", number(value, kind == "ratio"), target(value, targets.get(name)))
-            rows[group_of(name)].append("| " + " | ".join(cells) + " |")
+            group = group_of(name)
+            verdict = target(value, targets.get(name))
+            if verdict and group not in SKIPPED:
+                verdicts.append(verdict.endswith(" met"))
+            cells = (f"`{name}`", number(value, kind == "ratio"), verdict)
+            rows[group].append("| " + " | ".join(cells) + " |")
     lines = [
         "<!-- Written by benchmarks/docs_table.py from benchmarks/results.json: edit neither by"
         " hand, run `make bench`. -->",
         "",
         machine_line(result["machine"]),
+        f"Targets met: {sum(verdicts)} of {len(verdicts)}.",
         "",
     ]
     for title, table in rows.items():
         if not table or title in SKIPPED:
             continue
-        lines += [f"#### {title}", "", "| figure | value | target |", "| --- | ---: | --- |"]
+        lines += [f"### {title}", "", "| figure | value | target |", "| --- | ---: | --- |"]
         lines += [*table, ""]
-    if result.get("notes"):
+    notes = {
+        name: note
+        for name, note in result.get("notes", {}).items()
+        if group_of(name + "_") not in SKIPPED
+    }
+    if notes:
         lines += ["Notes of the run:", ""]
-        lines += [f"- `{name}`: {note}" for name, note in result["notes"].items()]
+        lines += [f"- `{name}`: {note}" for name, note in notes.items()]
         lines.append("")
     return "\n".join(lines)
 
