@@ -15,4 +15,3 @@ def test_the_page_shows_the_figures_of_results_json() -> None:
         "docs/operations/performance/index.md does not show benchmarks/results.json: "
         "run `python benchmarks/docs_table.py` (or `make bench`)"
     )
-
