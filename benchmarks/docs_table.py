@@ -24,6 +24,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from long_run import meets  # noqa: E402
 from run import FIGURE_TARGETS, TARGETS  # noqa: E402
 
 RESULTS = HERE / "results.json"
@@ -73,9 +74,8 @@ def number(value: float, ratio: bool) -> str:
 def target(value: float, bound: tuple[str, float] | None) -> str:
     if bound is None:
         return ""
-    op, limit = bound
-    met = {"<=": value <= limit, ">=": value >= limit, "<": value < limit}[op]
-    return f"{SYMBOLS[op]} {limit:,g} {'met' if met else '**missed**'}"
+    met = "met" if meets(value, bound) else "**missed**"
+    return f"{SYMBOLS[bound[0]]} {bound[1]:,g} {met}"
 
 
 def machine_line(machine: dict[str, Any]) -> str:

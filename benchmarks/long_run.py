@@ -379,12 +379,16 @@ FIGURE_TARGETS = {
 # -- the report ---------------------------------------------------------------------------
 
 
+def meets(value: float, target: tuple[str, float]) -> bool:
+    """Whether ``value`` meets a target ``(op, bound)``; every report of figures asks this."""
+    op, bound = target
+    return {"<=": value <= bound, ">=": value >= bound, "<": value < bound}[op]
+
+
 def _verdict(value: float, target: tuple[str, float] | None) -> str:
     if target is None:
         return ""
-    op, bound = target
-    ok = {"<=": value <= bound, ">=": value >= bound, "<": value < bound}[op]
-    return f"{op} {bound:g} {'met' if ok else 'MISSED'}"
+    return f"{target[0]} {target[1]:g} {'met' if meets(value, target) else 'MISSED'}"
 
 
 def plot(result: dict[str, Any], path: Path, before: dict[str, Any] | None = None) -> None:

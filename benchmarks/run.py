@@ -933,9 +933,7 @@ FIGURE_TARGETS = {
 def verdict(value: float, target: tuple[str, float] | None) -> str:
     if target is None:
         return ""
-    op, bound = target
-    ok = {"<=": value <= bound, ">=": value >= bound, "<": value < bound}[op]
-    return f"{op} {bound:g}  {'met' if ok else 'MISSED'}"
+    return f"{target[0]} {target[1]:g}  {'met' if long_run.meets(value, target) else 'MISSED'}"
 
 
 def print_table(result: dict[str, Any]) -> None:
