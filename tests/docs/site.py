@@ -118,9 +118,14 @@ def can_build() -> bool:
 
 
 class _Handler(SimpleHTTPRequestHandler):
-    """Serves the site's files and records each request's path and status, quietly."""
+    """Serves the site's files and records each request's path and status, quietly; nothing
+    is cached, so every page a test opens asks again for each file it needs."""
 
     served: list[tuple[str, int]]
+
+    def end_headers(self) -> None:
+        self.send_header("Cache-Control", "no-store")
+        super().end_headers()
 
     def log_request(self, code: Any = "-", size: Any = "-") -> None:
         self.served.append((self.path, int(code)))
@@ -129,15 +134,21 @@ class _Handler(SimpleHTTPRequestHandler):
         pass
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A browser that leaves a page drops its connections; that is no error of the site."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 @contextmanager
 def serve(folder: Path) -> Iterator[tuple[str, list[tuple[str, int]]]]:
     """``folder`` over HTTP on a free loopback port, from a thread: the base URL (ending in
     ``/``) and the list of (path, status) of every request answered so far."""
     served: list[tuple[str, int]] = []
     handler = type("Handler", (_Handler,), {"served": served})
-    server = ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(handler, directory=str(folder))
-    )
+    server = _QuietServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
     thread = threading.Thread(target=server.serve_forever, name="docs-site", daemon=True)
     thread.start()
     try:
