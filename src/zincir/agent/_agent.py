@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from .. import _telemetry as telemetry
 from .._errors import ApprovalMismatch, InvalidDocument, InvalidInput, ZincirError
 from .._validate import check_count, check_id, check_positive_duration
 from ..contract.payloads import EventDelivery, RunContext
@@ -291,7 +292,15 @@ class Agent:
             exists=row is not None,
             config=run_config(self.name, prompt, binding, stream=emit is not None),
         )
+        attempt = telemetry.RunAttempt()
         try:
+            attempt = await telemetry.start_run(
+                store,
+                binding.run_id,
+                f"invoke_agent {self.name}",
+                {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": self.name},
+                current=True,
+            )
             if row is not None and row["wait_kind"] is not None:
                 await store.set_run_wait(ctx.lease, None)  # no longer parked: it runs now
             after = earlier[-1].seq if earlier else 0  # only what taking the run appended
@@ -338,13 +347,16 @@ class Agent:
                 return result
             await ctx._complete_json(stored_result(result, binding.run_id))
         except _DETERMINISTIC_FAILURES as error:
+            attempt.end(error)
             await _quietly(ctx.fail(_failure_text(error)))
             raise
-        except BaseException:
+        except BaseException as error:
+            attempt.end(error)
             if owned:  # a lease held by its holder (a worker's context) is its to give up
                 await _quietly(ctx.close())
             raise
         finally:
+            attempt.end()
             if not owned:
                 ctx.end_use()
         return result

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .. import _telemetry as telemetry
 from .._errors import (
     ApprovalMismatch,
     InputDrift,
@@ -624,7 +625,9 @@ class DurableExecutor:
             )
             for call in paused.calls
         ]
-        opened = await ctx.store.open_approvals(ctx.lease, approvals, events)
+        calls = [(call.call_id, call.tool) for call in paused.calls]
+        with telemetry.pause_span(run_id, calls, expires):
+            opened = await ctx.store.open_approvals(ctx.lease, approvals, events)
         for call_id, round_ in rounds.items():
             if round_ != logged.rounds.get(call_id, 0):
                 logged.reopen(call_id, round_)

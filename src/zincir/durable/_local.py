@@ -28,6 +28,7 @@ from datetime import timedelta
 from typing import Final
 
 from .. import _deadlines as deadlines
+from .. import _telemetry as telemetry
 from .._crash import crash_point
 from .._errors import (
     DigestMismatch,
@@ -400,7 +401,9 @@ class LocalRuntime:
         while True:
             if lease is not None and (lapsed := deadlines.lapsed(lease)):
                 raise lapsed  # a starved loop: another owner may be running this already
-            outcome = await attempt_outcome(handler, inv)
+            with telemetry.operation(inv) as span:  # a real execution: never a replay
+                outcome = await attempt_outcome(handler, inv)
+                span.outcome(outcome)
             retry = (
                 isinstance(outcome, Failure)
                 and outcome.retryable

@@ -12,11 +12,15 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from .. import _telemetry as telemetry
 from .._errors import FencedOut, InvalidInput, RunTerminal, WorkflowSuspended
 from ..runs._context import AgentContext
 from ..store import Lease, Store, WaitAttempt
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
 
 __all__ = ["Core", "Sleeper", "WaitKind", "WorkflowSuspended", "default_sleeper"]
 
@@ -46,6 +50,9 @@ class Core:
         self.claimed_ahead: str | None = None
         """The step this context claimed with the previous step's result, until it runs."""
         agent.before_release(self.release_ahead)  # whoever gives the lease up
+        self.attempt: telemetry.RunAttempt | None = None
+        """The span of this attempt at the run, from its first step body that runs."""
+        agent.before_release(self.end_attempt)
 
     @property
     def run_id(self) -> str:
@@ -78,6 +85,20 @@ class Core:
             log.warning(
                 "[run %s] could not release the claim on step %r: %s", self.run_id, name, error
             )
+
+    async def attempt_context(self) -> Context | None:
+        """The tracing context of this attempt at the run (started on first use; None
+        without OpenTelemetry)."""
+        if self.attempt is None:
+            self.attempt = await telemetry.start_run(
+                self.store, self.run_id, "zincir workflow", {}, current=False
+            )
+        return self.attempt.context()
+
+    async def end_attempt(self) -> None:
+        """End this attempt's span as the context gives its lease up."""
+        if self.attempt is not None:
+            self.attempt.end()
 
     async def release_ahead(self) -> None:
         """Release the claim made ahead for a step the code did not run next: never run."""

@@ -14,6 +14,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from .. import _telemetry as telemetry
 from .._crash import crash_point
 from .._errors import InvalidInput, StepInProgress
 from .._json import dumps, loads_own
@@ -95,9 +96,10 @@ async def _claim_and_run(
         crash_point("step.claimed")
         try:
             core.check()  # the claim's write may have waited: no body starts on a lapsed lease
-            value = fn()
-            if inspect.isawaitable(value):
-                value = await value
+            with telemetry.step_span(run_id, name, await core.attempt_context()):
+                value = fn()
+                if inspect.isawaitable(value):
+                    value = await value
             result_json = dumps(
                 value, what=f"the result of step {name!r}", run_id=run_id, convert=True
             )
