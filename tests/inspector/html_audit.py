@@ -50,7 +50,7 @@ ALLOWED_TAGS = {
 }
 
 
-STATIC_SCRIPTS = ("/static/local-time.js", "/static/on-demand.js")
+STATIC_SCRIPTS = ("/static/local-time.js", "/static/on-demand.js", "/static/live-stream.js")
 """The only scripts a page loads: our static files, in this order."""
 
 

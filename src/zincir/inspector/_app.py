@@ -32,6 +32,7 @@ from .._validate import MAX_SEQUENCE
 from ..store import RunRecord
 from ..store._stall import stall_reason
 from ..store.sqlite import EventRow, TimerRow, decode_json
+from ..streams._sse import stream_endpoint
 from ._conversation import MODEL_KINDS, conversation, failed_call_id
 from ._db import (
     CHAT_EVENTS,
@@ -43,6 +44,7 @@ from ._db import (
     View,
     open_read_only,
 )
+from ._live import ReadOnlyStreams
 from ._security import SECURITY_HEADERS, SecurityMiddleware, UIAddress, parse_address
 from ._threads import thread_detail, thread_url, with_anchors
 
@@ -169,6 +171,11 @@ def run_url(run_id: Any) -> str:
 def conversation_url(run_id: Any, before: int) -> str:
     """The page of a run's conversation before event ``before`` (older turns)."""
     return f"/conversation/{quote(str(run_id), safe='')}?before={int(before)}"
+
+
+def stream_url(run_id: Any) -> str:
+    """The run's durable stream as Server-Sent Events (followed by the run page)."""
+    return "/api/stream/" + quote(str(run_id), safe="")
 
 
 def event_url(run_id: Any, seq: Any) -> str:
@@ -802,6 +809,7 @@ def _environment() -> Environment:
         run_url=run_url,
         conversation_url=conversation_url,
         event_url=event_url,
+        stream_url=stream_url,
         thread_url=thread_url,
         head_text=head_text,
         status_class=status_class,
@@ -864,6 +872,7 @@ def create_app(
             Route("/operation/{run_id:path}", pages.show_operation, methods=["GET"]),
             Route("/api/event/{run_id:path}", pages.api_event, methods=["GET"]),
             Route("/api/operation/{run_id:path}", pages.api_operation, methods=["GET"]),
+            Route("/api/stream/{run_id:path}", stream_endpoint(ReadOnlyStreams(db))),
             Route("/threads", pages.list_threads, methods=["GET"]),
             Route("/threads/{thread_id:path}", pages.show_thread, methods=["GET"]),
             Route("/api/threads", pages.api_threads, methods=["GET"]),
