@@ -45,6 +45,7 @@ from ._records import (
     new_owner_id,
 )
 from ._restart_records import ApprovalRow, NewApproval, RestartRow, approval_id
+from ._streams import NewStreamItem, StreamItemRow
 from ._workflow_records import (
     ChildOutcome,
     ChildResult,
@@ -77,6 +78,7 @@ __all__ = [
     "NewEvent",
     "NewGraphCheckpoint",
     "NewOperation",
+    "NewStreamItem",
     "OperationClaim",
     "OperationKey",
     "OperationOutcome",
@@ -90,6 +92,7 @@ __all__ = [
     "SQLiteStore",
     "StepClaim",
     "Store",
+    "StreamItemRow",
     "ThreadLease",
     "TimerRecord",
     "ToolResultEntry",

@@ -25,6 +25,7 @@ from ._run_rules import (
     run_not_found,
 )
 from ._sql import Rules, Sql, Tx, sql
+from ._streams import drop_stream_deltas
 
 __all__ = [
     "RUN_TABLES",
@@ -56,6 +57,8 @@ RUN_TABLES: Final = (
     ("restart_checkpoints", "run_id"),
     ("messages", "to_run_id"),
     ("content_refs", "run_id"),
+    ("stream_items", "run_id"),
+    ("run_traces", "run_id"),
 )
 """(table, column naming the run) of every row a run owns besides its ``agent_runs`` row.
 Messages a pruned run sent to other runs stay in their recipients' inboxes."""
@@ -216,7 +219,8 @@ async def prune_passes(read_page: PageReader, delete: BatchDeleter, max_events: 
 @dataclass(slots=True)
 class CompactReport:
     """What compacting a run moved: its events up to ``through_seq`` (the latest accepted
-    checkpoint's decision) went to the archive, but for ``kept`` open intents."""
+    checkpoint's decision) went to the archive, but for ``kept`` open intents; and the
+    ``stream_deltas`` dropped from its stream (those of model requests with a message)."""
 
     run_id: str
     through_seq: int = 0
@@ -224,6 +228,7 @@ class CompactReport:
     kept: int = 0
     batches: int = 0
     longest_batch_ms: float = 0.0
+    stream_deltas: int = 0
 
 
 Mover = Callable[[int, int], Awaitable[int]]
@@ -379,10 +384,12 @@ class LifecycleOps(Rules):
         """Move the run's events up to its latest accepted checkpoint's decision into the
         archive, in transactions of at most ``max_events`` events; tool intents still waiting
         for their result stay. The log read whole is unchanged (both parts merged by seq),
-        and so is ``state()``, which reads only what follows the checkpoint. RunNotFound for
-        an unknown run; a run without an accepted checkpoint is left as it is."""
+        and so is ``state()``, which reads only what follows the checkpoint. The run's
+        stream loses the deltas of model requests whose message it holds. RunNotFound for
+        an unknown run; a run without an accepted checkpoint keeps its log as it is."""
         through, first_live, kept = await self._read_tx(lambda tx: _compact_bounds(tx, run_id))
         report = CompactReport(run_id, through or 0, kept=kept)
+        report.stream_deltas = await drop_stream_deltas(self, run_id, max_events)
         if through is None:
             return report
 

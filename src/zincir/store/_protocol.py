@@ -41,6 +41,7 @@ from ._records import (
     RunState,
 )
 from ._restart_records import ApprovalRow, NewApproval, RestartRow
+from ._streams import NewStreamItem, StreamItemRow
 from ._workflow_records import (
     ChildOutcome,
     ChildResult,
@@ -354,6 +355,22 @@ class Store(Protocol):
     async def renew_thread_lease(self, lease: ThreadLease) -> bool: ...
     async def release_thread_lease(self, lease: ThreadLease) -> bool: ...
 
+    # -- a run's durable stream and its trace context -------------------------------------
+    # Items a client reads from an offset (``zincir.streams``): an append under the run's
+    # lease is fenced and gives its items the next offsets (1, 2, 3 ... gapless as written);
+    # an item whose key the run's stream holds is skipped (no offset used). A run's trace
+    # context (a W3C traceparent) is stored once: the first save wins.
+
+    async def append_stream(
+        self, lease: Lease, items: Sequence[NewStreamItem], *, durable: bool = True
+    ) -> list[int]: ...
+    async def read_stream(
+        self, run_id: str, after: int, limit: int = 500
+    ) -> list[StreamItemRow]: ...
+    async def stream_tail(self, run_id: str) -> StreamItemRow | None: ...
+    async def save_trace_context(self, run_id: str, traceparent: str) -> str: ...
+    async def load_trace_context(self, run_id: str) -> str | None: ...
+
 
 READS: frozenset[str] = frozenset(
     {
@@ -376,6 +393,9 @@ READS: frozenset[str] = frozenset(
         "list_approvals",
         "get_graph_checkpoint",
         "list_graph_checkpoints",
+        "read_stream",
+        "stream_tail",
+        "load_trace_context",
     }
 )
 """The operations that only read; every other ``async`` operation of :class:`Store` writes

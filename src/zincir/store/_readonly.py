@@ -32,6 +32,7 @@ from ._readonly_rows import (
     row_limit,
 )
 from ._records import RunRecord
+from ._streams import StreamItemRow
 from ._thread_rows import (
     PREVIEW_BYTES,
     ThreadCheckpointRow,
@@ -143,6 +144,11 @@ class ReadOnlySnapshot(Protocol):
         *,
         preview_bytes: int = PREVIEW_BYTES,
     ) -> list[ThreadWriteRow]: ...
+
+    # -- a run's durable stream ---------------------------------------------------------
+
+    def read_stream(self, run_id: str, after: int = 0, limit: int = 500) -> list[StreamItemRow]: ...
+    def stream_tail(self, run_id: str) -> StreamItemRow | None: ...
 
 
 class ReadOnlyView(Protocol):

@@ -19,6 +19,7 @@ from ._operations import OperationOps
 from ._restart import RestartOps
 from ._runs import RunOps
 from ._steps import StepOps
+from ._streams import StreamOps
 from ._timers import TimerOps
 
 __all__ = ["StoreOps"]
@@ -38,6 +39,8 @@ class StoreOps(
     ApprovalOps,
     LangGraphOps,
     ContentOps,
+    StreamOps,
 ):
     """Runs and leases, the agent log, claims, workflows (steps, timers, messages, child
-    runs), operations, restart checkpoints, approvals, LangGraph checkpoints and content."""
+    runs), operations, restart checkpoints, approvals, LangGraph checkpoints, content and
+    runs' durable streams."""

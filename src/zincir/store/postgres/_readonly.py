@@ -27,6 +27,7 @@ from ..._errors import ConnectionLost, NotAZincirDatabase, SchemaTooNew, StoreEr
 from .._readonly_queries import READ_COLUMNS, SnapshotQueries
 from .._readonly_rows import REQUIRED_TABLES, Row, UsageCache, decode_json
 from .._sql import Params, Sql
+from .._streams import StreamReads
 from .._thread_reads import ThreadReads
 from ._base import Conn, migrations, split_schema
 from ._errors import DRIVER_ERRORS, translate
@@ -237,7 +238,7 @@ class ReadOnlyPostgres:
             conn.close()
 
 
-class PostgresSnapshot(SnapshotQueries, ThreadReads):
+class PostgresSnapshot(SnapshotQueries, ThreadReads, StreamReads):
     """The named read queries, inside one read transaction of a :class:`ReadOnlyPostgres`."""
 
     def __init__(self, conn: Conn, database: ReadOnlyPostgres, tables: frozenset[str]) -> None:

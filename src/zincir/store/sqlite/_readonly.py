@@ -27,6 +27,7 @@ from ..._validate import utf8
 from .._readonly_queries import READ_COLUMNS, SnapshotQueries
 from .._readonly_rows import REQUIRED_TABLES, Row, UsageCache
 from .._sql import Params, Sql
+from .._streams import StreamReads
 from .._thread_reads import ThreadReads
 from .._thread_rows import PREVIEW_BYTES
 from ._base import check_zincir_file, migrations, refuse_directory
@@ -214,7 +215,7 @@ class ReadOnlyDatabase:
                 close_quietly(conn)
 
 
-class SnapshotReader(SnapshotQueries, ThreadReads):
+class SnapshotReader(SnapshotQueries, ThreadReads, StreamReads):
     """The named read queries, inside one read transaction of a :class:`ReadOnlyDatabase`."""
 
     def __init__(
