@@ -19,6 +19,7 @@ from ._items import (
     StreamItem,
 )
 from ._read import read
+from ._sse import sse_app
 
 __all__ = [
     "EVENT",
@@ -32,4 +33,5 @@ __all__ = [
     "VOID",
     "StreamItem",
     "read",
+    "sse_app",
 ]

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .._validate import MAX_SEQUENCE
+from ._items import StreamItem
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -34,6 +35,7 @@ KEEP_ALIVE_S = 15.0  # a comment line after this many seconds without an item
 RETRY_MS = 1_000  # how soon a browser reconnects after the connection drops
 MAX_OFFSET_DIGITS = 18
 Authorize = Callable[["Request"], "bool | Awaitable[bool]"]
+Follow = Callable[[Any, str, int], AsyncIterator[StreamItem]]
 
 
 def is_loopback(host: str | None) -> bool:
@@ -91,10 +93,16 @@ def _require_starlette() -> None:
 
 
 def stream_endpoint(
-    store: Any, authorize: Authorize | None = None, *, keep_alive: float = KEEP_ALIVE_S
+    store: Any,
+    authorize: Authorize | None = None,
+    *,
+    keep_alive: float = KEEP_ALIVE_S,
+    follow: Follow | None = None,
 ) -> Callable[[Request], Awaitable[Response]]:
     """The request handler behind :func:`sse_app` (the run id is the ``run_id`` path
-    parameter), for an app that routes it itself (the inspector does)."""
+    parameter), for an app that routes it itself; ``follow(store, run_id, after)`` reads
+    the items (:func:`zincir.streams.read` by default; the inspector's read-only view has
+    its own)."""
     _require_starlette()
     import anyio
     from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -125,15 +133,17 @@ def stream_endpoint(
                 await self.listen_for_disconnect(receive)
                 group.cancel_scope.cancel()
 
-    async def events(run_id: str, after: int) -> AsyncIterator[bytes]:
-        from ._read import read
+    from ._read import read
 
+    reader: Follow = read if follow is None else follow
+
+    async def events(run_id: str, after: int) -> AsyncIterator[bytes]:
         yield f"retry: {RETRY_MS}\n\n".encode()
         queue: asyncio.Queue[tuple[int, str, Any] | None] = asyncio.Queue(maxsize=256)
 
         async def pump() -> None:
             try:
-                async for item in read(store, run_id, after=after):
+                async for item in reader(store, run_id, after):
                     await queue.put((item.offset, item.kind, item.payload))
             finally:
                 await queue.put(None)
