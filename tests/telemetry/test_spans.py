@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
+from tests.agent.runner_agents import LOG_ENV, refunds
 from tests.conftest import REPO
 from tests.telemetry.agents import KILL_ENV, PROMPT, agent, span_line
 from zincir import WorkflowContext
-from zincir.agent import Runner
+from zincir.agent import Approve, Runner
 from zincir.store import Store
 from zincir.testing import capture_spans
 
@@ -128,7 +129,7 @@ import asyncio, sys
 sys.modules["opentelemetry"] = None
 from tests.telemetry.agents import PROMPT, agent
 from zincir import WorkflowContext, open_store
-from zincir.agent import Runner
+from zincir.agent import Approve, Runner
 
 async def main():
     async with Runner({str(tmp_path / "x.db")!r}, [agent]) as runner:
@@ -147,3 +148,22 @@ asyncio.run(main())
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [ANSWER, "1", "no opentelemetry"]
+
+
+async def test_a_pause_for_approval_and_its_decision_are_spans_of_the_run(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(LOG_ENV, str(tmp_path / "calls.log"))
+    runner = Runner(store, [refunds])
+    with capture_spans() as paused:
+        assert (await runner.run(refunds, "Refund A-17", run_id="refund")).paused is not None
+    [wait] = [s for s in as_dicts(paused) if s["name"] == "zincir approval wait"]
+    assert wait["attributes"]["zincir.approval.call_ids"] == ["call-refund"]
+    assert wait["attributes"]["gen_ai.tool.name"] == ["refund"]
+    with capture_spans() as resumed:
+        done = await runner.resume("refund", {"call-refund": Approve()})
+    assert done.output.startswith("done")
+    names = [s["name"] for s in as_dicts(resumed)]
+    assert "zincir approval_resume" in names and "execute_tool refund" in names
+    assert "zincir approval wait" not in names
+    assert {s["trace_id"] for s in as_dicts(paused) + as_dicts(resumed)} == {wait["trace_id"]}
