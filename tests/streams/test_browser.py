@@ -193,3 +193,28 @@ def test_the_page_follows_a_run_across_a_server_restart(tmp_path: Path) -> None:
         'get_weather ⇒ {"sky":"light rain","high_c":14}',
         ANSWER,
     ]
+
+
+def test_the_inspectors_run_page_follows_a_live_run(tmp_path: Path) -> None:
+    from tests.inspector.ui_process import ui_server
+    from zincir.inspector._app import run_url
+
+    browser = require_chromium()
+    db = tmp_path / "zincir.db"
+    writer = Writer(db)
+    writer.append(deltas(1, FIRST_TRY[:12], 4))
+    with ui_server(db, tmp_path) as base, chromium_page(browser, tmp_path / "profile") as page:
+        page.open(base + run_url(RUN_ID))
+        live = "document.querySelector('#live .live-turn')"
+        page.wait_for(f"{live} && {live}.textContent === {json.dumps(FIRST_TRY[:12])}")
+        writer.append([item("void", {"request": 1}, f"void:1:{writer.count}")])
+        writer.append(deltas(1, ANSWER, 9))
+        page.wait_for(f"{live}.textContent === {json.dumps(ANSWER)}")
+        writer.append([message(1, [{"type": "text", "text": ANSWER}])])
+        writer.append([item("result", {"status": "completed", "output": ANSWER}, "result")])
+        page.wait_for(
+            "document.querySelector('#live .live-state').textContent.includes('finished')"
+        )
+        assert page.evaluate(f"{live}.classList.contains('partial')") is False
+        assert page.evaluate("document.querySelectorAll('#live .live-turn').length") == 1
+        assert page.evaluate("document.querySelectorAll('#live b').length") == 0  # text only
