@@ -8,6 +8,7 @@ request with an error for a while, taking no reply of the script.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -30,12 +31,14 @@ API_KEY = "sk-test-0123456789"
 
 @dataclass
 class Reply:
-    """One scripted answer: ``body`` as JSON, or ``chunks`` as an SSE stream."""
+    """One scripted answer: ``body`` as JSON, or ``chunks`` as an SSE stream (which, with
+    ``stall_after``, stops after that many chunks and never ends)."""
 
     body: dict[str, Any] | None = None
     chunks: list[dict[str, Any]] | None = None
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
+    stall_after: int | None = None
 
 
 @dataclass
@@ -103,12 +106,17 @@ class ChatServer:
         if reply.chunks is None:
             return JSONResponse(reply.body or {}, reply.status, headers=reply.headers)
         return StreamingResponse(
-            _sse(reply.chunks), reply.status, reply.headers, media_type="text/event-stream"
+            _sse(reply.chunks, reply.stall_after),
+            reply.status,
+            reply.headers,
+            media_type="text/event-stream",
         )
 
 
-async def _sse(chunks: Iterable[dict[str, Any]]) -> AsyncIterator[bytes]:
-    for chunk in chunks:
+async def _sse(chunks: Iterable[dict[str, Any]], stall_after: int | None) -> AsyncIterator[bytes]:
+    for sent, chunk in enumerate(chunks):
+        if sent == stall_after:
+            await asyncio.sleep(3600)  # until the client goes away
         yield f"data: {json.dumps(chunk)}\n\n".encode()
     yield b"data: [DONE]\n\n"
 

@@ -293,6 +293,7 @@ class Agent:
             config=run_config(self.name, prompt, binding, stream=emit is not None),
         )
         attempt = telemetry.RunAttempt()
+        executor: DurableExecutor | None = None
         try:
             attempt = await telemetry.start_run(
                 store,
@@ -339,15 +340,19 @@ class Agent:
             )
             executor = DurableExecutor(self, binding, ctx, logged, emit)
             executor.plan_restarts(prompt, events)
-            result = await run_loop(self, prompt, executor, decisions=decisions)
+            with executor.streaming():  # a handler run here appends its live deltas
+                result = await run_loop(self, prompt, executor, decisions=decisions)
             result = dataclasses.replace(result, run_id=binding.run_id)
             if result.paused is not None:  # parked by the executor when it logged the pause
                 if owned:
                     await ctx.close()
                 return result
+            await executor.stream_result("completed", result.output, None)
             await ctx._complete_json(stored_result(result, binding.run_id))
         except _DETERMINISTIC_FAILURES as error:
             attempt.end(error)
+            if executor is not None:
+                await _quietly(executor.stream_result("failed", None, _failure_text(error)))
             await _quietly(ctx.fail(_failure_text(error)))
             raise
         except BaseException as error:

@@ -80,7 +80,9 @@ class DurableBinding:
     runtime's own store); ``app_version`` is recorded on the run when it is created
     (default ``$ZINCIR_APP_VERSION``, else unversioned); ``budget`` limits the run (set
     when it differs from the one in force, so a larger one resumes a run it paused);
-    ``spin`` judges the run for spinning before each model request and tool batch.
+    ``spin`` judges the run for spinning before each model request and tool batch;
+    ``durable_stream`` (a streamed run's) appends what ``run_stream`` yields to the run's
+    durable stream (``zincir.streams.read``); ``run`` writes no stream.
     """
 
     runtime: DurableRuntime
@@ -92,6 +94,7 @@ class DurableBinding:
     app_version: str | None = None
     budget: Budget | None = None
     spin: SpinRules | None = None
+    durable_stream: bool = True
 
     def __post_init__(self) -> None:
         check_id(self.run_id, "a run id")
@@ -108,6 +111,8 @@ class DurableBinding:
         check_budget_arg(self.budget, self.run_id)
         if self.spin is not None and not isinstance(self.spin, SpinRules):
             raise InvalidInput("spin must be zincir.SpinRules", run_id=self.run_id)
+        if not isinstance(self.durable_stream, bool):
+            raise InvalidInput("durable_stream must be True or False", run_id=self.run_id)
         version = app_version_or_default(self.app_version, run_id=self.run_id)
         object.__setattr__(self, "app_version", version)
 

@@ -72,6 +72,8 @@ from ..durable import LocalRuntime
 from ..runs import AgentContext, ToolCall, response_entry, tool_result_entry
 from ..runs._budget import Moment
 from ..store import Event, LogEntry, NewApproval, NewEvent, OperationKey, ResponseEntry, Store
+from ..streams import MESSAGE, PAUSED, TOOL_RESULT
+from ..streams._writer import StreamWriter, writing
 from ._approval import APPROVAL_TOPIC, Execution, PausedRun, args_sha256
 from ._binding import DurableBinding
 from ._conversation import Conversation, add_usage, response_text, tool_calls
@@ -201,6 +203,32 @@ class DurableExecutor:
         self.restarted: tuple[int, Record] | None = None
         # The last model request answered: its number and operation (a pause's event names it).
         self.answered: tuple[int, OperationKey] | None = None
+        # The run's durable stream (a streamed run's owner writes it), and the model request
+        # whose response's tools run now (their results name it).
+        self.stream: StreamWriter | None = None
+        if ctx is not None and emit is not None and binding.durable_stream:
+            self.stream = StreamWriter(ctx.store, ctx.lease, check=ctx.check_lease)
+        self.request = 0
+
+    def streaming(self) -> contextlib.AbstractContextManager[None]:
+        """The loop's block: its stream writer is the current one, so a ``model.stream``
+        handler executed in this process appends its live deltas to it."""
+        return writing(self.stream)
+
+    async def stream_result(self, status: str, output: str | None, error: str | None) -> None:
+        """Append the run's ``result`` item (its last) before the run is completed or
+        failed; a replay finds it there and appends nothing."""
+        if self.stream is None:
+            return
+        payload: dict[str, Any] = {"status": status}
+        if output is not None:
+            payload["output"] = output
+        if error is not None:
+            payload["error"] = error
+        try:
+            await self.stream.result(payload)
+        finally:
+            self.stream.close()
 
     def plan_restarts(self, prompt: str, events: Sequence[Event]) -> None:
         """Plan the turns this run's loop may skip as it replays (see :meth:`restart_at`)
@@ -316,6 +344,7 @@ class DurableExecutor:
         step, kind = MODEL_REQUEST, OperationKind.MODEL_REQUEST
         if self.emit is not None:
             step, kind = MODEL_STREAM, OperationKind.MODEL_STREAM
+        self.request = number
 
         where = f"{self.binding.step_id(step)} #{sequence}"
 
@@ -350,8 +379,13 @@ class DurableExecutor:
             self.ctx.replay.supersede([operation_item(invocation.step_id, sequence)])
             record, logged = restarted[1], False
         else:
+            if self.stream is not None:  # a dead or failed attempt's deltas are void
+                await self.stream.void_open(number)
             record, logged = await self._run(invocation, log, calls_ahead)
         response = read(success(record))
+        if self.stream is not None:
+            body = {"request": number, "response": response.to_dict()}
+            await self.stream.put(MESSAGE, body, f"message:{number}")
         self.answered = (number, OperationKey(invocation.run_id, invocation.step_id, sequence))
         if logged:
             self.logged.responses = number + 1
@@ -631,6 +665,10 @@ class DurableExecutor:
         for call_id, round_ in rounds.items():
             if round_ != logged.rounds.get(call_id, 0):
                 logged.reopen(call_id, round_)
+        if self.stream is not None:
+            request, round_ = paused.request_number, max(rounds.values(), default=0)
+            item = {"request": request, "calls": paused.to_dict()["calls"]}
+            await self.stream.put(PAUSED, item, f"paused:{request}:{round_}")
         self.refused.clear()
         logged.paused = paused
         waiting = [row.expires_at for row in opened if row.decision_json is None]
@@ -692,7 +730,16 @@ class DurableExecutor:
 
     async def record_return(self, part: ToolReturnPart) -> None:
         """Log a tool's result, unless a previous attempt (or the runtime, with the
-        record) did."""
+        record) did; append it to the run's stream (a replay's is there already)."""
+        if self.stream is not None:
+            body = {
+                "request": self.request,
+                "tool_call_id": part.tool_call_id,
+                "tool_name": part.tool_name,
+                "content": part.content,
+                "is_error": part.is_error,
+            }
+            await self.stream.put(TOOL_RESULT, body, f"tool_result:{part.tool_call_id}")
         if part.tool_call_id in self.logged.results:
             return
         await self._owner().record_tool_result(

@@ -12,6 +12,8 @@ from typing import Any
 from .._errors import InvalidInput
 from ..contract import Invocation, OperationKind, Record, Success
 from ..contract.payloads import EventDelivery
+from ..streams import EVENT
+from ..streams._writer import live_writer
 from ._binding import DurableBinding
 from ._durable import success
 from ._preflight import check_handlers
@@ -29,7 +31,8 @@ async def deliver_event(
 
     The caller chooses a semantic step id and a deterministic sequence; the same identity
     returns the stored record without delivering again. A failure or suspension record is
-    raised (``OperationFailed``, ``Suspend``).
+    raised (``OperationFailed``, ``Suspend``). Sent from a streamed run's loop (a tool or
+    hook of it, in its process), the event is also an ``event`` item of the run's stream.
     """
     if not isinstance(binding, DurableBinding):
         raise InvalidInput("binding must be a zincir.agent.DurableBinding")
@@ -56,4 +59,8 @@ async def deliver_event(
     record = await binding.runtime.execute(invocation)
     success(record)
     assert isinstance(record.outcome, Success)
+    writer = live_writer(run_id)  # sent from the run's streamed loop: it joins the stream
+    if writer is not None:
+        body = {"step_id": invocation.step_id, "sequence": sequence, "event": event.to_dict()}
+        await writer.put(EVENT, body, f"event:{invocation.step_id}#{sequence}")
     return record

@@ -46,7 +46,9 @@ class Runner:
     ``agents`` are the agents it serves, with unique names; ``lease_ttl`` is each run's
     lease. ``runtime`` defaults to a ``LocalRuntime`` on the store; another (a
     ``TemporalRuntime``) must have its workers serve :attr:`registry` and be built with
-    the handler ids of :meth:`handlers_for`.
+    the handler ids of :meth:`handlers_for`. With ``durable_stream`` (the default) the
+    streamed runs it runs or resumes append what they yield to the run's durable stream
+    (``zincir.streams.read``); ``run`` writes none.
     """
 
     def __init__(
@@ -56,8 +58,12 @@ class Runner:
         *,
         lease_ttl: timedelta | float = timedelta(seconds=30),
         runtime: DurableRuntime | None = None,
+        durable_stream: bool = True,
     ) -> None:
         self.lease_ttl = check_lease_ttl(lease_ttl)
+        if not isinstance(durable_stream, bool):
+            raise InvalidInput("durable_stream must be True or False")
+        self.durable_stream = durable_stream
         found: dict[str, Agent] = {}
         if isinstance(agents, Agent) or not isinstance(agents, Iterable):
             raise InvalidInput("agents must be a list of zincir.agent.Agent objects")
@@ -294,6 +300,7 @@ class Runner:
             app_version=app_version,
             budget=budget,
             spin=spin,
+            durable_stream=self.durable_stream,
         )
 
     async def _stored(self, run_id: str) -> tuple[Agent, str, dict[str, Any]]:

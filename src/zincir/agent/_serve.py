@@ -33,9 +33,11 @@ from ..contract.payloads import (
     ToolRequest,
 )
 from ..durable import DocumentHandler, HandlerRegistry
+from ..streams._writer import live_writer
 from ._approval import approved
 from ._binding import Handlers
 from ._current import ToolCallInfo, serving_call
+from ._identity import ATTEMPT_STRIDE
 from ._models import coerce_response
 from ._stream import assemble_stream
 from ._tools import Tool, ToolArgumentsRejected, ToolOrigin, call_tool
@@ -93,10 +95,18 @@ def _model_request(agent: Agent) -> _Handler:
 
 
 def _model_stream(agent: Agent) -> _Handler:
+    """Executed in the process of the run's loop (a LocalRuntime), the provider's parts are
+    also appended live to the run's durable stream; executed elsewhere, none are (the
+    loop's ``message`` item carries the answer)."""
+
     async def handle(invocation: Invocation) -> Any:
         document = ModelRequest.from_json(invocation.input_json)
+        stream = agent.model.stream(document)
+        writer = live_writer(invocation.run_id)
+        if writer is not None:
+            stream = writer.tee(invocation.sequence % ATTEMPT_STRIDE, stream)
         try:
-            parts, usage = await assemble_stream(agent.model.stream(document))
+            parts, usage = await assemble_stream(stream)
             response = ModelResponse(parts=parts, usage=usage, model_name=agent.model.name)
         except InvalidDocument as error:
             raise OperationFailed("InvalidModelResponse", False, error.detail) from None
