@@ -218,3 +218,63 @@ def test_the_inspectors_run_page_follows_a_live_run(tmp_path: Path) -> None:
         assert page.evaluate(f"{live}.classList.contains('partial')") is False
         assert page.evaluate("document.querySelectorAll('#live .live-turn').length") == 1
         assert page.evaluate("document.querySelectorAll('#live b').length") == 0  # text only
+
+
+@pytest.mark.crash
+def test_the_page_ends_with_the_answer_when_the_worker_is_killed_mid_answer(
+    tmp_path: Path,
+) -> None:
+    from tests.agent.openai_server import chat_server
+    from tests.streams.chat import answer, call_reply, text_reply
+
+    browser = require_chromium()
+    db, log, port = tmp_path / "zincir.db", tmp_path / "server.log", free_port()
+    worker_script = REPO / "tests" / "streams" / "stream_worker.py"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    final = "".join(answer())
+
+    def worker(base_url: str, mode: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, str(worker_script), str(db), "killed", base_url, mode],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+
+    answer_text = "document.getElementById('answer').textContent"
+    with (
+        chat_server() as model,
+        example_server(db, port, log),
+        chromium_page(browser, tmp_path / "profile") as page,
+    ):
+        model.script(call_reply(), text_reply(answer(), stall_after=61))  # 60 words, stalls
+        child = worker(model.base_url, "start")
+        try:
+            url = f"http://127.0.0.1:{port}/api/runs/killed/stream"
+            deadline = time.monotonic() + 60
+            while True:  # the page opens once the run exists
+                with httpx.stream("GET", url, timeout=5) as response:
+                    if response.status_code == 200:
+                        break
+                assert child.poll() is None, child.communicate()[1]
+                assert time.monotonic() < deadline, "the run never started"
+                time.sleep(0.05)
+            page.open(f"http://127.0.0.1:{port}/?run=killed")
+            partial = "".join(answer()[:60])
+            page.wait_for(f"{answer_text} === {json.dumps(partial)}", timeout=60)
+        finally:
+            child.send_signal(signal.SIGKILL)  # the worker dies mid-answer
+            child.communicate(timeout=30)
+        assert child.returncode == -signal.SIGKILL
+        model.script(text_reply(answer()))
+        again = worker(model.base_url, "resume")
+        _, err = again.communicate(timeout=120)
+        assert again.returncode == 0, err
+        page.wait_for("window.finished === true", timeout=60)
+        received = page.evaluate("window.received")
+        shown = page.evaluate(answer_text)
+        kinds = page.evaluate("window.kinds")
+    assert shown == final  # the voided partial is gone, nothing glued to the new answer
+    assert received == list(range(1, len(received) + 1))  # each offset once, none missing
+    assert kinds.count("void") == 1 and kinds[-1] == "result"
