@@ -26,6 +26,10 @@ PostgreSQL (benchmarks/postgres_bench.py, a throwaway server; ``--no-postgres`` 
 step with ``synchronous_commit`` on and off against a raw INSERT + COMMIT on the same server,
 four processes beside four on SQLite, and with ``--peers`` DBOS on the same server.
 
+Durable streams (benchmarks/stream_bench.py): a streamed agent turn of 200 deltas with and
+without the run's durable stream, alternating, and the bytes the stream adds per 1,000
+deltas.
+
 Long runs (benchmarks/long_run.py): one durable agent run of ``--long-run-turns`` turns
 (1,000; 100 with ``--quick``), each adding about 2 KB: its database bytes at turns 50, 150,
 300 and 1,000, bytes per turn early and late, turn time early and late, a new process's
@@ -805,10 +809,18 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         timed("compact a long run", lambda: measure_compaction(bench, run_async, resume_figures))
     )
 
+    from stream_bench import measure as stream_measure
+
+    stream_figures, stream_ratios = timed(
+        "streamed turn, durable stream", lambda: stream_measure(bench, run_async)
+    )
+    figures.update(stream_figures)
+
     long = timed("long run", lambda: long_run_section(bench, args))
     figures.update(long["figures"])
 
     ratios: dict[str, float] = {
+        **stream_ratios,
         "step_full_over_raw_full": pair_ratios["step_full_us"],
         "step_normal_over_raw_normal": pair_ratios["step_normal_us"],
         "step_normal_single_over_raw_normal": pair_ratios["step_normal_single_us"],
