@@ -59,6 +59,21 @@ async def test_offsets_are_gapless_per_run_in_append_order(store: Store, lease: 
     assert await store.append_stream(lease, []) == []
 
 
+async def test_a_large_batch_takes_consecutive_offsets(store: Store, lease: Lease) -> None:
+    batch = [item("part_delta", request=1, n=n) for n in range(250)]
+    batch.insert(120, item("message", "message:1", request=1))
+    batch.insert(180, item("message", "message:1", request=1))  # the same key: skipped
+    assert await store.append_stream(lease, batch) == list(range(1, 252))
+    rows = await store.read_stream("s", 0, limit=1000)
+    assert [json.loads(row.payload_json).get("n") for row in rows][118:123] == [
+        118,
+        119,
+        None,
+        120,
+        121,
+    ]
+
+
 async def test_a_keyed_item_is_stored_once(store: Store, lease: Lease) -> None:
     first = [item("message", "message:1", request=1, v="first"), item("part_delta", request=2)]
     assert await store.append_stream(lease, first) == [1, 2]

@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import InvalidInput
@@ -26,7 +26,7 @@ from .._validate import check_count, check_id, check_sequence, name_problem
 from ._approval_checks import check_json_object
 from ._fence import check_fence
 from ._records import Lease, TimeDecoder, driver_time
-from ._sql import Rules, Tx, sql
+from ._sql import Rules, Sql, Tx, sql
 
 if TYPE_CHECKING:
     from ._readonly_queries import ReadTx
@@ -83,11 +83,19 @@ def stream_row(row: Sequence[Any], time: TimeDecoder = driver_time) -> StreamIte
     return StreamItemRow(run_id, int(seq), kind, key, payload, time(created_at))
 
 
-_NEXT: Final = sql("SELECT coalesce(max(seq), 0) FROM stream_items WHERE run_id = ?")
+_LAST: Final = sql("SELECT seq FROM stream_items WHERE run_id = ? ORDER BY seq DESC LIMIT 1")
 _KNOWN: Final = sql("SELECT item_key FROM stream_items WHERE run_id = ? AND item_key {in_list}")
-_INSERT: Final = sql(
-    f"INSERT INTO stream_items ({STREAM_COLUMNS}) VALUES (?, ?, ?, ?, ?, zincir_now())"
-)
+_CHUNK: Final = 100  # rows per INSERT statement
+
+
+@lru_cache(maxsize=_CHUNK)
+def _insert(count: int) -> Sql:
+    """One INSERT of ``count`` items: one statement (and on PostgreSQL one wake-up trigger
+    call) per batch, not per item."""
+    values = ", ".join(["(?, ?, ?, ?, ?, zincir_now())"] * count)
+    return sql(f"INSERT INTO stream_items ({STREAM_COLUMNS}) VALUES {values}")
+
+
 _READ: Final = sql(
     f"SELECT {STREAM_COLUMNS} FROM stream_items WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
@@ -149,10 +157,9 @@ def append_stream(tx: Tx, lease: Lease, items: Sequence[NewStreamItem]) -> list[
     seen: set[str] = set()
     if keys:
         seen = {str(key) for (key,) in tx.all(_KNOWN, (run_id, tx.values(keys)))}
-    found = tx.one(_NEXT, (run_id,))
-    assert found is not None, "an aggregate returns a row"
-    offset = int(found[0])
-    rows = []
+    last = tx.one(_LAST, (run_id,))
+    offset = 0 if last is None else int(last[0])
+    params: list[object] = []
     offsets = []
     for item in items:
         if item.key is not None:
@@ -160,9 +167,12 @@ def append_stream(tx: Tx, lease: Lease, items: Sequence[NewStreamItem]) -> list[
                 continue
             seen.add(item.key)
         offset += 1
-        rows.append((run_id, offset, item.kind, item.key, item.payload_json))
+        params += (run_id, offset, item.kind, item.key, item.payload_json)
         offsets.append(offset)
-    tx.executemany(_INSERT, rows)
+    width = 5 * _CHUNK
+    for start in range(0, len(params), width):
+        chunk = params[start : start + width]
+        tx.execute(_insert(len(chunk) // 5), chunk)
     return offsets
 
 
