@@ -138,7 +138,7 @@ async def test_resume_from_every_offset_yields_the_same_suffix(store: Store) -> 
 async def test_an_offset_that_is_not_a_number_is_400(store: Store, value: str) -> None:
     await finished_run(store)
     async with client(sse_app(store)) as http:
-        by_header = await http.get("/runs/run-1/stream", headers={"last-event-id": value.encode()})
+        by_header = await http.get("/runs/run-1/stream", headers={b"last-event-id": value.encode()})
         by_query = await http.get("/runs/run-1/stream", params={"after": value})
     for response in (by_header, by_query):
         assert response.status_code == 400

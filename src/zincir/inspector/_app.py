@@ -544,7 +544,11 @@ class Pages:
             "next_after_seq": next_after,
             "page_size": EVENT_PAGE_SIZE,
             "row_limit": ROW_LIMIT,
+            "live_stream": None,
         }
+        if run["status"] in ("pending", "running"):  # followed live when it streams
+            tail = reader.stream_tail(run_id)
+            detail["live_stream"] = None if tail is None else tail.offset
         return detail
 
     def _missing_run(self, request: Request, run_id: str) -> Response:
