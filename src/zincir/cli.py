@@ -280,12 +280,17 @@ def compact(database: str, run_id: str, batch_events: int) -> None:
     report = _with_store(
         database, lambda store: compact_run(store, run_id, batch_events=batch_events)
     )
-    if report.batches == 0 and report.through_seq == 0:
-        click.echo(f"run {run_id} has no accepted checkpoint; nothing was archived")
+    deltas = (
+        f"; dropped {report.stream_deltas} stream deltas of answered model requests"
+        if report.stream_deltas
+        else ""
+    )
+    if report.through_seq == 0:
+        click.echo(f"run {run_id} has no accepted checkpoint; no event was archived{deltas}")
         return
     click.echo(
         f"archived {report.archived} events of run {run_id} through seq {report.through_seq} "
-        f"in {report.batches} transactions ({report.kept} open tool intents kept live)"
+        f"in {report.batches} transactions ({report.kept} open tool intents kept live){deltas}"
     )
 
 

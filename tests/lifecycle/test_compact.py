@@ -144,3 +144,37 @@ def test_cli_compact(tmp_path: Any) -> None:
     assert result.output.startswith("archived 13 events of run r through seq 13 in 4 transactions")
     missing = runner.invoke(main, ["compact", "nope", "--db", path])
     assert missing.exit_code == 1 and "nope" in missing.output
+
+
+def test_cli_compact_says_how_many_stream_deltas_it_dropped(tmp_path: Any) -> None:
+    """A run without an accepted checkpoint archives no event, but the deltas of its answered
+    model requests still go, and the command says so."""
+    import json
+    from datetime import timedelta
+
+    from click.testing import CliRunner
+
+    from zincir.cli import main
+    from zincir.store import NewStreamItem
+
+    path = str(tmp_path / "cli.db")
+
+    async def setup() -> None:
+        store = zincir.open_store(path)
+        lease = await store.create_run("r", name="agent", owner="one", ttl=timedelta(seconds=30))
+        deltas = [
+            NewStreamItem("part_start", json.dumps({"request": 1, "index": 0})),
+            NewStreamItem("part_delta", json.dumps({"request": 1, "index": 0, "delta": "Hi"})),
+            NewStreamItem("part_end", json.dumps({"request": 1, "index": 0})),
+        ]
+        message = NewStreamItem("message", json.dumps({"request": 1}), "message:1")
+        await store.append_stream(lease, [*deltas, message])
+        await store.close()
+
+    asyncio.run(setup())
+    result = CliRunner().invoke(main, ["compact", "r", "--db", path])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == (
+        "run r has no accepted checkpoint; no event was archived; "
+        "dropped 3 stream deltas of answered model requests"
+    )
