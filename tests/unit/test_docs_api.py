@@ -27,6 +27,7 @@ MODULES = [
     "zincir.payloads",
     "zincir.workflow",
     "zincir.restart",
+    "zincir.streams",
     "zincir.mcp",
     "zincir.temporal",
     "zincir.integrations.pydantic_ai",
