@@ -6,8 +6,8 @@
   run named by ``?run=RUN_ID`` and renders the conversation as it is written;
 - ``/api/runs/{run_id}/stream`` : ``zincir.streams.sse_app`` mounted in this app.
 
-Start a run with ``Runner.run_stream`` (or a worker) on the same database, then open
-``http://127.0.0.1:PORT/?run=RUN_ID``. Stop this server, a worker, or both, and start them
+Start a run with ``agent.py`` beside this file (``Runner.run_stream`` on OpenAIChatModel) on
+the same database, then open the address it prints, ``http://127.0.0.1:PORT/?run=RUN_ID``. Stop this server, a worker, or both, and start them
 again: the page reconnects with ``Last-Event-ID`` and ends with exactly the final answer.
 """
 
