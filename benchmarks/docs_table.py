@@ -42,6 +42,7 @@ GROUPS: list[tuple[str, tuple[str, ...]]] = [
     ("Peers: DBOS and LangGraph", ("dbos_", "langgraph_", "zincir_", "inmemory_")),
     ("pydantic-ai", ("pydantic_ai_",)),
     ("Resume, claims and the inspector", ("resume_", "claims_", "inspector_")),
+    ("Durable streams", ("stream_",)),
     ("Retention", ("prune_", "compact_")),
     ("PostgreSQL", ("pg_", "dbos_pg_", "sqlite_4proc_")),
     ("Temporal", ("temporal_",)),
