@@ -22,7 +22,15 @@ if TYPE_CHECKING:
 
     from .contract import Invocation, Outcome
 
-__all__ = ["Operation", "RunAttempt", "operation", "pause_span", "start_run", "step_span"]
+__all__ = [
+    "Operation",
+    "RunAttempt",
+    "operation",
+    "pause_span",
+    "run_context",
+    "start_run",
+    "step_span",
+]
 
 _SCOPE: Final = "zincir"
 _MISSING: Final = object()
@@ -108,14 +116,8 @@ async def start_run(
 
     trace = _trace()
     propagator = TraceContextTextMapPropagator()
-    parent: Context | None = None
     stored = await _quiet(store, "load_trace_context", run_id)
-    if isinstance(stored, str):
-        here = trace.get_current_span().get_span_context()
-        parent = propagator.extract({"traceparent": stored})
-        there = trace.get_current_span(parent).get_span_context()
-        if not there.is_valid or (here.is_valid and here.trace_id == there.trace_id):
-            parent = None  # already inside the run's trace (a step running an agent)
+    parent = _stored_parent(stored) if isinstance(stored, str) else None
     span = found.start_span(
         name, context=parent, attributes={"zincir.run_id": run_id, **attributes}
     )
@@ -126,6 +128,30 @@ async def start_run(
             await _quiet(store, "save_trace_context", run_id, carrier["traceparent"])
     token = context.attach(trace.set_span_in_context(span)) if current else None
     return RunAttempt(span, token)
+
+
+async def run_context(store: object, run_id: str) -> Context | None:
+    """The context of run ``run_id``'s stored trace, for a span made where no attempt of
+    the run is current (a Temporal activity); None (the current context) without a
+    provider, a stored trace, or when the current span is already in the run's trace."""
+    if tracer() is None:
+        return None
+    stored = await _quiet(store, "load_trace_context", run_id)
+    return _stored_parent(stored) if isinstance(stored, str) else None
+
+
+def _stored_parent(stored: str) -> Context | None:
+    """The context a stored ``traceparent`` names; None when it is invalid or the current
+    span is already in its trace (a step running an agent, a traced Temporal activity)."""
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    trace = _trace()
+    here = trace.get_current_span().get_span_context()
+    parent: Context = TraceContextTextMapPropagator().extract({"traceparent": stored})
+    there = trace.get_current_span(parent).get_span_context()
+    if not there.is_valid or (here.is_valid and here.trace_id == there.trace_id):
+        return None
+    return parent
 
 
 async def _quiet(store: object, method: str, *args: str) -> Any:
@@ -166,9 +192,10 @@ class Operation:
 
 
 @contextmanager
-def operation(invocation: Invocation) -> Iterator[Operation]:
+def operation(invocation: Invocation, parent: Context | None = None) -> Iterator[Operation]:
     """A span around one real execution of ``invocation``'s handler (GenAI conventions for
-    model requests and tool calls), current while it runs; a no-op without a provider."""
+    model requests and tool calls), a child of ``parent`` (else of the current context) and
+    current while it runs; a no-op without a provider."""
     found = tracer()
     kind = str(invocation.kind)
     if found is None:
@@ -177,7 +204,7 @@ def operation(invocation: Invocation) -> Iterator[Operation]:
     name, span_kind, attributes = _describe(invocation, kind)
     trace = _trace()
     with found.start_as_current_span(
-        name, kind=getattr(trace.SpanKind, span_kind), attributes=attributes
+        name, context=parent, kind=getattr(trace.SpanKind, span_kind), attributes=attributes
     ) as span:
         yield Operation(span, kind)
 

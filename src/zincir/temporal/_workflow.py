@@ -34,6 +34,7 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     import asyncio
 
+    from .. import _telemetry as telemetry
     from .._errors import (
         ContentMissing,
         DigestMismatch,
@@ -175,7 +176,8 @@ class OperationActivities:
     """The activity side: dispatches each invocation to a registered handler, never serialized.
 
     With ``content_store`` an input sent as a content reference is read from it, and a
-    record longer than the runtime's threshold is written to it and sent as a reference.
+    record longer than the runtime's threshold is written to it and sent as a reference;
+    each attempt's OpenTelemetry span is then a child of the run's stored trace.
     """
 
     def __init__(
@@ -213,9 +215,14 @@ class OperationActivities:
                 type="MissingDurableHandler",
                 non_retryable=True,
             )
+        # the span of this real execution: a child of the run's stored trace when the
+        # worker has a store, else of the current context (temporalio's TracingInterceptor)
+        parent = await telemetry.run_context(self.content_store, request.run_id)
         beat = _start_heartbeat()
         try:
-            outcome = await attempt_outcome(handler, request)
+            with telemetry.operation(request, parent) as span:
+                outcome = await attempt_outcome(handler, request)
+                span.outcome(outcome)
         except (DigestMismatch, InputDrift) as error:
             raise ApplicationError(
                 error.detail, type=type(error).__name__, non_retryable=True
