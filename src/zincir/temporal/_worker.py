@@ -35,7 +35,8 @@ class Worker:
     ``temporalio.worker.Worker`` (e.g. ``max_concurrent_activities``, ``workflow_runner``).
     ``content_store`` is the zincir store the ``TemporalRuntime`` writes large inputs to
     (its ``content_store``): inputs and records longer than 64 KiB then travel through
-    Temporal as references to it.
+    Temporal as references to it, and each handler's OpenTelemetry span joins its run's
+    trace stored there.
     """
 
     def __init__(
