@@ -96,6 +96,6 @@ async def test_a_reader_ends_at_a_terminal_run_without_a_result(store: Store) ->
     follower = asyncio.ensure_future(follow())
     await asyncio.sleep(0.1)
     assert not follower.done() and [item.kind for item in got] == ["part_start"]
-    await store.cancel_run("w", reason="the writer died")
+    await store.finish_run(lease, "failed", error="the writer died before its result")
     await asyncio.wait_for(follower, 10)
     assert [item.kind for item in got] == ["part_start"]

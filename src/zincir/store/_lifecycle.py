@@ -25,7 +25,7 @@ from ._run_rules import (
     run_not_found,
 )
 from ._sql import Rules, Sql, Tx, sql
-from ._streams import drop_stream_deltas
+from ._streams import drop_stream_deltas, end_stream
 
 __all__ = [
     "RUN_TABLES",
@@ -257,7 +257,8 @@ async def compact_windows(
 
 def cancel_run(tx: Tx, run_id: str, reason: str | None, cascade: bool) -> list[str]:
     """Cancel ``run_id`` (and, with ``cascade``, each live descendant): ``cancelled`` with its
-    transition, lease and wait gone; the ids cancelled. Refused for a missing or finished
+    transition, lease and wait gone, and a streamed run's stream ended by a ``result`` item
+    ``{status: "cancelled", reason?}``; the ids cancelled. Refused for a missing or finished
     run, with nothing changed."""
     row = tx.one(_STATUS, (run_id,))
     status = None if row is None else str(row[0])
@@ -271,11 +272,15 @@ def cancel_run(tx: Tx, run_id: str, reason: str | None, cascade: bool) -> list[s
         found = tx.all(_DESCENDANTS, (run_id,))
         targets += [(str(child), str(old), run_id) for child, old in found]
     error = cancelled_error_text(reason)
+    final: dict[str, object] = {"status": "cancelled"}
+    if reason is not None:
+        final["reason"] = reason
     items: list[tuple[str, int, Sequence[NewEvent]]] = []
     for target, old, by in targets:
         cancelled = tx.one(_CANCEL, (error, target))
         assert cancelled is not None, "a live run's row, locked or alone with the writer"
         items.append((target, int(cancelled[0]) - 1, [cancelled_transition(old, reason, by)]))
+        end_stream(tx, target, final)  # a streamed run's stream ends with its result
     append_checked(tx, items)
     return [target for target, _, _ in targets]
 
@@ -332,7 +337,9 @@ class LifecycleOps(Rules):
         """Cancel run ``run_id`` and, with ``cascade``, each live descendant, in one
         transaction: each becomes ``cancelled`` with its state_transition and loses its
         lease and wait, so its owner's next write raises RunCancelled and no worker claims
-        it. Returns the ids cancelled (not the run itself when it already was).
+        it; a run whose stream has items gets its ``result`` item (``cancelled``), which
+        ends the stream's readers. Returns the ids cancelled (not the run itself when it
+        already was).
 
         RunNotFound, or RunTerminal for a completed or failed run, with nothing changed.
         """

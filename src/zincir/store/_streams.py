@@ -21,6 +21,7 @@ from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import InvalidInput
+from .._json import dumps
 from .._time import from_db
 from .._validate import check_count, check_id, check_sequence, name_problem
 from ._approval_checks import check_json_object
@@ -38,8 +39,10 @@ __all__ = [
     "StreamItemRow",
     "StreamOps",
     "StreamReads",
+    "append_items",
     "append_stream",
     "drop_stream_deltas",
+    "end_stream",
     "stream_row",
 ]
 
@@ -50,6 +53,8 @@ DELTA_KINDS: Final = ("part_start", "part_delta", "part_end", "void")
 STREAM_COLUMNS: Final = "run_id, seq, kind, item_key, payload, created_at"
 """The ``stream_items`` columns :func:`stream_row` reads, in order."""
 
+RESULT: Final = "result"
+"""The kind (and key) of a run's last stream item."""
 MAX_KEY_BYTES: Final = 1024
 _LOCKS: Final = 2054386802  # the advisory lock space of streams ("zstr")
 _TRACEPARENT: Final = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
@@ -150,8 +155,25 @@ def checked_items(run_id: str, items: Sequence[NewStreamItem]) -> list[NewStream
 def append_stream(tx: Tx, lease: Lease, items: Sequence[NewStreamItem]) -> list[int]:
     """Append ``items`` (checked) to the lease's run's stream, fenced; the offsets given,
     in order, leaving out the items whose key the stream (or an earlier item) holds."""
-    run_id = lease.run_id
     check_fence(tx, lease)
+    return append_items(tx, lease.run_id, items)
+
+
+def end_stream(tx: Tx, run_id: str, payload: dict[str, object]) -> int | None:
+    """Append the ``result`` item (key ``result``) to the stream of ``run_id``, whose row
+    the caller holds (cancelling it), when that stream has items: a run that never streamed
+    gets none. Its offset, or None (no stream, or its ``result`` is there already)."""
+    tx.lock(_LOCKS, [run_id], exclusive=True)
+    if tx.one(_LAST, (run_id,)) is None:
+        return None
+    body = dumps(payload, what="a result stream item", run_id=run_id)
+    offsets = append_items(tx, run_id, [NewStreamItem(RESULT, body, RESULT)])
+    return offsets[0] if offsets else None
+
+
+def append_items(tx: Tx, run_id: str, items: Sequence[NewStreamItem]) -> list[int]:
+    """Append ``items`` (checked) to ``run_id``'s stream under the fence (or row lock) the
+    caller took; the offsets given, as :func:`append_stream` says."""
     tx.lock(_LOCKS, [run_id], exclusive=True)  # appends to one run go one at a time
     keys = [item.key for item in items if item.key is not None]
     seen: set[str] = set()
