@@ -35,11 +35,14 @@ it replaces whatever that request's deltas built."""
 TOOL_RESULT: Final = "tool_result"
 """``{request, tool_call_id, tool_name, content, is_error}``: a tool call's result."""
 PAUSED: Final = "paused"
-"""``{request, calls}``: the run waits for decisions on ``calls``."""
+"""``{request, calls}``: the run waits for decisions on ``calls`` (key
+``paused:{request}:{round}``)."""
 EVENT: Final = "event"
 """``{step_id, sequence, event}``: an application event sent with ``deliver_event``."""
 RESULT: Final = "result"
-"""``{status, output?, error?}``: the run's last item; a reader ends after it."""
+"""``{status, output?, error?, reason?}``: the run's last item (``completed``, ``failed``, or
+``cancelled`` with the cancel's reason, written by the store's cancel); a reader ends after
+it."""
 
 DELTA_KINDS: Final = frozenset({PART_START, PART_DELTA, PART_END, VOID})
 """The live kinds ``compact_run`` may drop once their request's ``message`` exists."""
