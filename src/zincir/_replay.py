@@ -8,7 +8,9 @@ A :class:`Replay`, one per lease, tracks which of those items this process has a
 - a recorded item replays, in whatever order the code asks for it;
 - an item the log never recorded, asked for while recorded items remain that nothing asked
   for yet, means the code is not the code that made the log (a renamed step, one added in
-  the middle): :class:`VersionDivergence` is raised before anything is claimed or run;
+  the middle): :class:`VersionDivergence` is raised before anything is claimed or run,
+  unless an earlier owner claimed that very operation and never finished it (it was in
+  flight at the crash, and work it started, recorded before it, remains to replay);
 - once every recorded item was asked for, new items are new work;
 - recorded items the code never asks for are not an error: :meth:`Replay.unreplayed` names
   them.
@@ -38,7 +40,7 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from ._errors import VersionDivergence
-from .store import Event, Lease, Store
+from .store import Event, Lease, OperationKey, Store
 
 __all__ = [
     "PATCH_MARKER",
@@ -250,6 +252,8 @@ class Replay:
         VersionDivergence."""
         if not await self._left_after_settling():
             return
+        if await self._was_in_flight(item):
+            return
         first = next(known for known in self._recorded.order if known not in self._asked)
         raise VersionDivergence(
             run_id=self.run_id,
@@ -257,6 +261,15 @@ class Replay:
             recorded=str(first),
             attempted=str(item),
         )
+
+    async def _was_in_flight(self, item: Item) -> bool:
+        """Whether ``item`` is an operation an earlier owner claimed and never finished: the
+        same work asked for again (a tool call cut off after an operation it started, such
+        as ``deliver_event``, was recorded), not new code."""
+        if item.kind != "operation":
+            return False
+        row = await self.store.get_operation(OperationKey(self.run_id, item.name, item.sequence))
+        return row is not None and row.status == "claimed"
 
     async def _left_after_settling(self) -> int:
         """How many recorded items remain unasked once the calls started with this one
