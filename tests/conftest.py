@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import zincir
+from tests.agent.openai_server import ChatServer, chat_server
 from tests.helpers import backend_target
 from tests.integration.temporal_server import TemporalServer, temporal_server_session
 from tests.postgres_server import PostgresError, PostgresServer, schema_name
@@ -132,3 +133,18 @@ def temporal_server() -> Iterator[TemporalServer]:
     """A real Temporal dev server on 127.0.0.1, started when a test first asks and shared by
     the rest of the session (of this xdist worker)."""
     yield from temporal_server_session()
+
+
+@pytest.fixture(scope="module")
+def running_server() -> Iterator[ChatServer]:
+    """The scripted OpenAI-compatible server, one a test module."""
+    with chat_server() as running:
+        yield running
+
+
+@pytest.fixture
+async def server(running_server: ChatServer) -> AsyncIterator[ChatServer]:
+    """The module's scripted server, its script and records cleared for this test."""
+    running_server.reset()
+    yield running_server
+    await running_server.close_clients()

@@ -15,7 +15,7 @@ import contextlib
 import json
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -46,19 +46,6 @@ from zincir.agent import (
 )
 from zincir.agent._retry import DEFAULT_MODEL_RETRY, retry_document
 from zincir.payloads import ModelRequest, ModelResponse, TextPart, ToolCallPart
-
-
-@pytest.fixture(scope="module")
-def running_server() -> Iterator[ChatServer]:
-    with chat_server() as running:
-        yield running
-
-
-@pytest.fixture
-async def server(running_server: ChatServer) -> AsyncIterator[ChatServer]:
-    running_server.reset()
-    yield running_server
-    await running_server.close_clients()
 
 
 class Weather:

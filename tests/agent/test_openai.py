@@ -7,7 +7,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
@@ -22,7 +22,6 @@ from tests.agent.openai_server import (
     ChatServer,
     Reply,
     call_delta,
-    chat_server,
     chunk,
     completion,
     error,
@@ -64,19 +63,6 @@ CALL_A = ToolCallPart(
 CALL_B = ToolCallPart(
     tool_call_id="call_b", tool_name="lookup_order", arguments={"order_id": "B-2"}
 )
-
-
-@pytest.fixture(scope="module")
-def running_server() -> Iterator[ChatServer]:
-    with chat_server() as running:
-        yield running
-
-
-@pytest.fixture
-async def server(running_server: ChatServer) -> AsyncIterator[ChatServer]:
-    running_server.reset()
-    yield running_server
-    await running_server.close_clients()
 
 
 def model(server: ChatServer, **kwargs: Any) -> OpenAIChatModel:

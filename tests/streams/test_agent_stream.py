@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
 import zincir
-from tests.agent.openai_server import ChatServer, Reply, chat_server, completion, tool_call
+from tests.agent.openai_server import ChatServer, Reply, completion, tool_call
 from tests.streams.chat import (
     PROMPT,
     Folded,
@@ -23,19 +22,6 @@ from tests.streams.chat import (
 from zincir.agent import Runner
 from zincir.store import Store
 from zincir.streams import StreamItem, read
-
-
-@pytest.fixture(scope="module")
-def running_server() -> Iterator[ChatServer]:
-    with chat_server() as running:
-        yield running
-
-
-@pytest.fixture
-async def server(running_server: ChatServer) -> AsyncIterator[ChatServer]:
-    running_server.reset()
-    yield running_server
-    await running_server.close_clients()
 
 
 async def items_of(store: Store, run_id: str, after: int = 0) -> list[StreamItem]:

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
 import zincir
-from tests.agent.openai_server import ChatServer, chat_server
+from tests.agent.openai_server import ChatServer
 from tests.streams.chat import PROMPT, answer, call_reply, fold, text_reply
 from tests.streams.test_agent_stream import shape
 from zincir import RunCancelled
@@ -165,19 +164,6 @@ async def test_an_owner_appending_while_cancelled_never_writes_after_the_result(
     items = await items_of(store, "c")
     assert items[-1] == StreamItem(len(items), "result", {"status": "cancelled", "reason": "stop"})
     assert len(items) == 3 + 4 * written + 1  # every batch written lies before the result
-
-
-@pytest.fixture(scope="module")
-def running_server() -> Iterator[ChatServer]:
-    with chat_server() as running:
-        yield running
-
-
-@pytest.fixture
-async def server(running_server: ChatServer) -> AsyncIterator[ChatServer]:
-    running_server.reset()
-    yield running_server
-    await running_server.close_clients()
 
 
 async def test_a_streamed_run_cancelled_by_its_own_tool_ends_at_the_cancel(

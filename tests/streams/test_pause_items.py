@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
-from tests.agent.openai_server import ChatServer, chat_server
+from tests.agent.openai_server import ChatServer
 from tests.streams.chat import PROMPT, after_prompt, answer, call_reply, fold, text_reply
 from tests.streams.test_agent_stream import items_of, shape
 from zincir.agent import (
@@ -26,19 +25,6 @@ from zincir.agent._openai import OpenAIChatModel
 from zincir.payloads import EventDelivery, ToolReturnPart
 from zincir.store import Store
 from zincir.streams import StreamItem
-
-
-@pytest.fixture(scope="module")
-def running_server() -> Iterator[ChatServer]:
-    with chat_server() as running:
-        yield running
-
-
-@pytest.fixture
-async def server(running_server: ChatServer) -> AsyncIterator[ChatServer]:
-    running_server.reset()
-    yield running_server
-    await running_server.close_clients()
 
 
 async def lookup(city: str) -> dict[str, Any]:
