@@ -44,7 +44,8 @@ async def _deltas(db: Path) -> int:
     try:
         runs = await store.list_runs()
         rows = await store.read_stream(runs[0]["id"], 0, limit=10_000) if runs else []
-        return sum(row.kind == "part_delta" for row in rows)
+        deltas = (json.loads(row.payload_json) for row in rows if row.kind == "part_delta")
+        return len("".join(d["delta"] for d in deltas if d["request"] == 1).split())
     finally:
         await store.close()
 

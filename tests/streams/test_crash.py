@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -55,9 +56,11 @@ async def test_a_worker_killed_mid_answer_resumes_with_its_partial_voided(
                     if await store.get_run("killed")
                     else []
                 )
-                words = [
-                    r for r in rows if r.kind == "part_delta" and '"request":1' in r.payload_json
-                ]
+                words = "".join(
+                    json.loads(r.payload_json)["delta"]
+                    for r in rows
+                    if r.kind == "part_delta" and '"request":1' in r.payload_json
+                ).split()
                 if len(words) >= 60:
                     break
                 assert child.poll() is None, child.communicate()[1]

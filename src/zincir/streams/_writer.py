@@ -1,10 +1,12 @@
 """``StreamWriter``: the run owner's appends to its durable stream, deltas in batches.
 
-Live deltas are buffered and committed a batch at a time (``batch`` items, or ``interval``
+Live deltas are buffered and committed a batch at a time (``batch`` deltas, or ``interval``
 seconds after the oldest buffered one), without waiting for the disk: a lost tail of deltas
-is voided and asked again like a crashed attempt's. Boundary items (``message``,
-``tool_result``, ``paused``, ``event``, ``result``, ``void``) take the buffered deltas with
-them in one durable commit. Every write is fenced by the owner's lease.
+is voided and asked again like a crashed attempt's. Consecutive text of one part within a
+batch is one ``part_delta`` item: a client sees the same text, in fewer items and bytes.
+Boundary items (``message``, ``tool_result``, ``paused``, ``event``, ``result``, ``void``)
+take the buffered deltas with them in one durable commit. Every write is fenced by the
+owner's lease.
 
 The agent loop sets the writer of the run it drives as the current one (:func:`current`),
 so a ``model.stream`` handler executed in the same process tees its parts into it.
@@ -61,7 +63,10 @@ class StreamWriter:
         self._check = check
         self._batch = batch
         self._interval = interval
-        self._buffer: list[tuple[NewStreamItem, int]] = []  # an item, its request
+        # Live items not yet committed: kind, payload, request. A delta extends the one
+        # before it when both are of the same part.
+        self._buffer: list[tuple[str, dict[str, Any], int]] = []
+        self._buffered = 0  # deltas (as the model sent them) in the buffer
         self._lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._flushing: asyncio.Task[bool] | None = None
@@ -113,14 +118,26 @@ class StreamWriter:
             self._timer.cancel()
             self._timer = None
         self._buffer.clear()
+        self._buffered = 0
 
     # -- the handler's side: live deltas ------------------------------------------------
 
     async def add(self, request: int, kind: str, payload: dict[str, Any]) -> None:
         """Buffer a live delta of ``request``; a full batch commits now, else within
         ``interval``."""
-        self._buffer.append((NewStreamItem(kind, self._json(payload, kind)), request))
-        if len(self._buffer) >= self._batch:
+        last = self._buffer[-1] if self._buffer else None
+        if (
+            kind == PART_DELTA
+            and last is not None
+            and last[0] == PART_DELTA
+            and last[2] == request
+            and last[1]["index"] == payload["index"]
+        ):
+            last[1]["delta"] += payload["delta"]
+        else:
+            self._buffer.append((kind, dict(payload), request))
+        self._buffered += 1
+        if self._buffered >= self._batch:
             await self.flush()
         elif self._timer is None:
             loop = asyncio.get_running_loop()
@@ -171,7 +188,11 @@ class StreamWriter:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        pending, self._buffer = self._buffer, []
+        pending = [
+            (NewStreamItem(kind, self._json(payload, kind)), request)
+            for kind, payload, request in self._buffer
+        ]
+        self._buffer, self._buffered = [], 0
         items = [item for item, _ in pending]
         if boundary is not None:
             items.append(boundary)
