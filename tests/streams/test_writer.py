@@ -105,3 +105,33 @@ async def test_a_reader_ends_at_a_terminal_run_without_a_result(store: Store) ->
     await store.finish_run(lease, "failed", error="the writer died before its result")
     await asyncio.wait_for(follower, 10)
     assert [item.kind for item in got] == ["part_start"]
+
+
+async def test_a_replayed_turns_items_are_not_written_again(store: Store) -> None:
+    """A new writer on a stream whose last item is of model request 5 writes nothing for
+    requests before it (one owner appends in the loop's order), dedupes request 5's by key,
+    and writes request 6's: a long run's replay costs no write a turn."""
+    lease = await store.create_run("w", name="w", owner="one", ttl=TTL)
+    first = StreamWriter(store, lease)
+    for request in range(6):
+        await first.put("message", {"request": request, "response": {}}, f"message:{request}")
+    await first.put(
+        "tool_result",
+        {"request": 5, "tool_call_id": "c5", "tool_name": "t", "content": "", "is_error": False},
+        "tool_result:c5",
+    )
+    calls: list[int] = []
+    append = store.append_stream
+
+    async def counting(lease: Any, items: Any, *, durable: bool = True) -> list[int]:
+        calls.append(len(items))
+        return await append(lease, items, durable=durable)
+
+    store.append_stream = counting  # type: ignore[method-assign]
+    again = StreamWriter(store, lease)
+    for request in range(5):
+        assert await again.put("message", {"request": request}, f"message:{request}") is None
+    assert calls == []
+    assert await again.put("message", {"request": 5}, "message:5") is None  # by its key
+    assert await again.put("message", {"request": 6, "response": {}}, "message:6") == 8
+    assert calls == [1, 1]

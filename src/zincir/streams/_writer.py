@@ -25,7 +25,7 @@ from typing import Any, Final
 from .._errors import ZincirError
 from .._json import dumps
 from ..contract.payloads import PartDelta, PartEnd, PartStart, StreamPart
-from ..store import Lease, NewStreamItem, Store
+from ..store import Lease, NewStreamItem, Store, StreamItemRow
 from ._items import MESSAGE, PART_DELTA, PART_END, PART_START, RESULT, VOID
 
 __all__ = ["BATCH_ITEMS", "BATCH_SECONDS", "StreamWriter", "current", "live_writer"]
@@ -73,6 +73,8 @@ class StreamWriter:
         # The request whose deltas are not yet closed by a ``void`` or ``message``, with the
         # offset of its last delta; None until the stream's tail was read.
         self._open: dict[int, int] | None = None
+        self._tail_row: StreamItemRow | None = None
+        self._tail_read = False
         self.commits = 0
         """Commits made (each a batch of items): what the batching saves is measured by it."""
 
@@ -83,6 +85,9 @@ class StreamWriter:
         its offset, or None when an item with ``key`` is already in the stream (a replay)."""
         request = payload.get("request") if kind == MESSAGE else None
         async with self._lock:
+            numbered = payload.get("request")
+            if isinstance(numbered, int) and self._replayed(numbered, await self._tail()):
+                return None  # a replayed turn's item: the stream holds it already
             item = NewStreamItem(kind, self._json(payload, kind), key)
             return await self._commit(item, closes=request if isinstance(request, int) else None)
 
@@ -216,12 +221,30 @@ class StreamWriter:
         """The requests with open deltas: read from the stream's tail once per writer."""
         if self._open is None:
             self._open = {}
-            tail = await self.store.stream_tail(self.run_id)
+            tail = await self.store.stream_tail(self.run_id)  # afresh after a failed write
+            if not self._tail_read:
+                self._tail_row, self._tail_read = tail, True
             if tail is not None and tail.kind in _LIVE_KINDS:
                 request = _request_of(tail.payload_json)
                 if request is not None:
                     self._open[request] = tail.offset
         return self._open
+
+    async def _tail(self) -> StreamItemRow | None:
+        """The stream's last item when this writer began: read once, then remembered."""
+        if not self._tail_read:
+            self._tail_row = await self.store.stream_tail(self.run_id)
+            self._tail_read = True
+        return self._tail_row
+
+    @staticmethod
+    def _replayed(request: int, tail: StreamItemRow | None) -> bool:
+        """Whether every item of model request ``request`` was in the stream before this
+        writer began: one owner appends a run's items in the loop's order, so an item of a
+        request before the one of the stream's last item is there (a replay of a long run
+        writes nothing for its turns; the tail's own request still goes by its keys)."""
+        last = None if tail is None else _request_of(tail.payload_json)
+        return last is not None and request < last
 
     def _json(self, payload: dict[str, Any], kind: str) -> str:
         return dumps(payload, what=f"a {kind} stream item", run_id=self.run_id)
