@@ -7,8 +7,9 @@
 - ``/api/runs/{run_id}/stream`` : ``zincir.streams.sse_app`` mounted in this app.
 
 Start a run with ``agent.py`` beside this file (``Runner.run_stream`` on OpenAIChatModel) on
-the same database, then open the address it prints, ``http://127.0.0.1:PORT/?run=RUN_ID``. Stop this server, a worker, or both, and start them
-again: the page reconnects with ``Last-Event-ID`` and ends with exactly the final answer.
+the same database, then open the address it prints, ``http://127.0.0.1:PORT/?run=RUN_ID``.
+Stop this server, a worker, or both, and start them again: the page reconnects with
+``Last-Event-ID`` and ends with exactly the final answer.
 """
 
 from __future__ import annotations
