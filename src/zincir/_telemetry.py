@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
@@ -54,6 +55,12 @@ def _trace() -> Any:
     return _otel
 
 
+@lru_cache(maxsize=1)
+def _no_op_providers(trace: Any) -> tuple[type, ...]:
+    """The provider types that trace nothing (the default before one is set)."""
+    return (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+
+
 def tracer() -> Tracer | None:
     """zincir's tracer from the configured provider; None while none is set (no-op)."""
     global _cached
@@ -61,7 +68,7 @@ def tracer() -> Tracer | None:
     if trace is None:
         return None
     provider = trace.get_tracer_provider()
-    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+    if isinstance(provider, _no_op_providers(trace)):
         return None
     if _cached is None or _cached[0] is not provider:
         _cached = (provider, provider.get_tracer(_SCOPE))

@@ -401,9 +401,12 @@ class LocalRuntime:
         while True:
             if lease is not None and (lapsed := deadlines.lapsed(lease)):
                 raise lapsed  # a starved loop: another owner may be running this already
-            with telemetry.operation(inv) as span:  # a real execution: never a replay
+            if telemetry.tracer() is None:  # no tracing: the handler alone
                 outcome = await attempt_outcome(handler, inv)
-                span.outcome(outcome)
+            else:
+                with telemetry.operation(inv) as span:  # a real execution: never a replay
+                    outcome = await attempt_outcome(handler, inv)
+                    span.outcome(outcome)
             retry = (
                 isinstance(outcome, Failure)
                 and outcome.retryable

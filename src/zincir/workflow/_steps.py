@@ -96,10 +96,15 @@ async def _claim_and_run(
         crash_point("step.claimed")
         try:
             core.check()  # the claim's write may have waited: no body starts on a lapsed lease
-            with telemetry.step_span(run_id, name, await core.attempt_context()):
+            if telemetry.tracer() is None:  # no tracing: the body alone, as cheap as before
                 value = fn()
                 if inspect.isawaitable(value):
                     value = await value
+            else:
+                with telemetry.step_span(run_id, name, await core.attempt_context()):
+                    value = fn()
+                    if inspect.isawaitable(value):
+                        value = await value
             result_json = dumps(
                 value, what=f"the result of step {name!r}", run_id=run_id, convert=True
             )
