@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .._errors import InvalidInput
 from .._time import Clock
+from ._forks import RunOrigin
 from ._grouping import grouped_writes, writes_grouped
 from ._langgraph_records import (
     GraphCheckpointQuery,
@@ -87,6 +88,7 @@ __all__ = [
     "ReceivedMessage",
     "ResponseEntry",
     "RestartRow",
+    "RunOrigin",
     "RunRecord",
     "RunState",
     "SQLiteStore",

@@ -59,6 +59,7 @@ RUN_TABLES: Final = (
     ("content_refs", "run_id"),
     ("stream_items", "run_id"),
     ("run_traces", "run_id"),
+    ("run_origins", "run_id"),
 )
 """(table, column naming the run) of every row a run owns besides its ``agent_runs`` row.
 Messages a pruned run sent to other runs stay in their recipients' inboxes."""

@@ -16,6 +16,7 @@ from typing import Any, Protocol, cast, runtime_checkable
 
 from .._errors import InvalidInput
 from .._time import Clock
+from ._forks import RunOrigin
 from ._langgraph_records import (
     GraphCheckpointQuery,
     GraphCheckpointRow,
@@ -371,6 +372,23 @@ class Store(Protocol):
     async def save_trace_context(self, run_id: str, traceparent: str) -> str: ...
     async def load_trace_context(self, run_id: str) -> str | None: ...
 
+    # -- forks ----------------------------------------------------------------------------
+    # A fork holds its source's history before ``at_seq`` and nobody owns it; the source is
+    # only read. ``run_origins`` records where each forked run came from.
+
+    async def fork_run(
+        self,
+        source_run_id: str,
+        *,
+        at_seq: int,
+        new_run_id: str,
+        config_json: str | None = None,
+        name: str | None = None,
+        kind: str = "fork",
+    ) -> RunRecord: ...
+    async def run_origin(self, run_id: str) -> RunOrigin | None: ...
+    async def forks_of(self, run_id: str) -> list[RunOrigin]: ...
+
 
 READS: frozenset[str] = frozenset(
     {
@@ -396,6 +414,8 @@ READS: frozenset[str] = frozenset(
         "read_stream",
         "stream_tail",
         "load_trace_context",
+        "run_origin",
+        "forks_of",
     }
 )
 """The operations that only read; every other ``async`` operation of :class:`Store` writes

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Protocol
 
 from .._errors import InvalidInput
+from ._forks import RunOrigin
 from ._readonly_rows import (
     CheckpointRow,
     EventRow,
@@ -149,6 +150,11 @@ class ReadOnlySnapshot(Protocol):
 
     def read_stream(self, run_id: str, after: int = 0, limit: int = 500) -> list[StreamItemRow]: ...
     def stream_tail(self, run_id: str) -> StreamItemRow | None: ...
+
+    # -- forks: where a run came from, and the runs forked from it ------------------------
+
+    def run_origin(self, run_id: str) -> RunOrigin | None: ...
+    def forks_of(self, run_id: str, limit: int = 500) -> list[RunOrigin]: ...
 
 
 class ReadOnlyView(Protocol):

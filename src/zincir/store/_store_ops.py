@@ -12,6 +12,7 @@ from ._approvals import ApprovalOps
 from ._children import ChildOps
 from ._claims import ClaimOps
 from ._content_ops import ContentOps
+from ._forks import ForkOps
 from ._langgraph import LangGraphOps
 from ._lifecycle import LifecycleOps
 from ._messages import MessageOps
@@ -40,7 +41,8 @@ class StoreOps(
     LangGraphOps,
     ContentOps,
     StreamOps,
+    ForkOps,
 ):
     """Runs and leases, the agent log, claims, workflows (steps, timers, messages, child
     runs), operations, restart checkpoints, approvals, LangGraph checkpoints, content and
-    runs' durable streams."""
+    runs' durable streams, forks."""

@@ -24,6 +24,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from ..._errors import ConnectionLost, NotAZincirDatabase, SchemaTooNew, StoreError
+from .._forks import ForkReads
 from .._readonly_queries import READ_COLUMNS, SnapshotQueries
 from .._readonly_rows import REQUIRED_TABLES, Row, UsageCache, decode_json
 from .._sql import Params, Sql
@@ -238,7 +239,7 @@ class ReadOnlyPostgres:
             conn.close()
 
 
-class PostgresSnapshot(SnapshotQueries, ThreadReads, StreamReads):
+class PostgresSnapshot(SnapshotQueries, ThreadReads, StreamReads, ForkReads):
     """The named read queries, inside one read transaction of a :class:`ReadOnlyPostgres`."""
 
     def __init__(self, conn: Conn, database: ReadOnlyPostgres, tables: frozenset[str]) -> None:

@@ -24,6 +24,7 @@ from ..._errors import DatabaseCorrupt, InvalidInput, NotAZincirDatabase
 from ..._json import encode_checked
 from ..._time import to_db
 from ..._validate import utf8
+from .._forks import ForkReads
 from .._readonly_queries import READ_COLUMNS, SnapshotQueries
 from .._readonly_rows import REQUIRED_TABLES, Row, UsageCache
 from .._sql import Params, Sql
@@ -215,7 +216,7 @@ class ReadOnlyDatabase:
                 close_quietly(conn)
 
 
-class SnapshotReader(SnapshotQueries, ThreadReads, StreamReads):
+class SnapshotReader(SnapshotQueries, ThreadReads, StreamReads, ForkReads):
     """The named read queries, inside one read transaction of a :class:`ReadOnlyDatabase`."""
 
     def __init__(
