@@ -27,7 +27,7 @@ from ._hooks import AgentHooks
 from ._identity import MAX_RETRIES, MODEL_REQUEST, MODEL_STREAM
 from ._loop import Proposal, run_loop
 from ._models import Model
-from ._ownership import check_prompt, run_config, take_run
+from ._ownership import check_prompt, run_config, stored_config, take_run
 from ._preflight import ResolvedToolsets, check_route
 from ._result import AgentRunResult, result_from_stored, stored_result
 from ._retry import DEFAULT_MODEL_RETRY, DEFAULT_TOOL_RETRY
@@ -340,6 +340,8 @@ class Agent:
             )
             executor = DurableExecutor(self, binding, ctx, logged, emit)
             executor.plan_restarts(prompt, events)
+            if row is not None:
+                executor.plan_history(prompt, stored_config(row), events)
             with executor.streaming():  # a handler run here appends its live deltas
                 result = await run_loop(self, prompt, executor, decisions=decisions)
             result = dataclasses.replace(result, run_id=binding.run_id)
@@ -368,9 +370,14 @@ class Agent:
 
     async def _replay(self, prompt: str, binding: DurableBinding, emit: Emit) -> None:
         """Stream a finished run again from its records: nothing is called or written."""
-        logged = Logged.from_events(await binding.run_store().list_events(binding.run_id))
+        store = binding.run_store()
+        events = await store.list_events(binding.run_id)
+        logged = Logged.from_events(events)
         decisions = {cid: Proposal(doc) for cid, doc in logged.proposals.items()}
         executor = DurableExecutor(self, binding, None, logged, emit)
+        row = await store.get_run(binding.run_id)
+        if row is not None:
+            executor.plan_history(prompt, stored_config(row), events)
         await run_loop(self, prompt, executor, decisions=decisions)
 
     @property

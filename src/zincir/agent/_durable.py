@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -32,6 +32,7 @@ from .._errors import (
     ApprovalMismatch,
     InputDrift,
     InvalidDocument,
+    InvalidInput,
     MissingDurableHandler,
     RecordFormatError,
     RunTerminal,
@@ -79,6 +80,7 @@ from ._binding import DurableBinding
 from ._conversation import Conversation, add_usage, response_text, tool_calls
 from ._describe import describe_operation, drift_reason
 from ._errors import DurableOperationFailed
+from ._fork import FORKED, history_tools, missing_tools
 from ._identity import (
     APPROVAL_RESUME,
     ATTEMPT_STRIDE,
@@ -201,6 +203,10 @@ class DurableExecutor:
         # on from, until that request is made (see restart_at).
         self.restarts: _Restarts | None = None
         self.restarted: tuple[int, Record] | None = None
+        # A fork's fixed history: its turn and the log read as the run was taken (see
+        # plan_history).
+        self.history: tuple[int, Sequence[Event]] | None = None
+        self.prompt = ""
         # The last model request answered: its number and operation (a pause's event names it).
         self.answered: tuple[int, OperationKey] | None = None
         # The run's durable stream (a streamed run's owner writes it), and the model request
@@ -271,6 +277,35 @@ class DurableExecutor:
         if plan is not None:
             self.restarts = _Restarts(prompt, turns, *plan)
 
+    def plan_history(self, prompt: str, config: Mapping[str, Any], events: Sequence[Event]) -> None:
+        """A fork's turns before its fork turn are fixed history, made by its source's
+        agent: the loop goes on at that turn over the stored conversation (see
+        :meth:`restart_at`), on a LocalRuntime on the run's store."""
+        forked = config.get(FORKED)
+        turn = forked.get("turn") if isinstance(forked, dict) else None
+        runtime = self.binding.runtime
+        if (
+            isinstance(turn, int)
+            and turn >= 1
+            and isinstance(runtime, LocalRuntime)
+            and runtime.store is self.binding.run_store()
+        ):
+            self.history = (turn, events)
+            self.prompt = prompt
+        if (
+            isinstance(turn, int)
+            and isinstance(forked, dict)
+            and forked.get("agent") != self.agent.name
+        ):
+            missing = missing_tools(self.agent, history_tools(events, turn))
+            if missing:
+                raise InvalidInput(
+                    f"this fork's first {turn} turns called tools agent {self.agent.name!r} "
+                    f"does not offer ({', '.join(missing)}); continue it with an agent that "
+                    "offers them",
+                    run_id=self.binding.run_id,
+                )
+
     async def restart_at(self, number: int) -> Restart | None:
         """Where the loop goes on when it is about to build model request ``number``:
         the next turn it must replay (one that paused, whose decided calls are checked
@@ -280,6 +315,12 @@ class DurableExecutor:
         operations of the turns between count as replayed. Replaying that request checks it
         for drift: the prompt and instructions open its conversation, the tools and model
         are in it. None: the loop builds this request itself."""
+        if self.history is not None and number < self.history[0]:
+            turn, events = self.history
+            self.history = None
+            restart = await self._history_restart(turn, events)
+            if restart is not None:
+                return restart
         plan, ctx, binding = self.restarts, self.ctx, self.binding
         if plan is None or ctx is None or number in plan.replayed or number >= plan.last:
             return None
@@ -304,6 +345,111 @@ class DurableExecutor:
         self.restarts = plan
         self.restarted = (target, record)
         return Restart(target, tuple(request.messages), usage, plan.failures_at(target))
+
+    async def _history_restart(self, turn: int, events: Sequence[Event]) -> Restart | None:
+        """A fork's loop state at model request ``turn``: the input of request ``turn - 1``
+        (its opening, instructions and prompt, this agent's), that request's response, its
+        tools' results from the log and their follow-up messages from their records. None
+        when that turn did not end with every call's result (the loop replays instead)."""
+        binding, run_id = self.binding, self.binding.run_id
+        store = binding.run_store()
+        model_step, tool_step = binding.step_id(self._model_step()), binding.step_id(TOOL_CALL)
+        tool_steps = {tool_step, binding.step_id(MCP_REQUEST)}
+        model_key: OperationKey | None = None
+        outputs: dict[int, OperationKey] = {}  # position -> the tool record of turn - 1
+        ran: set[int] = set()  # the tool sequences with a record
+        responses: list[dict[str, Any]] = []
+        results: dict[str, dict[str, Any]] = {}
+        end = None  # the seq of the first event of model request ``turn``
+        for event in events:
+            payload = event.payload
+            if not isinstance(payload, dict):
+                return None
+            if event.type == "operation_completed":
+                step, sequence = payload.get("step_id"), payload.get("sequence")
+                if not isinstance(sequence, int):
+                    continue
+                base = sequence % ATTEMPT_STRIDE
+                if step == model_step and base == turn and end is None:
+                    end = event.seq
+                if end is not None:
+                    continue
+                done = payload.get("outcome") == "success"
+                if step == model_step and base == turn - 1 and done:
+                    model_key = OperationKey(run_id, model_step, sequence)
+                elif step in tool_steps:
+                    ran.add(base)
+                    if step == tool_step and done and base // MAX_CALLS_PER_RESPONSE == turn - 1:
+                        outputs[base % MAX_CALLS_PER_RESPONSE] = OperationKey(
+                            run_id, tool_step, sequence
+                        )
+            elif end is None and event.type == "llm_call":
+                responses.append(payload)
+            elif end is None and event.type == "tool_result":
+                results[str(payload.get("id"))] = payload
+        if model_key is None or len(responses) < turn:
+            return None
+        row = await store.get_operation(model_key)
+        if row is None or row.status != "completed" or row.record is None:
+            return None
+        record = decode_record(row.record)
+        where = f"{model_key.step_id} #{model_key.sequence}"
+        request = _read(ModelRequest, record.invocation.input_json, where, "model", run_id)
+        response = _read(ModelResponse, success(record), where, "model", run_id)
+        calls = tool_calls(response)
+        if not calls or any(call.tool_call_id not in results for call in calls):
+            return None  # a final answer, or a turn cut off: nothing to go on from
+        messages = list(request.messages)
+        first_user = next((i for i, m in enumerate(messages) if m.role == "user"), None)
+        if first_user is None:
+            return None
+        conversation = Conversation(self.agent.instructions, self.prompt)
+        conversation.add_messages(messages[first_user + 1 :])
+        conversation.add_response(response)
+        conversation.add_tool_returns(
+            ToolReturnPart(
+                tool_call_id=call.tool_call_id,
+                tool_name=call.tool_name,
+                content=results[call.tool_call_id].get("result"),
+                is_error=results[call.tool_call_id].get("is_error") is True,
+            )
+            for call in calls
+        )
+        for position in sorted(outputs):
+            tool_row = await store.get_operation(outputs[position])
+            if tool_row is None or tool_row.record is None:
+                continue
+            tool_record = decode_record(tool_row.record)
+            if isinstance(tool_record.outcome, Success):
+                output = _read(ToolOutput, tool_record.outcome.output_json, where, "tool", run_id)
+                conversation.add_messages(output.follow_up_messages)
+        usage = Usage()
+        failures: dict[str, int] = {}
+        for number, logged in enumerate(responses[:turn]):
+            try:
+                usage = add_usage(usage, Usage.from_dict(logged.get("usage") or {}))
+            except InvalidDocument:
+                return None
+            listed = logged.get("tool_calls")
+            named = [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []
+            worked: set[str] = set()
+            for position, call in enumerate(named):
+                name, result = str(call.get("name")), results.get(str(call.get("id")), {})
+                sequence = number * MAX_CALLS_PER_RESPONSE + position
+                if result.get("is_error") is True and sequence not in ran:
+                    failures[name] = failures.get(name, 0) + 1  # a call refused before it ran
+                else:
+                    worked.add(name)
+            for name in worked:
+                failures.pop(name, None)
+        if self.ctx is not None:  # the history's work is skipped by design
+            limit = end if end is not None else (events[-1].seq + 1 if events else 0)
+            recorded = [e for e in events if e.seq < limit]
+            history = Recorded()
+            for event in recorded:
+                history.add(event)
+            self.ctx.replay.supersede(history.order)
+        return Restart(turn, tuple(conversation.messages), usage, failures)
 
     def _model_step(self) -> str:
         """The step of this run's model requests: streamed or not."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-import uuid
 from collections.abc import Awaitable, Iterable, Mapping
 from datetime import timedelta
 from types import MappingProxyType
@@ -19,7 +18,7 @@ from typing import Any
 
 from .._errors import InvalidInput, RunNotFound, ZincirError
 from .._json import MAX_DOCUMENT_BYTES
-from .._validate import MAX_ID_BYTES, check_count, check_id, check_lease_ttl
+from .._validate import check_count, check_id, check_lease_ttl
 from .._validate import check_positive_duration as _check_interval
 from ..durable import DurableRuntime, HandlerRegistry, LocalRuntime
 from ..runs import AgentContext, ResumeWorker
@@ -29,6 +28,7 @@ from ..store import Store, as_store, open_store
 from ._agent import Agent, AgentStream
 from ._binding import DurableBinding, Handlers
 from ._errors import RunNotResumable
+from ._fork import fork_agent_run, new_run_id, rewind_agent_run
 from ._ownership import stored_config
 from ._result import AgentRunResult
 from ._serve import serve as serve_agent
@@ -206,6 +206,45 @@ class Runner:
             return await agent._resume(paused, decisions, binding, emit)
         return await agent._run_durable(prompt, binding, emit=emit)
 
+    async def fork(
+        self,
+        source_run_id: str,
+        /,
+        *,
+        at_turn: int,
+        run_id: str | None = None,
+        agent: Agent | str | None = None,
+    ) -> str:
+        """A new run holding the history of run ``source_run_id`` before model request
+        ``at_turn`` (0-based); its id. :meth:`resume` continues it from that request live,
+        the turns before it replayed from the copied records.
+
+        ``agent`` (one this runner serves) continues the fork instead of the source's
+        agent: a different model or instructions; the history stays the source's. The
+        source is untouched. RunNotFound for an unknown run; InvalidInput for a turn out of
+        range or an agent lacking a tool the history called.
+        """
+        chosen = None if agent is None else self._agent(agent)
+        return await fork_agent_run(
+            self.store, source_run_id, at_turn=at_turn, run_id=run_id, agent=chosen
+        )
+
+    async def rewind(
+        self,
+        source_run_id: str,
+        /,
+        *,
+        at_turn: int,
+        run_id: str | None = None,
+        agent: Agent | str | None = None,
+    ) -> str:
+        """:meth:`fork` that replaces: the source run is cancelled, its reason naming the
+        fork and the turn; the fork's id."""
+        chosen = None if agent is None else self._agent(agent)
+        return await rewind_agent_run(
+            self.store, source_run_id, at_turn=at_turn, run_id=run_id, agent=chosen
+        )
+
     async def serve(
         self,
         until: Awaitable[Any],
@@ -292,7 +331,7 @@ class Runner:
     ) -> DurableBinding:
         return DurableBinding(
             self.runtime,
-            _new_run_id(agent.name) if run_id is None else run_id,
+            new_run_id(agent.name) if run_id is None else run_id,
             self._handlers[agent.name],
             step_namespace=namespace,
             lease_ttl=self.lease_ttl,
@@ -329,14 +368,6 @@ class Runner:
                 run_id=run_id,
             )
         return agent, prompt, config
-
-
-def _new_run_id(name: str) -> str:
-    """A new run id: the agent's name and a random part (the random part alone when the
-    name is too long for both)."""
-    unique = uuid.uuid4().hex
-    candidate = f"{name}-{unique}"
-    return candidate if len(candidate.encode()) <= MAX_ID_BYTES else unique
 
 
 def _one_line(text: str, width: int = 80) -> str:
