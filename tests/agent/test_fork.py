@@ -145,9 +145,7 @@ def invoke(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-async def test_the_cli_forks_and_rewinds_at_a_turn(
-    store: Store, store_url: str, log: Path
-) -> None:
+async def test_the_cli_forks_and_rewinds_at_a_turn(store: Store, store_url: str, log: Path) -> None:
     runner = Runner(store, [counter])
     source = await completed_source(runner, log)
     code, output = await asyncio.to_thread(
@@ -156,16 +154,14 @@ async def test_the_cli_forks_and_rewinds_at_a_turn(
     assert code == 0, output
     assert "cli-fork" in output
     code, output = await asyncio.to_thread(
-        invoke, "runs", "rewind", "cli-fork", "--at-turn", "4", "--db", store_url
+        invoke, "runs", "rewind", "cli-fork", "--at-turn", "2", "--db", store_url
     )
     assert code == 0, output
     rewound = output.split()[-1]
     assert (await store.get_run("cli-fork") or {})["status"] == "cancelled"
     assert (await runner.resume(rewound)).output == "model counted 5"
-    assert calls(log) == ["model 4", "tool 4", "model 5"]
-    code, output = await asyncio.to_thread(
-        invoke, "runs", "fork", source, "--db", store_url
-    )
+    assert calls(log) == ["model 2", "tool 2", "model 3", "tool 3", "model 4", "tool 4", "model 5"]
+    code, output = await asyncio.to_thread(invoke, "runs", "fork", source, "--db", store_url)
     assert code != 0 and "--at-turn" in output
 
 
