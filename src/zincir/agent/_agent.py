@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from .. import _telemetry as telemetry
 from .._errors import ApprovalMismatch, InvalidDocument, InvalidInput, ZincirError
 from .._validate import check_count, check_id, check_positive_duration
-from ..contract.payloads import EventDelivery, RunContext
+from ..contract.payloads import ApprovalDecision, EventDelivery, RunContext
 from ..durable import RetryPolicy
 from ..store import Event, OperationKey, Store
-from ._approval import PausedRun, args_sha256, as_document
+from ._approval import PausedCall, PausedRun, args_sha256, as_document
 from ._binding import DurableBinding
 from ._capabilities import LOAD_CAPABILITY, capability_toolsets, load_capability_tool
 from ._checkpoint import load_paused, recorded_decisions
@@ -32,7 +32,14 @@ from ._preflight import ResolvedToolsets, check_route
 from ._result import AgentRunResult, result_from_stored, stored_result
 from ._retry import DEFAULT_MODEL_RETRY, DEFAULT_TOOL_RETRY
 from ._stream import Emit, StreamEvent
-from ._tools import Tool, ToolErrors, ToolFunction, Toolset, check_tool_errors
+from ._tools import (
+    Tool,
+    ToolArgumentsRejected,
+    ToolErrors,
+    ToolFunction,
+    Toolset,
+    check_tool_errors,
+)
 
 if TYPE_CHECKING:
     from ..restart._protocol import RestartStore
@@ -200,6 +207,7 @@ class Agent:
                     f"call {call_id!r} waits for {call.execution}; decide it with {needed}",
                     run_id=run_id,
                 )
+            await self._check_edited(paused, call, document)
             proposals[call_id] = Proposal(document, call.args_sha256)
         if durable is None:
             if run_id is not None:
@@ -217,6 +225,29 @@ class Agent:
                 run_id=durable.run_id,
             )
         return await self._run_durable(paused.prompt, durable, proposals, emit=emit)
+
+    async def _check_edited(
+        self, paused: PausedRun, call: PausedCall, document: ApprovalDecision
+    ) -> None:
+        """An approval's edited arguments against the call's tool schema, before anything is
+        stored (InvalidInput naming the tool, the call and the run)."""
+        if document.decision != "approve" or document.override_arguments is None:
+            return
+        context = RunContext(
+            run_id=paused.run_id or self.name, step=paused.request_number, agent_name=self.name
+        )
+        tool = await self.find_tool(call.tool, context)
+        if tool is None:
+            return  # the loop reports a tool no longer offered
+        try:
+            tool.validate(document.override_arguments)
+        except ToolArgumentsRejected as error:
+            raise InvalidInput(
+                f"the edited arguments for call {call.call_id!r} of tool {tool.name!r} fail "
+                f"its schema: {error.message}; nothing was recorded: approve it again with "
+                "arguments that match the schema",
+                run_id=paused.run_id,
+            ) from None
 
     async def resume_checkpoint(
         self,

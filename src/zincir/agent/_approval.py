@@ -78,9 +78,41 @@ def args_sha256(arguments: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Approve:
-    """Run the call, with ``override_arguments`` instead of the model's when given."""
+    """Run the call; with ``arguments`` (or its older name ``override_arguments``), run it
+    with those edited arguments instead of the model's. ``decided_by`` names who decided.
+
+    Giving both names with different values is InvalidInput.
+    """
 
     override_arguments: Mapping[str, Any] | None = None
+    arguments: Mapping[str, Any] | None = field(default=None, kw_only=True)
+    decided_by: str | None = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        one, other = self.arguments, self.override_arguments
+        if one is not None and other is not None and _plain(one) != _plain(other):
+            raise InvalidInput(
+                "Approve got both arguments and override_arguments with different values; "
+                "give the edited arguments once, as arguments=..."
+            )
+        if self.decided_by is not None and (
+            not isinstance(self.decided_by, str) or not self.decided_by
+        ):
+            raise InvalidInput(f"decided_by must be a non-empty str, not {self.decided_by!r:.80}")
+
+    @property
+    def edited(self) -> Mapping[str, Any] | None:
+        """The edited arguments the call runs with, or None: the model's."""
+        return self.arguments if self.arguments is not None else self.override_arguments
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with its mappings as dicts, to compare two spellings of the same JSON."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +136,11 @@ def as_document(decision: object, *, run_id: str | None = None) -> ApprovalDecis
     """The ``ApprovalDecision`` document of a proposed decision (InvalidInput if it is none)."""
     try:
         if isinstance(decision, Approve):
-            override = decision.override_arguments
+            override = decision.edited
             return ApprovalDecision(
                 decision="approve",
                 override_arguments=None if override is None else dict(override),
+                decided_by=decision.decided_by,
             )
         if isinstance(decision, Deny):
             return ApprovalDecision(decision="deny", reason=str(decision.reason))

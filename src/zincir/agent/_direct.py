@@ -18,7 +18,7 @@ from ..contract.payloads import (
 )
 from ._approval import Execution, PausedRun, approved
 from ._current import ToolCallInfo, serving_call
-from ._loop import Deferred, PlannedCall, Restart
+from ._loop import Deferred, PlannedCall, Refused, Restart
 from ._models import Model, coerce_response
 from ._preflight import ResolvedToolsets
 from ._stream import Emit, assemble_stream, tee
@@ -129,9 +129,18 @@ class DirectExecutor:
         return proposed
 
     async def bind_approval(
-        self, call: ToolCallPart, proposed: ApprovalDecision, digest: str
+        self,
+        call: ToolCallPart,
+        proposed: ApprovalDecision,
+        digest: str,
+        *,
+        model_digest: str | None = None,
     ) -> None:
         """Nothing is recorded on the direct path."""
+
+    def set_aside(self, call: ToolCallPart, bound: str, digest: str, problem: str) -> Refused:
+        """The call is asked again (nothing is recorded on the direct path)."""
+        return Refused(bound, digest, problem)
 
     async def record_pause(self, paused: PausedRun) -> None:
         """Nothing is recorded on the direct path."""

@@ -704,10 +704,17 @@ class DurableExecutor:
         return _read(ApprovalDecision, output, where, "approval", run_id)
 
     async def bind_approval(
-        self, call: ToolCallPart, proposed: ApprovalDecision, digest: str
+        self,
+        call: ToolCallPart,
+        proposed: ApprovalDecision,
+        digest: str,
+        *,
+        model_digest: str | None = None,
     ) -> Refused | None:
         """Log the decision with the digest of the arguments it covers (for an approval, the
-        ones it lets run) and its round; one logged for other arguments is Refused."""
+        ones it lets run) and its round; one logged for other arguments is Refused. An
+        approval with edited arguments (``model_digest``: the digest of the model's) logs
+        both digests, and its approval stores the edited one."""
         call_id = call.tool_call_id
         bound = self.logged.bound.get(call_id)
         if bound is not None:
@@ -721,13 +728,26 @@ class DurableExecutor:
             "args_sha256": digest,
             "round": self.logged.rounds.get(call_id, 0),
         }
+        if model_digest is not None:
+            event["model_args_sha256"] = model_digest
+            event["edited_args_sha256"] = digest
         body = dumps(event, what=DECIDED_EVENT, run_id=run_id)
         await ctx.store.settle_approval(
-            ctx.lease, call_id, proposed.to_json(), [NewEvent(DECIDED_EVENT, body)]
+            ctx.lease,
+            call_id,
+            proposed.to_json(),
+            [NewEvent(DECIDED_EVENT, body)],
+            edited_args_sha256=None if model_digest is None else digest,
+            decided_by=proposed.decided_by,
         )
         self.logged.proposals[call_id] = proposed
         self.logged.bound[call_id] = digest
         return None
+
+    def set_aside(self, call: ToolCallPart, bound: str, digest: str, problem: str) -> Refused:
+        """Set aside a recorded decision whose edited arguments (digest ``bound``) fail the
+        tool's schema: the call is reopened for a new decision round when the run pauses."""
+        return dataclasses.replace(self._refuse(call, bound, digest), problem=problem)
 
     def _refuse(self, call: ToolCallPart, bound: str, digest: str) -> Refused:
         """Refuse the call's decision in force (bound to ``bound``): the call is paused for a

@@ -109,8 +109,14 @@ class Executor(Protocol):
         proposed: ApprovalDecision,
     ) -> ApprovalDecision | Refused: ...
     async def bind_approval(
-        self, call: ToolCallPart, proposed: ApprovalDecision, digest: str
+        self,
+        call: ToolCallPart,
+        proposed: ApprovalDecision,
+        digest: str,
+        *,
+        model_digest: str | None = None,
     ) -> Refused | None: ...
+    def set_aside(self, call: ToolCallPart, bound: str, digest: str, problem: str) -> Refused: ...
     async def record_response(self, number: int, response: ModelResponse) -> None: ...
     async def record_return(self, part: ToolReturnPart) -> None: ...
     async def record_pause(self, paused: PausedRun) -> None: ...
@@ -150,10 +156,12 @@ class Deferred:
 @dataclass(frozen=True, slots=True)
 class Refused:
     """A decision on record binds other arguments (``bound``) than the call would now run
-    with (``digest``): the call does not run and is asked again."""
+    with (``digest``), or (``problem``) its edited arguments fail the tool's schema: the
+    call does not run and is asked again."""
 
     bound: str
     digest: str
+    problem: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,7 +298,10 @@ async def _conversation(
                 run_id=executor.run_id,
             )
         await executor.before_tools(number)
-        work = [_execute(agent, executor, number, p, decisions, known, deferred) for p in plans]
+        edits: dict[str, ToolCallPart] = {}  # the calls approved with edited arguments
+        work = [
+            _execute(agent, executor, number, p, decisions, known, deferred, edits) for p in plans
+        ]
         if len(work) > 1:
             work = [_grouped(one) for one in work]
         done = await asyncio.gather(*work)
@@ -319,6 +330,8 @@ async def _conversation(
         for plan in plans:
             if plan.rejection is None:
                 failures.pop(plan.call.tool_name, None)
+        if edits:  # the model's next request shows each call with the arguments that ran
+            conversation.messages[-1] = _edited(conversation.messages[-1], edits)
         conversation.add_tool_returns(part for part, _ in finished)
         for _, follow_up in finished:
             conversation.add_messages(follow_up)
@@ -431,6 +444,7 @@ async def _execute(
     decisions: Mapping[str, Proposal],
     known: Mapping[str, ToolReturnPart],
     deferred: Mapping[str, Execution],
+    edits: dict[str, ToolCallPart],
 ) -> _Done | PausedCall | _Refusal:
     """Run one planned call; a workflow-origin tool runs here, in the agent process."""
     call = plan.call
@@ -450,7 +464,7 @@ async def _execute(
             content, is_error = _exhausted(plan.tool, error, errors, executor.run_id), True
         part = _returned_part(call, content, is_error=is_error)
     else:
-        outcome = await _decided(agent, executor, number, plan, decisions, deferred)
+        outcome = await _decided(agent, executor, number, plan, decisions, deferred, edits)
         if isinstance(outcome, PausedCall | _Refusal):
             return outcome
         part, follow_up = outcome
@@ -469,13 +483,16 @@ async def _decided(
     plan: _Planned,
     decisions: Mapping[str, Proposal],
     deferred: Mapping[str, Execution],
+    edits: dict[str, ToolCallPart],
 ) -> _Done | PausedCall | _Refusal:
     """Run the call, pausing it (or applying its decision) when it needs one.
 
     A decision binds the digest of the arguments it lets run; one made (or bound) for other
     arguments is refused: the call is paused again on its current arguments, for a new
-    decision. ``deferred`` names the calls a direct run paused on, so their tools are not
-    asked again.
+    decision, and so is one whose edited arguments fail the tool's schema (a decision
+    recorded with ``decide``; the agent checks its own before anything is stored). An
+    approval with edited arguments adds the call as it ran to ``edits``. ``deferred`` names
+    the calls a direct run paused on, so their tools are not asked again.
     """
     tool, call, arguments = plan.tool, plan.call, plan.arguments
     assert tool is not None
@@ -503,18 +520,28 @@ async def _decided(
         return waiting
     if proposal.args_sha256 is not None and proposal.args_sha256 != digest:
         return _Refusal(waiting, Refused(proposal.args_sha256, digest))
-    _check_override(tool, proposal.decision, run_id)
+    problem = _override_problem(tool, proposal.decision)
+    if problem is not None:
+        bound = args_sha256(proposal.decision.override_arguments or {})
+        return _Refusal(waiting, executor.set_aside(call, bound, digest, problem))
     decision = await executor.decide(
         number, plan.position, call, arguments, execution, proposal.decision
     )
     if isinstance(decision, Refused):
         return _Refusal(waiting, decision)
     chosen = arguments
-    if decision.decision == "approve" and decision.override_arguments is not None:
+    edited = decision.decision == "approve" and decision.override_arguments is not None
+    if edited:
         chosen = _check_override(tool, decision, run_id)
-    refused = await executor.bind_approval(call, proposal.decision, args_sha256(chosen))
+    refused = await executor.bind_approval(
+        call, proposal.decision, args_sha256(chosen), model_digest=digest if edited else None
+    )
     if refused is not None:
         return _Refusal(waiting, refused)
+    if edited:
+        edits[call.tool_call_id] = ToolCallPart(
+            tool_call_id=call.tool_call_id, tool_name=call.tool_name, arguments=chosen
+        )
     if decision.decision == "deny":
         content = decision.reason or "The tool call was denied."
         return _returned_part(call, content, is_error=True), ()
@@ -619,8 +646,22 @@ def _exhausted(tool: Tool, error: OperationFailed, errors: ToolErrors, run_id: s
     ) from error
 
 
-def _mismatch(refusals: Sequence[_Refusal], run_id: str | None) -> ApprovalMismatch:
-    """The error for calls whose decisions bind other arguments than would run."""
+def _mismatch(refusals: Sequence[_Refusal], run_id: str | None) -> ApprovalMismatch | InvalidInput:
+    """The error for calls whose decisions bind other arguments than would run (InvalidInput
+    when a decision's edited arguments fail the tool's schema)."""
+    rejected = [item for item in refusals if item.refused.problem is not None]
+    if rejected:
+        what = "; ".join(
+            f"the edited arguments approved for call {item.call.call_id!r} "
+            f"({item.call.tool}) fail its schema: {item.refused.problem}"
+            for item in rejected
+        )
+        return InvalidInput(
+            f"{what}; the call did not run, its decision was set aside and the run is paused "
+            "until it is decided again (zincir.agent.pending_approvals and decide, or "
+            "runner.resume with a decision)",
+            run_id=run_id,
+        )
     what = "; ".join(
         f"call {item.call.call_id!r} ({item.call.tool}) would run with arguments "
         f"{item.refused.digest} but the decision was made for {item.refused.bound}"
@@ -636,6 +677,26 @@ def _mismatch(refusals: Sequence[_Refusal], run_id: str | None) -> ApprovalMisma
         )
     ran = "it did not run" if len(refusals) == 1 else "they did not run"
     return ApprovalMismatch(f"{what}; {ran}, and {how}", run_id=run_id)
+
+
+def _override_problem(tool: Tool, decision: ApprovalDecision) -> str | None:
+    """Why an approval's edited arguments fail the tool's schema, or None."""
+    if decision.decision != "approve" or decision.override_arguments is None:
+        return None
+    try:
+        tool.validate(decision.override_arguments)
+    except ToolArgumentsRejected as error:
+        return error.message
+    return None
+
+
+def _edited(message: Message, edits: Mapping[str, ToolCallPart]) -> Message:
+    """The model's response ``message`` with each call in ``edits`` as it ran."""
+    parts = tuple(
+        edits.get(part.tool_call_id, part) if isinstance(part, ToolCallPart) else part
+        for part in message.parts
+    )
+    return Message(role=message.role, parts=parts)
 
 
 def _check_override(tool: Tool, decision: ApprovalDecision, run_id: str | None) -> dict[str, Any]:

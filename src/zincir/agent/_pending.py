@@ -18,6 +18,7 @@ from ..contract.payloads import ApprovalDecision
 from ..store import ApprovalRow, Store, as_store
 from ..store._restart_records import approval_run_id
 from ._approval import Approve, Decision, Execution, ExternalResult, as_document
+from ._approval import args_sha256 as hash_arguments
 
 __all__ = ["PendingApproval", "decide", "pending_approvals"]
 
@@ -28,7 +29,9 @@ class PendingApproval:
     decision once recorded.
 
     ``expired`` says the approval passed ``expires_at`` undecided: the call is denied when
-    its run resumes, and a decision is refused. ``sequence`` is where the decision goes
+    its run resumes, and a decision is refused. ``edited_args_sha256`` is the digest of the
+    edited arguments an approval runs the call with (``args_sha256`` stays the model's), and
+    ``decided_by`` who decided (None when not said). ``sequence`` is where the decision goes
     through ``approval_resume``: the call's sequence, moved one ``ATTEMPT_STRIDE`` on for
     each time the call was asked again because a decision no longer bound the arguments that
     would run (each such round is decided once, on its own arguments).
@@ -46,6 +49,8 @@ class PendingApproval:
     expires_at: datetime | None
     expired: bool
     decision: ApprovalDecision | None
+    edited_args_sha256: str | None = None
+    decided_by: str | None = None
 
     @classmethod
     def from_row(cls, row: ApprovalRow, now: datetime) -> PendingApproval:
@@ -68,6 +73,8 @@ class PendingApproval:
             decision=(
                 None if row.decision_json is None else ApprovalDecision.from_json(row.decision_json)
             ),
+            edited_args_sha256=row.edited_args_sha256,
+            decided_by=row.decided_by,
         )
 
 
@@ -82,16 +89,26 @@ async def pending_approvals(store: Store, run_id: str | None = None) -> list[Pen
 
 
 async def decide(
-    store: Store, approval_id: str, decision: Decision, *, args_sha256: str | None = None
+    store: Store,
+    approval_id: str,
+    decision: Decision,
+    *,
+    args_sha256: str | None = None,
+    decided_by: str | None = None,
 ) -> PendingApproval:
     """Record ``decision`` for approval ``approval_id`` once, from any process, and wake its
     run; return the decided approval.
 
     ``Approve`` and ``Deny`` answer an ``approval`` call; ``ExternalResult`` and ``Deny`` an
     ``external`` one. With ``args_sha256`` the decision holds only for the arguments with
-    that digest (ApprovalMismatch otherwise). An ``Approve`` with ``override_arguments`` is
-    stored as given: the agent checks the overrides against the tool's schema on resume.
-    Raises ApprovalNotFound, ApprovalDecided, ApprovalExpired, ApprovalMismatch.
+    that digest (ApprovalMismatch otherwise). ``decided_by`` (or ``Approve(decided_by=)``)
+    names who decided, stored with the decision.
+
+    An ``Approve`` with edited ``arguments`` is stored as given, with their digest: this
+    process has no tool to check them against, so they are checked against the tool's
+    schema when the run resumes; if they fail it, the call does not run, the resume raises
+    InvalidInput naming the call, and the run stays paused with the call open for a new
+    decision. Raises ApprovalNotFound, ApprovalDecided, ApprovalExpired, ApprovalMismatch.
     """
     as_store(store)
     if not isinstance(approval_id, str) or not approval_id:
@@ -103,6 +120,19 @@ async def decide(
         )
     run_id = row.run_id
     document = as_document(decision, run_id=run_id)
+    if decided_by is not None:
+        if document.decided_by not in (None, decided_by):
+            raise InvalidInput(
+                f"decided_by={decided_by!r} differs from the decision's "
+                f"({document.decided_by!r}); name who decided once",
+                run_id=run_id,
+            )
+        if not isinstance(decided_by, str) or not decided_by:
+            raise InvalidInput(
+                f"decided_by must be a non-empty str, not {decided_by!r:.80}", run_id=run_id
+            )
+        if isinstance(decision, Approve):
+            document = document.model_copy(update={"decided_by": decided_by})
     if isinstance(decision, ExternalResult) and row.execution != "external":
         raise InvalidInput(
             f"call {row.call_id!r} ({row.tool}) waits for approval: decide it with Approve or "
@@ -119,5 +149,12 @@ async def decide(
         decision_json = document.to_json()
     except InvalidInput as error:  # a lone surrogate in a reason or a result
         raise type(error)(f"the decision is not JSON data: {error.detail}", run_id=run_id) from None
-    decided = await store.decide_approval(approval_id, decision_json, args_sha256=args_sha256)
+    edited = document.override_arguments
+    decided = await store.decide_approval(
+        approval_id,
+        decision_json,
+        args_sha256=args_sha256,
+        edited_args_sha256=None if edited is None else hash_arguments(edited),
+        decided_by=decided_by or document.decided_by,
+    )
     return PendingApproval.from_row(decided, store.now())

@@ -659,14 +659,17 @@ class RunContext(_Strict):
 class ApprovalDecision(Document):
     """Output of ``approval_resume``: the decision the agent applies to a paused call.
 
-    ``override_arguments`` replaces the arguments of an approved call; ``result`` is the
-    value supplied for an ``external_result``.
+    ``override_arguments`` replaces the arguments of an approved call (the edited arguments
+    it runs with); ``result`` is the value supplied for an ``external_result``;
+    ``decided_by`` names who decided (free text), left out of the document when unset so
+    older documents read and encode as before.
     """
 
     decision: Literal["approve", "deny", "external_result"]
     reason: str = ""
     override_arguments: JsonObject | None = None
     result: JsonValue = None
+    decided_by: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class ToolRequest(Document):

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Final
 
+from .._errors import InvalidInput
 from .._validate import check_id
 from ._approval_checks import (
     approval_not_found,
@@ -60,7 +61,8 @@ _OPEN: Final = sql(
     "arguments = excluded.arguments, args_sha256 = excluded.args_sha256, "
     "sequence = excluded.sequence, execution = excluded.execution, "
     "requested_at = excluded.requested_at, expires_at = excluded.expires_at, "
-    "decision = NULL, decided_at = NULL WHERE approvals.sequence <> excluded.sequence"
+    "decision = NULL, decided_at = NULL, edited_args_sha256 = NULL, decided_by = NULL "
+    "WHERE approvals.sequence <> excluded.sequence"
 )
 _OWNER: Final = sql("SELECT run_id FROM approvals WHERE approval_id = ?")
 _RUN_STATUS: Final = sql("SELECT status FROM agent_runs WHERE id = ?{for_share}")
@@ -69,12 +71,12 @@ _UNDECIDED: Final = sql(
     "WHERE approval_id = ?{for_update}"
 )
 _DECIDE: Final = sql(
-    "UPDATE approvals SET decision = ?, decided_at = zincir_now() "
-    "WHERE approval_id = ? RETURNING decided_at"
+    "UPDATE approvals SET decision = ?, edited_args_sha256 = ?, decided_by = ?, "
+    "decided_at = zincir_now() WHERE approval_id = ? RETURNING decided_at"
 )
 _SETTLE: Final = sql(
-    "UPDATE approvals SET decision = ?, decided_at = zincir_now() "
-    "WHERE run_id = ? AND call_id = ? AND decision IS NULL"
+    "UPDATE approvals SET decision = ?, edited_args_sha256 = ?, decided_by = ?, "
+    "decided_at = zincir_now() WHERE run_id = ? AND call_id = ? AND decision IS NULL"
 )
 _SEQUENCE: Final = sql("SELECT sequence FROM approvals WHERE run_id = ? AND call_id = ?")
 _LIST: Final = {
@@ -92,6 +94,9 @@ _LIST: Final = {
     for pending in (False, True)
     for one_run in (False, True)
 }
+
+_Signed = tuple[str | None, str | None]
+"""A decision's edited arguments' digest and who made it (None: not given)."""
 
 
 def open_approvals(
@@ -134,8 +139,11 @@ def _take_wake_ups(tx: Tx, run_id: str, call_id: str, sequence: int) -> None:
     take_messages(tx, run_id, APPROVAL_TOPIC, decision_taker(call_id, sequence), call_id=call_id)
 
 
-def decide_approval(tx: Tx, aid: str, decision_json: str, digest: str | None) -> ApprovalRow:
-    """Record the decision of approval ``aid`` and message its run; the decided row."""
+def decide_approval(
+    tx: Tx, aid: str, decision_json: str, digest: str | None, signed: _Signed = (None, None)
+) -> ApprovalRow:
+    """Record the decision of approval ``aid`` (with its edited arguments' digest and who
+    decided, ``signed``) and message its run; the decided row."""
     owner = tx.one(_OWNER, (aid,))
     if owner is None:
         raise approval_not_found(aid)
@@ -148,19 +156,30 @@ def decide_approval(tx: Tx, aid: str, decision_json: str, digest: str | None) ->
     check_decidable(
         stored, expired=expired, digest=digest, run_status=None if status is None else status[0]
     )
-    decided = tx.one(_DECIDE, (decision_json, aid))
+    decided = tx.one(_DECIDE, (decision_json, *signed, aid))
     assert decided is not None, "the approval read above is stored"
     send(tx, run_id, APPROVAL_TOPIC, decision_message(stored))
-    return replace(stored, decision_json=decision_json, decided_at=tx.time(decided[0]))
+    return replace(
+        stored,
+        decision_json=decision_json,
+        decided_at=tx.time(decided[0]),
+        edited_args_sha256=signed[0],
+        decided_by=signed[1],
+    )
 
 
 def settle_approval(
-    tx: Tx, lease: Lease, call_id: str, decision_json: str, events: Sequence[NewEvent]
+    tx: Tx,
+    lease: Lease,
+    call_id: str,
+    decision_json: str,
+    events: Sequence[NewEvent],
+    signed: _Signed = (None, None),
 ) -> None:
-    """Append ``events``, record the decision on ``call_id`` if nobody did, and take the
-    call's wake-up messages."""
+    """Append ``events``, record the decision on ``call_id`` if nobody did (with ``signed``:
+    its edited arguments' digest and who decided), and take the call's wake-up messages."""
     tx.append(lease, events)
-    tx.execute(_SETTLE, (decision_json, lease.run_id, call_id))
+    tx.execute(_SETTLE, (decision_json, *signed, lease.run_id, call_id))
     found = tx.one(_SEQUENCE, (lease.run_id, call_id))
     _take_wake_ups(tx, lease.run_id, call_id, 0 if found is None else int(found[0]))
 
@@ -212,23 +231,41 @@ class ApprovalOps(Rules):
         return await self._read_tx(read, offload=run_id is None and not pending)
 
     async def settle_approval(
-        self, lease: Lease, call_id: str, decision_json: str, events: Sequence[NewEvent] = ()
+        self,
+        lease: Lease,
+        call_id: str,
+        decision_json: str,
+        events: Sequence[NewEvent] = (),
+        *,
+        edited_args_sha256: str | None = None,
+        decided_by: str | None = None,
     ) -> None:
         """The run applies its decision on ``call_id``: append ``events`` (fenced), record the
         decision on the call's approval if nobody did, and take the call's wake-up messages,
         in one transaction (so the call is no longer listed, and a later pause of the run is
-        not woken by an old decision)."""
+        not woken by an old decision). ``edited_args_sha256`` and ``decided_by`` are stored
+        with a decision recorded here."""
         check_id(call_id, "call_id", run_id=lease.run_id)
         decision = check_json_object(
             decision_json, f"the decision of call {call_id!r}", lease.run_id
         )
+        signed = _signed(edited_args_sha256, decided_by, call_id, lease.run_id)
         logged = list(events)
-        await self._write_tx(lambda tx: settle_approval(tx, lease, call_id, decision, logged))
+        await self._write_tx(
+            lambda tx: settle_approval(tx, lease, call_id, decision, logged, signed)
+        )
 
     async def decide_approval(
-        self, approval_id: str, decision_json: str, *, args_sha256: str | None = None
+        self,
+        approval_id: str,
+        decision_json: str,
+        *,
+        args_sha256: str | None = None,
+        edited_args_sha256: str | None = None,
+        decided_by: str | None = None,
     ) -> ApprovalRow:
-        """Record the decision of an undecided, unexpired approval and send its run the
+        """Record the decision of an undecided, unexpired approval (with the digest of the
+        edited arguments it approves, and who made it) and send its run the
         ``APPROVAL_TOPIC`` message, in one transaction; return the decided row.
 
         ApprovalNotFound, ApprovalDecided (a decision is used once), ApprovalExpired,
@@ -240,4 +277,18 @@ class ApprovalOps(Rules):
         digest = None
         if args_sha256 is not None:
             digest = check_digest(args_sha256, f"args_sha256 for approval {aid!r}", run_id)
-        return await self._write_tx(lambda tx: decide_approval(tx, aid, decision, digest))
+        signed = _signed(edited_args_sha256, decided_by, aid, run_id)
+        return await self._write_tx(lambda tx: decide_approval(tx, aid, decision, digest, signed))
+
+
+def _signed(edited: str | None, by: str | None, what: str, run_id: str | None) -> _Signed:
+    """A decision's edited arguments' digest (lowercase hex) and decider, checked."""
+    if edited is not None:
+        edited = check_digest(edited, f"edited_args_sha256 for {what!r}", run_id)
+    if by is not None and (not isinstance(by, str) or not by or len(by) > 200):
+        raise InvalidInput(
+            f"decided_by for {what!r} must be a non-empty str of at most 200 characters, "
+            f"not {by!r:.80}",
+            run_id=run_id,
+        )
+    return edited, by

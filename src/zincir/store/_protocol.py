@@ -302,10 +302,23 @@ class Store(Protocol):
         self, run_id: str | None = None, *, pending: bool = True
     ) -> list[ApprovalRow]: ...
     async def settle_approval(
-        self, lease: Lease, call_id: str, decision_json: str, events: Sequence[NewEvent] = ()
+        self,
+        lease: Lease,
+        call_id: str,
+        decision_json: str,
+        events: Sequence[NewEvent] = (),
+        *,
+        edited_args_sha256: str | None = None,
+        decided_by: str | None = None,
     ) -> None: ...
     async def decide_approval(
-        self, approval_id: str, decision_json: str, *, args_sha256: str | None = None
+        self,
+        approval_id: str,
+        decision_json: str,
+        *,
+        args_sha256: str | None = None,
+        edited_args_sha256: str | None = None,
+        decided_by: str | None = None,
     ) -> ApprovalRow: ...
 
     # -- LangGraph checkpoints ----------------------------------------------------------------

@@ -111,7 +111,9 @@ class NewApproval:
 @dataclass(frozen=True, slots=True)
 class ApprovalRow:
     """An approval as stored: the paused call, since when it waits, and its decision once
-    one was recorded (``decision_json``, an ``ApprovalDecision`` document)."""
+    one was recorded (``decision_json``, an ``ApprovalDecision`` document), with the digest of
+    the edited arguments it runs the call with (``edited_args_sha256``, None when it runs the
+    model's, ``args_sha256``) and who made it (``decided_by``, None when not said)."""
 
     approval_id: str
     run_id: str
@@ -125,18 +127,21 @@ class ApprovalRow:
     expires_at: datetime | None
     decision_json: str | None
     decided_at: datetime | None
+    edited_args_sha256: str | None = None
+    decided_by: str | None = None
 
 
 APPROVAL_COLUMNS: Final = (
     "approval_id, run_id, call_id, tool, arguments, args_sha256, sequence, execution, "
-    "requested_at, expires_at, decision, decided_at"
+    "requested_at, expires_at, decision, decided_at, edited_args_sha256, decided_by"
 )
 """The ``approvals`` columns :func:`approval_row` reads, in order."""
 
 
 def approval_row(row: Sequence[Any], time: TimeDecoder = driver_time) -> ApprovalRow:
     """An ``approvals`` row selected as :data:`APPROVAL_COLUMNS` as an ApprovalRow."""
-    aid, run, call, tool, arguments, digest, seq, execution, asked, expires, decision, at = row
+    aid, run, call, tool, arguments, digest, seq, execution, asked, expires, decision, at = row[:12]
+    edited, by = row[12:14]
     return ApprovalRow(
         approval_id=aid,
         run_id=run,
@@ -150,6 +155,8 @@ def approval_row(row: Sequence[Any], time: TimeDecoder = driver_time) -> Approva
         expires_at=optional_time(expires, time),
         decision_json=decision,
         decided_at=optional_time(at, time),
+        edited_args_sha256=edited,
+        decided_by=by,
     )
 
 
