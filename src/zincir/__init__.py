@@ -97,6 +97,7 @@ from .runs import (
     acknowledge_spin,
     cancel_run,
     compact_run,
+    fork_run,
     prune_runs,
     set_budget,
 )
@@ -197,6 +198,7 @@ __all__ = [
     "compact_run",
     "decode_record",
     "encode_record",
+    "fork_run",
     "open_store",
     "prune_runs",
     "send_message",

@@ -102,6 +102,7 @@ EXPORTS = [
     "compact_run",
     "decode_record",
     "encode_record",
+    "fork_run",
     "open_store",
     "prune_runs",
     "send_message",

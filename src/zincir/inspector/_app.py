@@ -512,6 +512,8 @@ class Pages:
             "config": decode_json(run["config"]),
             "parent": run_summary(parent, now) if parent else None,
             "children": [run_summary(child, now) for child in reader.children(run_id, ROW_LIMIT)],
+            "origin": reader.run_origin(run_id),
+            "forks": reader.forks_of(run_id, ROW_LIMIT),
             "usage": reader.usage(run),
             "elapsed_s": _elapsed(run, now),
             "pending_tools": [

@@ -3,6 +3,7 @@
 from ._budget import Budget, BudgetUsage, set_budget
 from ._context import AgentContext, Verifier
 from ._entries import response_entry, tool_result_entry
+from ._fork import fork_run
 from ._lease import MIN_LEASE_TTL, Lease
 from ._lifecycle import cancel_run, compact_run, prune_runs
 from ._spin import SpinRules, acknowledge_spin
@@ -40,6 +41,7 @@ __all__ = [
     "acknowledge_spin",
     "cancel_run",
     "compact_run",
+    "fork_run",
     "prune_runs",
     "response_entry",
     "set_budget",
