@@ -110,7 +110,7 @@ def migrate(database: str) -> None:
 
 @main.group()
 def runs() -> None:
-    """List runs, show their event logs, cancel them."""
+    """List runs, show their event logs, cancel and fork them."""
 
 
 def _existing(database: str) -> ReadOnlyView:
@@ -233,6 +233,39 @@ def runs_cancel(database: str, run_id: str, reason: str | None, cascade: bool) -
         return
     for cancelled_id in cancelled:
         click.echo(f"cancelled {cancelled_id}")
+
+
+def _fork_options(command: F) -> F:
+    """The options of a fork: where it starts (one of the point options) and its new id."""
+    options = (
+        click.option(
+            "--at-seq",
+            "at_seq",
+            type=int,
+            help="Fork before this event: the new run holds the events with a smaller seq.",
+        ),
+        click.option("--new-id", "new_id", help="The new run's id (default: RUN-fork-<hex>)."),
+    )
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+@runs.command("fork")
+@database_option
+@click.argument("run_id")
+@_fork_options
+def runs_fork(database: str, run_id: str, at_seq: int | None, new_id: str | None) -> None:
+    """Fork a run: a new run holding its history before a point, which the next resume
+    continues live; the source is untouched. Prints the new run's id."""
+    from .runs import fork_run
+
+    check_id(run_id, "RUN_ID")
+    if at_seq is None:
+        raise click.UsageError("say where the fork starts: --at-seq N")
+    seq = at_seq
+    forked = _with_store(database, lambda store: fork_run(store, run_id, at_seq=seq, run_id=new_id))
+    click.echo(forked)
 
 
 @main.command("prune")
