@@ -4,6 +4,7 @@ worker, check-compat, ui."""
 from __future__ import annotations
 
 import asyncio
+import getpass
 import importlib
 import json
 import sys
@@ -542,12 +543,37 @@ def _when(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def _approvals_table(found: list[PendingApproval]) -> str:
+def _runs_with(item: PendingApproval) -> dict[str, Any]:
+    """The arguments the call runs with: an approval's edited ones, else the model's."""
+    decision = item.decision
+    if decision is not None and decision.override_arguments is not None:
+        return decision.override_arguments
+    return item.arguments
+
+
+def _decided(item: PendingApproval) -> tuple[str, str]:
+    """An approval's decision in a word or two, and who made it ("-": not said)."""
+    decision = item.decision
+    if decision is None:
+        word = "waiting"
+    elif decision.decision == "approve":
+        word = "approved" if decision.override_arguments is None else "approved-edited"
+    else:
+        word = {"deny": "denied", "external_result": "answered"}[decision.decision]
+    return word, _printable(_cut(item.decided_by or "-", 24))
+
+
+def _approvals_table(found: list[PendingApproval], *, decided: bool = False) -> str:
     """One line per waiting call: approval id, run, tool, short digest, since, expiry and
-    the arguments it would run with (shortened)."""
+    the arguments it would run with (shortened); with ``decided``, also each decision and
+    who made it (an approval with edited arguments shows those)."""
     if not found:
-        return "no approvals waiting"
-    header = ("approval id", "run", "tool", "args sha256", "since", "expires", "arguments")
+        return "no approvals" if decided else "no approvals waiting"
+    header: tuple[str, ...] = (
+        *("approval id", "run", "tool", "args sha256", "since", "expires"),
+        *(("decision", "by") if decided else ()),
+        "arguments",
+    )
     lines = [
         (
             item.approval_id,
@@ -558,7 +584,8 @@ def _approvals_table(found: list[PendingApproval]) -> str:
             "EXPIRED"
             if item.expired
             else ("never" if item.expires_at is None else _when(item.expires_at)),
-            _printable(_cut(json.dumps(item.arguments, ensure_ascii=False), 48)),
+            *(_decided(item) if decided else ()),
+            _printable(_cut(json.dumps(_runs_with(item), ensure_ascii=False), 48)),
         )
         for item in found
     ]
@@ -584,6 +611,12 @@ def _approvals_json(found: list[PendingApproval]) -> str:
                 "since": item.since.isoformat(),
                 "expires_at": None if item.expires_at is None else item.expires_at.isoformat(),
                 "expired": item.expired,
+                "decision": None if item.decision is None else item.decision.decision,
+                "edited_arguments": (
+                    None if item.decision is None else item.decision.override_arguments
+                ),
+                "edited_args_sha256": item.edited_args_sha256,
+                "decided_by": item.decided_by,
             }
             for item in found
         ],
@@ -596,14 +629,28 @@ def _approvals_json(found: list[PendingApproval]) -> str:
 @database_option
 @click.option("--run", "run_id", metavar="RUN_ID", help="Only the approvals of this run.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array with every field.")
-def approvals_list(database: str, run_id: str | None, as_json: bool) -> None:
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="Every approval, decided ones too, with its decision and who made it.",
+)
+def approvals_list(database: str, run_id: str | None, as_json: bool, every: bool) -> None:
     """Paused calls waiting for a decision (of live runs), oldest first."""
-    from .agent import pending_approvals
+    from .agent import PendingApproval, pending_approvals
 
     if run_id is not None:
         check_id(run_id, "RUN_ID")
-    found = _with_store(database, lambda store: pending_approvals(store, run_id))
-    click.echo(_approvals_json(found) if as_json else _approvals_table(found))
+
+    async def every_approval(store: Store) -> list[PendingApproval]:
+        rows = await store.list_approvals(run_id, pending=False)
+        return [PendingApproval.from_row(row, store.now()) for row in rows]
+
+    found = _with_store(
+        database,
+        every_approval if every else (lambda store: pending_approvals(store, run_id)),
+    )
+    click.echo(_approvals_json(found) if as_json else _approvals_table(found, decided=every))
 
 
 def _hex_prefix(text: str, what: str) -> str:
@@ -655,7 +702,12 @@ async def _full_digest(store: Store, approval_id: str, prefix: str) -> str | Non
 
 
 def _decide(
-    database: str, approval_id: str, decision: Decision, args_sha256: str | None, done: str
+    database: str,
+    approval_id: str,
+    decision: Decision,
+    args_sha256: str | None,
+    done: str,
+    decided_by: str | None = None,
 ) -> None:
     """Record ``decision`` once and say which run it wakes. ``approval_id`` may be the
     approval's id or its arguments' digest prefix, as ``approvals list`` prints it."""
@@ -669,13 +721,30 @@ def _decide(
     async def work(store: Store) -> PendingApproval:
         found = await _approval_by_digest(store, approval_id.lower()) if by_digest else approval_id
         digest = None if prefix is None else await _full_digest(store, found, prefix)
-        return await decide(store, found, decision, args_sha256=digest)
+        return await decide(store, found, decision, args_sha256=digest, decided_by=decided_by)
 
     decided = _with_store(database, work)
     click.echo(
         f"{done} {decided.approval_id}: {decided.tool} call {decided.call_id!r} of run "
         f"{decided.run_id}, which resumes with this decision"
     )
+
+
+def _os_user() -> str | None:
+    """The OS user running the command (who decided, unless ``--by`` says), or None."""
+    try:
+        return getpass.getuser() or None
+    except (KeyError, OSError):
+        return None
+
+
+def _by_option(function: Callable[..., None]) -> Callable[..., None]:
+    return click.option(
+        "--by",
+        "decided_by",
+        metavar="NAME",
+        help="Who decides, recorded with the decision (default: the OS user).",
+    )(function)
 
 
 _ARGS_SHA256_HELP = (
@@ -689,30 +758,44 @@ _ARGS_SHA256_HELP = (
 @click.argument("approval_id")
 @click.option("--args-sha256", "args_sha256", metavar="HEX", help=_ARGS_SHA256_HELP)
 @click.option(
-    "--override", metavar="JSON_OBJECT", help="Run the call with these arguments instead."
+    "--arguments",
+    "edited",
+    metavar="JSON_OBJECT",
+    help="Run the call with these edited arguments instead (checked against the tool's "
+    "schema when the run resumes).",
 )
+@click.option("--override", metavar="JSON_OBJECT", help="The older name of --arguments.")
+@_by_option
 def approvals_approve(
-    database: str, approval_id: str, args_sha256: str | None, override: str | None
+    database: str,
+    approval_id: str,
+    args_sha256: str | None,
+    edited: str | None,
+    override: str | None,
+    decided_by: str | None,
 ) -> None:
     """Approve a paused call: its run resumes and runs it. APPROVAL_ID is the approval's id
     or the args sha256 prefix `approvals list` prints (at least 12 hex digits, unique)."""
     from .agent import Approve
 
-    arguments = (
-        None if override is None else _json_argument(override, "--override", object_only=True)
-    )
-    _decide(database, approval_id, Approve(arguments), args_sha256, "approved")
+    if edited is not None and override is not None:
+        raise click.UsageError("give the edited arguments once: --arguments (or --override)")
+    text, flag = (edited, "--arguments") if override is None else (override, "--override")
+    arguments = None if text is None else _json_argument(text, flag, object_only=True)
+    by = decided_by or _os_user()
+    _decide(database, approval_id, Approve(arguments=arguments), args_sha256, "approved", by)
 
 
 @approvals.command("deny")
 @database_option
 @click.argument("approval_id")
 @click.option("--reason", default="", help="Why; the model is told.")
-def approvals_deny(database: str, approval_id: str, reason: str) -> None:
+@_by_option
+def approvals_deny(database: str, approval_id: str, reason: str, decided_by: str | None) -> None:
     """Deny a paused call: its run resumes without running it."""
     from .agent import Deny
 
-    _decide(database, approval_id, Deny(reason), None, "denied")
+    _decide(database, approval_id, Deny(reason), None, "denied", decided_by or _os_user())
 
 
 @approvals.command("result")
@@ -720,12 +803,16 @@ def approvals_deny(database: str, approval_id: str, reason: str) -> None:
 @click.argument("approval_id")
 @click.argument("value", metavar="JSON_VALUE")
 @click.option("--args-sha256", "args_sha256", metavar="HEX", help=_ARGS_SHA256_HELP)
-def approvals_result(database: str, approval_id: str, value: str, args_sha256: str | None) -> None:
+@_by_option
+def approvals_result(
+    database: str, approval_id: str, value: str, args_sha256: str | None, decided_by: str | None
+) -> None:
     """Supply the result (JSON_VALUE) of a call that waits for an external one."""
     from .agent import ExternalResult
 
     result = _json_argument(value, "JSON_VALUE")
-    _decide(database, approval_id, ExternalResult(result), args_sha256, "answered")
+    by = decided_by or _os_user()
+    _decide(database, approval_id, ExternalResult(result), args_sha256, "answered", by)
 
 
 main.add_command(worker_command)
