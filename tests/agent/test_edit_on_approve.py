@@ -262,3 +262,56 @@ async def test_an_edited_approval_survives_a_sigkill_after_the_decision(
         done = await runner.resume("killed")
     assert done.output == "done"
     assert_ran_edited(log, store_target, "killed", "alice")
+
+
+# -- the command line -------------------------------------------------------------------
+
+
+def approvals_cli(target: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = child_env()
+    env.pop("ZINCIR_DATABASE_PATH", None)
+    return subprocess.run(
+        [sys.executable, "-m", "zincir", "approvals", *args, "--db", target],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+async def test_the_cli_approves_with_edited_arguments_and_lists_them(
+    store_target: str, log: Path
+) -> None:
+    async with Runner(store_target, [agent]) as runner:
+        await runner.run(agent, PROMPT, run_id="cli")
+        await runner.run(agent, PROMPT, run_id="cli-alias")
+    edited = json.dumps(EDITED)
+    done = approvals_cli(
+        store_target, "approve", f"cli/{CALL}", "--arguments", edited, "--by", "carol"
+    )
+    assert done.returncode == 0, done.stderr
+    alias = approvals_cli(store_target, "approve", f"cli-alias/{CALL}", "--override", edited)
+    assert alias.returncode == 0, alias.stderr
+
+    listed = approvals_cli(store_target, "list", "--all", "--run", "cli")
+    assert listed.returncode == 0, listed.stderr
+    header, line = listed.stdout.splitlines()
+    assert header.split()[-3:] == ["decision", "by", "arguments"]
+    assert line.split()[7:9] == ["approved-edited", "carol"]  # after since, expires
+    assert line[header.index("arguments") :] == json.dumps(EDITED)  # what runs
+    assert approvals_cli(store_target, "list", "--run", "cli").stdout == "no approvals waiting\n"
+    [item] = json.loads(
+        approvals_cli(store_target, "list", "--all", "--json", "--run", "cli").stdout
+    )
+    assert item["arguments"] == ASKED and item["edited_arguments"] == EDITED
+    assert item["args_sha256"] == args_sha256(ASKED)
+    assert item["edited_args_sha256"] == args_sha256(EDITED)
+    assert (item["decision"], item["decided_by"]) == ("approve", "carol")
+    [aliased] = json.loads(
+        approvals_cli(store_target, "list", "--all", "--json", "--run", "cli-alias").stdout
+    )
+    assert aliased["edited_arguments"] == EDITED and aliased["decided_by"]  # the OS user
+
+    async with Runner(store_target, [agent]) as runner:
+        assert (await runner.resume("cli")).output == "done"
+    assert_ran_edited(log, store_target, "cli", "carol")
