@@ -3,6 +3,7 @@ at once and continued live from there, while the source stays as it was."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections import Counter
@@ -156,8 +157,11 @@ async def test_an_agent_fork_holds_the_state_of_the_prefix(store: Store, store_u
     seq = await ctx.record_tool_result("c2", {"ok": "fork"})
     assert seq == at  # the takeover logged nothing: the log continues from the point
     assert _rows_of(store_url, "agent-src") == before
-    fork = await store.get_run("agent-fork")
-    assert fork is not None and fork["config"] == (await store.get_run("agent-src"))["config"]  # type: ignore[index]
+    fork, run = await store.get_run("agent-fork"), await store.get_run("agent-src")
+    assert fork is not None and run is not None
+    assert (
+        (fork["name"], fork["config"]) == (run["name"], run["config"]) == ("agent", '{"model":"m"}')
+    )
 
 
 async def test_a_compacted_source_forks_with_its_archived_events(
@@ -174,11 +178,15 @@ async def test_a_compacted_source_forks_with_its_archived_events(
         assert await _log(store, fork_id) == [entry for entry in log if entry[0] < at]
         ctx = await AgentContext.recover(store, fork_id)
         assert await _state_of(ctx) == await _expected_state(store, "compacted", at)
-        expected_open = {"c3"} if at > report.through_seq else set()
-        if at <= report.through_seq:
-            expected_open = {call for call in ("c1", "c2", "c3") if _open_at(log, call, at)}
+        expected_open = {call for call in ("c1", "c2", "c3") if _open_at(log, call, at)}
         assert {call.id for call in await ctx.pending_tools()} == expected_open
         await ctx.close()
+    # Forked at the end, the fork's archive is the source's: compacted alike.
+    archived = "SELECT seq FROM archived_events WHERE run_id = ? ORDER BY seq"
+    assert select(store_url, archived, (f"compacted-at-{last + 1}",)) == select(
+        store_url, archived, ("compacted",)
+    )
+    assert (await compact_run(store, f"compacted-at-{last + 1}")).archived == 0
     await source.close()
 
 
@@ -297,8 +305,6 @@ def test_cli_runs_fork_at_seq(tmp_path: Path) -> None:
         await ctx.complete(None)
         await store.close()
 
-    import asyncio
-
     asyncio.run(seed())
 
     def invoke(*args: str) -> tuple[int, str]:
@@ -322,3 +328,36 @@ def test_cli_runs_fork_at_seq(tmp_path: Path) -> None:
         assert code == 1 and named in output and "Traceback" not in output, output
     code, output = invoke("cli-src")
     assert code == 2 and "--at-seq" in output
+
+
+def test_the_inspector_links_a_fork_and_its_source(tmp_path: Path) -> None:
+    pytest.importorskip("starlette")
+    from tests.inspector.conftest import client_for, seed
+    from zincir.inspector._app import run_url
+
+    path = tmp_path / "inspected.db"
+
+    async def fill(store: Store) -> None:
+        await _agent_run(store, "origin-run")
+        await fork_run(store, "origin-run", at_seq=4, run_id="fork-one")
+        await fork_run(store, "origin-run", at_seq=6, run_id="fork-two")
+
+    seed(path, fill)
+    client = client_for(path)
+    fork_page = client.get(run_url("fork-one"))
+    assert fork_page.status_code == 200
+    origin = re.search(r'<dd class="origin">(.*?)</dd>', fork_page.text)
+    assert origin is not None
+    assert (
+        f'forked from <a href="{run_url("origin-run")}"><code>origin-run</code></a> at seq 4'
+        == (origin.group(1))
+    )
+    source_page = client.get(run_url("origin-run")).text
+    forks = re.search(r'<dd class="forks">(.*?)</dd>', source_page)
+    assert forks is not None
+    assert re.findall(r'href="([^"]+)"', forks.group(1)) == [
+        run_url("fork-one"),
+        run_url("fork-two"),
+    ]
+    assert "at seq 4" in forks.group(1) and "at seq 6" in forks.group(1)
+    assert 'class="origin"' not in source_page and 'class="forks"' not in fork_page.text
