@@ -315,3 +315,23 @@ async def test_the_cli_approves_with_edited_arguments_and_lists_them(
     async with Runner(store_target, [agent]) as runner:
         assert (await runner.resume("cli")).output == "done"
     assert_ran_edited(log, store_target, "cli", "carol")
+
+
+# -- a run approved with override_arguments before edits were shown ----------------------
+
+PRE_EDIT_DB = Path(__file__).with_name("pre_edit_approval.db")
+"""A run of ``edit_agents.agent`` (id ``x``) written by zincir before the model was shown
+edited calls: paused, approved with ``Approve({"order_id": "A-17", "amount_cents": 1000})``
+and killed with ``ZINCIR_CRASH_AT=agent.response_logged:3`` (its last response recorded,
+the run not completed). Made with the code of commit 1d74d90."""
+
+
+async def test_a_run_edited_before_edits_were_shown_replays_without_drift(
+    tmp_path: Path, log: Path
+) -> None:
+    db = tmp_path / "pre_edit.db"
+    db.write_bytes(PRE_EDIT_DB.read_bytes())
+    async with Runner(db, [agent]) as runner:
+        done = await runner.resume("x")
+    assert done.output == "done" and done.paused is None
+    assert tool_runs(log) == [] and model_saw(log) == []  # all replayed from the records

@@ -138,6 +138,10 @@ class DirectExecutor:
     ) -> None:
         """Nothing is recorded on the direct path."""
 
+    def shows_edit(self, call_id: str) -> bool:
+        """The model's next request shows an edited call as it ran."""
+        return True
+
     def set_aside(self, call: ToolCallPart, bound: str, digest: str, problem: str) -> Refused:
         """The call is asked again (nothing is recorded on the direct path)."""
         return Refused(bound, digest, problem)

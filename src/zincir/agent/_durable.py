@@ -128,6 +128,7 @@ class Logged:
     proposals: dict[str, ApprovalDecision] = field(default_factory=dict)
     bound: dict[str, str] = field(default_factory=dict)
     rounds: dict[str, int] = field(default_factory=dict)
+    unshown: set[str] = field(default_factory=set)
     paused: PausedRun | None = None
     conversation: OperationKey | None = None
     recorded: Recorded = field(default_factory=Recorded)
@@ -147,6 +148,8 @@ class Logged:
                 call_id = str(payload["call_id"])
                 logged.proposals[call_id] = ApprovalDecision.from_dict(payload["proposed"])
                 logged.bound[call_id] = str(payload["args_sha256"])
+                if "model_args_sha256" not in payload:  # logged before edits were shown
+                    logged.unshown.add(call_id)
             elif event.type == REOPENED_EVENT and isinstance(payload, dict):
                 logged.reopen(str(payload["call_id"]), int(payload["round"]))
             else:
@@ -743,6 +746,11 @@ class DurableExecutor:
         self.logged.proposals[call_id] = proposed
         self.logged.bound[call_id] = digest
         return None
+
+    def shows_edit(self, call_id: str) -> bool:
+        """Whether the model's next request shows the call with its edited arguments: not
+        for a decision logged before it did (its recorded requests show the model's)."""
+        return call_id not in self.logged.unshown
 
     def set_aside(self, call: ToolCallPart, bound: str, digest: str, problem: str) -> Refused:
         """Set aside a recorded decision whose edited arguments (digest ``bound``) fail the

@@ -117,6 +117,7 @@ class Executor(Protocol):
         model_digest: str | None = None,
     ) -> Refused | None: ...
     def set_aside(self, call: ToolCallPart, bound: str, digest: str, problem: str) -> Refused: ...
+    def shows_edit(self, call_id: str) -> bool: ...
     async def record_response(self, number: int, response: ModelResponse) -> None: ...
     async def record_return(self, part: ToolReturnPart) -> None: ...
     async def record_pause(self, paused: PausedRun) -> None: ...
@@ -538,7 +539,7 @@ async def _decided(
     )
     if refused is not None:
         return _Refusal(waiting, refused)
-    if edited:
+    if edited and executor.shows_edit(call.tool_call_id):
         edits[call.tool_call_id] = ToolCallPart(
             tool_call_id=call.tool_call_id, tool_name=call.tool_name, arguments=chosen
         )
@@ -653,7 +654,7 @@ def _mismatch(refusals: Sequence[_Refusal], run_id: str | None) -> ApprovalMisma
     if rejected:
         what = "; ".join(
             f"the edited arguments approved for call {item.call.call_id!r} "
-            f"({item.call.tool}) fail its schema: {item.refused.problem}"
+            f"({item.call.tool}) fail its schema: {(item.refused.problem or '').rstrip('.')}"
             for item in rejected
         )
         return InvalidInput(
