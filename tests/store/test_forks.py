@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -256,6 +257,15 @@ async def test_bad_input_is_refused_with_nothing_stored(store: Store, store_url:
     await ctx.close()
 
 
+def _pieces_missing(target: str, run_id: str) -> tuple[int, list[str]]:
+    """How many of the run's events have pieces, and the pieces the database lacks (read
+    from its tables: a process's content cache would hide a missing one)."""
+    rows = select(target, "SELECT payload_pieces FROM events WHERE run_id = ?", (run_id,))
+    digests = [digest for (pieces,) in rows if pieces for _, digest in json.loads(pieces)]
+    stored = {hash_ for (hash_,) in select(target, "SELECT hash FROM content")}
+    return sum(1 for (pieces,) in rows if pieces), [d for d in digests if d not in stored]
+
+
 async def test_prune_of_the_source_keeps_the_forks_content(
     fake_store: Store, clock: FakeClock, store_url: str
 ) -> None:
@@ -269,7 +279,8 @@ async def test_prune_of_the_source_keeps_the_forks_content(
     clock.advance(40 * DAY)
     report = await prune_runs(store, older_than=timedelta(seconds=DAY))
     assert report.run_ids == ["src"]  # the fork is live: kept
-    assert await _log(store, "src-fork") == fork_log  # its content is intact
+    assert await _log(store, "src-fork") == fork_log
+    assert _pieces_missing(store_url, "src-fork") == (1, [])  # its content is intact
     assert await store.run_origin("src-fork") is not None  # its origin names the source
     ctx = await AgentContext.recover(store, "src-fork")
     await ctx.record_response("the fork goes on", [])
@@ -361,3 +372,41 @@ def test_the_inspector_links_a_fork_and_its_source(tmp_path: Path) -> None:
     ]
     assert "at seq 4" in forks.group(1) and "at seq 6" in forks.group(1)
     assert 'class="origin"' not in source_page and 'class="forks"' not in fork_page.text
+
+
+async def test_a_fork_replays_its_timers_and_receipts_without_waiting(
+    fake_store: Store, clock: FakeClock, store_url: str
+) -> None:
+    store = fake_store
+    calls: Counter[str] = Counter()
+
+    def body(name: str, value: int) -> Callable[[], int]:
+        def run() -> int:
+            calls[name] += 1
+            return value
+
+        return run
+
+    async def flow(run_id: str, *, send: bool) -> list[Any]:
+        async with await WorkflowContext.open(store, run_id, sleeper=clock.sleep) as wf:
+            first = await wf.step("a", body("a", 1))
+            await wf.sleep("nap", 3600)
+            if send:
+                await zincir.send_message(store, run_id, "go", {"n": 1})
+            got = await wf.recv("go", timeout=60)
+            second = await wf.step("b", body("b", 2))
+            await wf.complete([first, got, second])
+            return [first, got, second]
+
+    assert await flow("timed", send=True) == [1, {"n": 1}, 2]
+    assert clock.slept == [3600]
+    at = await _seq_of(store, "timed", "step_completed", name="b")
+    before = _rows_of(store_url, "timed")
+    await fork_run(store, "timed", at_seq=at, run_id="timed-fork")
+    calls.clear()
+    assert await flow("timed-fork", send=False) == [1, {"n": 1}, 2]
+    assert calls == Counter({"b": 1})
+    assert clock.slept == [3600]  # the nap had fired before the point: no new wait
+    timers = "SELECT name, wake_at, completed_at FROM timers WHERE run_id = ?"
+    assert select(store_url, timers, ("timed-fork",)) == select(store_url, timers, ("timed",))
+    assert _rows_of(store_url, "timed") == before
