@@ -20,7 +20,11 @@ import zincir
 from tests.helpers import select
 from zincir import (
     AgentContext,
+    HandlerRegistry,
     InvalidInput,
+    Invocation,
+    LocalRuntime,
+    OperationKind,
     RunExists,
     RunNotFound,
     ToolCall,
@@ -410,3 +414,31 @@ async def test_a_fork_replays_its_timers_and_receipts_without_waiting(
     timers = "SELECT name, wake_at, completed_at FROM timers WHERE run_id = ?"
     assert select(store_url, timers, ("timed-fork",)) == select(store_url, timers, ("timed",))
     assert _rows_of(store_url, "timed") == before
+
+
+async def test_a_fork_holds_the_records_completed_before_the_point(
+    store: Store, store_url: str
+) -> None:
+    calls: Counter[int] = Counter()
+
+    def answer(invocation: Invocation, request: Any) -> Any:
+        calls[invocation.sequence] += 1
+        return {"sequence": invocation.sequence, "long": LONG}
+
+    async def execute(run_id: str, sequence: int) -> Any:
+        runtime = LocalRuntime(store, HandlerRegistry())
+        invocation = Invocation(run_id, "tool.call", sequence, OperationKind.TOOL_CALL, "h", "{}")
+        return (await runtime.execute(invocation, inline=answer)).outcome
+
+    source = await AgentContext.create(store, "agent", run_id="ops")
+    first, second = await execute("ops", 0), await execute("ops", 1)
+    at = await _seq_of(store, "ops", "operation_completed", sequence=1)  # between the two
+    await fork_run(store, "ops", at_seq=at, run_id="ops-fork")
+    await source.close()
+    fork = await AgentContext.recover(store, "ops-fork")
+    calls.clear()
+    assert await execute("ops-fork", 0) == first  # its record, shared
+    assert calls == Counter()
+    assert await execute("ops-fork", 1) == second  # completed after the point: runs again
+    assert calls == Counter({1: 1})
+    await fork.complete(None)

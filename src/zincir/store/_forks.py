@@ -4,10 +4,11 @@ or ``ResumeWorker`` takes it over at once and continues live from the point.
 
 One transaction copies, for the new run: the events before the point (same seqs; those the
 source archived stay archived up to the fork's own latest accepted checkpoint), the open
-intents among them, the operation rows whose ``operation_completed`` is in that prefix,
-the steps completed in it, the checkpoints proposed in it (one decided later is still
-proposed in the fork), the timers set in it (fired only if they fired in it), the messages
-received in it, and the source's content references (content stays shared, never copied).
+intents among them, the operation rows whose ``operation_completed`` is in that prefix (a
+completed record never changes), the steps completed in it, the checkpoints proposed in it
+(one decided later is still proposed in the fork), the timers set in it (fired only if
+they fired in it), the messages received in it, and the source's content references
+(content stays shared, never copied).
 Stream items, restart checkpoints and approvals are not copied: a fork's stream starts at
 its first new item, and a call paused in the fork asks for its approval again. The source
 is only read (on PostgreSQL its row is held ``FOR SHARE`` until COMMIT, so its owner's
@@ -122,6 +123,7 @@ _ORIGIN: Final = sql(
     "INSERT INTO run_origins (run_id, source_run_id, at_seq, kind, created_at) "
     "VALUES (?, ?, ?, ?, zincir_now())"
 )
+_FORKS_LIMIT: Final = 100_000  # the forks of one run a store read returns at most
 _ORIGIN_COLUMNS: Final = "run_id, source_run_id, at_seq, kind, created_at"
 _ORIGIN_OF: Final = sql(f"SELECT {_ORIGIN_COLUMNS} FROM run_origins WHERE run_id = ?")
 _FORKS_OF: Final = sql(
@@ -152,7 +154,7 @@ class _Prefix:
     """What the prefix's events say about the other tables."""
 
     open_intents: dict[str, int]
-    operations: list[tuple[str, int]]
+    operations: set[tuple[str, int]]
     budget: str | None
     timers: dict[str, bool]  # set in the prefix: whether it also fired there
     received: list[str]  # receive keys
@@ -167,27 +169,30 @@ def _read_prefix(tx: Tx, source: str, at_seq: int) -> _Prefix:
         ),
         key=lambda row: int(row[0]),
     )
-    intents: dict[str, int] = {}
-    prefix = _Prefix({}, [], None, {}, [])
+    prefix = _Prefix({}, set(), None, {}, [])
     for seq, kind, call_id, payload in rows:
         if kind == "tool_call":
-            intents[str(call_id)] = int(seq)
+            prefix.open_intents[str(call_id)] = int(seq)
         elif kind == "tool_result":
-            intents.pop(str(call_id), None)
+            prefix.open_intents.pop(str(call_id), None)
         elif kind == "budget_set":
             prefix.budget = str(payload)
         else:
             fields = json.loads(payload)
             if kind == "operation_completed":
-                prefix.operations.append((str(fields["step_id"]), int(fields["sequence"])))
+                prefix.operations.add(_record_key(fields))
             elif kind == "timer_set":
                 prefix.timers.setdefault(str(fields["name"]), False)
             elif kind in ("timer_completed", "recv_timed_out"):
                 prefix.timers[str(fields["name"])] = True
             else:  # message_received
                 prefix.received.append(str(fields["key"]))
-    prefix.open_intents = intents
     return prefix
+
+
+def _record_key(fields: dict[str, Any]) -> tuple[str, int]:
+    """The operation identity (step id, sequence) an ``operation_completed`` event names."""
+    return str(fields["step_id"]), int(fields["sequence"])
 
 
 def fork_run(
@@ -236,7 +241,9 @@ def fork_run(
     tx.execute(_UNARCHIVE, (new_run_id, source, at_seq, through, kept_live))
     tx.execute(_COPY_ARCHIVED, (new_run_id, source, through, kept_live))
     tx.executemany(_OPEN, [(new_run_id, call, seq) for call, seq in prefix.open_intents.items()])
-    tx.executemany(_COPY_OPERATION, [(new_run_id, source, *key) for key in prefix.operations])
+    tx.executemany(
+        _COPY_OPERATION, [(new_run_id, source, *key) for key in sorted(prefix.operations)]
+    )
     tx.execute(_COPY_STEPS, (new_run_id, source, at_seq))
     tx.execute(_COPY_CHECKPOINTS, (new_run_id, *[at_seq] * 4, source, at_seq))
     tx.executemany(
@@ -294,7 +301,7 @@ class ForkOps(Rules):
     async def forks_of(self, run_id: str) -> list[RunOrigin]:
         """The runs forked from ``run_id`` (oldest first)."""
         return await self._read_tx(
-            lambda tx: [_origin(row, tx.time) for row in tx.all(_FORKS_OF, (run_id, 10_000))]
+            lambda tx: [_origin(row, tx.time) for row in tx.all(_FORKS_OF, (run_id, _FORKS_LIMIT))]
         )
 
 
