@@ -245,6 +245,13 @@ def _fork_options(command: F) -> F:
             type=int,
             help="Fork before this event: the new run holds the events with a smaller seq.",
         ),
+        click.option(
+            "--at-turn",
+            "at_turn",
+            type=int,
+            help="Fork an agent run before model request K (0-based): the new run holds the "
+            "turns before it.",
+        ),
         click.option("--new-id", "new_id", help="The new run's id (default: RUN-fork-<hex>)."),
     )
     for option in reversed(options):
@@ -256,16 +263,51 @@ def _fork_options(command: F) -> F:
 @database_option
 @click.argument("run_id")
 @_fork_options
-def runs_fork(database: str, run_id: str, at_seq: int | None, new_id: str | None) -> None:
+def runs_fork(
+    database: str, run_id: str, at_seq: int | None, at_turn: int | None, new_id: str | None
+) -> None:
     """Fork a run: a new run holding its history before a point, which the next resume
     continues live; the source is untouched. Prints the new run's id."""
+    from .agent._fork import fork_agent_run
     from .runs import fork_run
 
     check_id(run_id, "RUN_ID")
-    if at_seq is None:
-        raise click.UsageError("say where the fork starts: --at-seq N")
-    seq = at_seq
-    forked = _with_store(database, lambda store: fork_run(store, run_id, at_seq=seq, run_id=new_id))
+    if (at_seq is None) == (at_turn is None):
+        raise click.UsageError("say where the fork starts: --at-turn K or --at-seq N (one)")
+    if at_turn is not None:
+        turn = at_turn
+        forked = _with_store(
+            database, lambda store: fork_agent_run(store, run_id, at_turn=turn, run_id=new_id)
+        )
+    else:
+        seq = at_seq
+        assert seq is not None
+        forked = _with_store(
+            database, lambda store: fork_run(store, run_id, at_seq=seq, run_id=new_id)
+        )
+    click.echo(forked)
+
+
+@runs.command("rewind")
+@database_option
+@click.argument("run_id")
+@click.option(
+    "--at-turn",
+    "at_turn",
+    type=int,
+    required=True,
+    help="Fork the agent run before model request K (0-based), then cancel it.",
+)
+@click.option("--new-id", "new_id", help="The new run's id (default: AGENT-<hex>).")
+def runs_rewind(database: str, run_id: str, at_turn: int, new_id: str | None) -> None:
+    """Rewind an agent run: fork it before a turn and cancel it, the reason naming the
+    fork. Prints the new run's id."""
+    from .agent._fork import rewind_agent_run
+
+    check_id(run_id, "RUN_ID")
+    forked = _with_store(
+        database, lambda store: rewind_agent_run(store, run_id, at_turn=at_turn, run_id=new_id)
+    )
     click.echo(forked)
 
 
