@@ -18,10 +18,12 @@ T = TypeVar("T")
 
 
 def rows(db_path: Path | str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Run a read-only query on a separate connection."""
+    """Run a read-only query on a separate connection (waiting, as zincir's readers do, while
+    another process holds the file's lock: recovering a killed writer's WAL, say)."""
     conn = apsw.Connection(
         f"file:{db_path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
     )
+    conn.set_busy_timeout(10_000)
     try:
         return list(conn.execute(sql, params))
     finally:

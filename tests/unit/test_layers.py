@@ -52,13 +52,14 @@ def test_no_module_outside_store_holds_an_sql_statement() -> None:
 
 
 def test_the_event_log_has_one_writer() -> None:
-    """One writer per backend."""
+    """One writer per backend (the fenced append), and the log's shared module, which
+    copies a fork's history before its fork point (``store._log.copy_log_prefix``)."""
     writers = sorted(
         str(path.relative_to(PACKAGE))
         for path in PACKAGE.rglob("*.py")
         if re.search(r"INSERT\s+INTO\s+events\b", path.read_text("utf-8"), re.IGNORECASE)
     )
-    assert writers == ["store/postgres/_log.py", "store/sqlite/_log.py"]
+    assert writers == ["store/_log.py", "store/postgres/_log.py", "store/sqlite/_log.py"]
 
 
 def test_runs_are_created_in_one_place() -> None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 from .._errors import InvalidInput
 from .._time import from_db
 from .._validate import check_id
+from ._log import EVENT_COLUMNS, copy_log_prefix, insert_forked_run
 from ._records import RUN_COLUMNS, RunRecord
 from ._run_rules import run_exists_error, run_not_found
 from ._runs import run_record
@@ -48,12 +49,6 @@ _SOURCE: Final = sql(
     "SELECT name, provider, config, app_version, lease_token, {last_seq} "
     "FROM agent_runs WHERE id = ?{for_share}"
 )
-_INSERT_RUN: Final = sql(
-    "INSERT INTO agent_runs (id, name, status, provider, config, app_version, budget, "
-    "lease_token, last_seq, created_at, updated_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, zincir_now(), zincir_now()) "
-    "ON CONFLICT (id) DO NOTHING RETURNING 1"
-)
 _RUN: Final = sql(f"SELECT {', '.join(RUN_COLUMNS)} FROM agent_runs WHERE id = ?")
 _MARKS: Final = {
     table: sql(
@@ -68,18 +63,8 @@ _THROUGH: Final = sql(
     "SELECT max(decided_seq) FROM checkpoints "
     "WHERE run_id = ? AND status = 'accepted' AND decided_seq < ?"
 )
-_EVENT_COLUMNS: Final = "seq, type, payload, created_at, tool_call_id, payload_pieces"
-_COPY_LIVE: Final = sql(
-    f"INSERT INTO events (run_id, {_EVENT_COLUMNS}) SELECT ?, {_EVENT_COLUMNS} FROM events "
-    "WHERE run_id = ? AND seq < ?"
-)
-_UNARCHIVE: Final = sql(
-    f"INSERT INTO events (run_id, {_EVENT_COLUMNS}) SELECT ?, {_EVENT_COLUMNS} "
-    "FROM archived_events WHERE run_id = ? AND seq < ? "
-    "AND (seq > ? OR (type = 'tool_call' AND tool_call_id {in_list}))"
-)
 _COPY_ARCHIVED: Final = sql(
-    f"INSERT INTO archived_events (run_id, {_EVENT_COLUMNS}) SELECT ?, {_EVENT_COLUMNS} "
+    f"INSERT INTO archived_events (run_id, {EVENT_COLUMNS}) SELECT ?, {EVENT_COLUMNS} "
     "FROM archived_events WHERE run_id = ? AND seq <= ? "
     "AND NOT (type = 'tool_call' AND tool_call_id {in_list})"
 )
@@ -218,27 +203,24 @@ def fork_run(
             run_id=source,
         )
     prefix = _read_prefix(tx, source, at_seq)
-    created = tx.one(
-        _INSERT_RUN,
-        (
-            new_run_id,
-            source_name if name is None else name,
-            "running" if at_seq > 1 else "pending",
-            provider,
-            source_config if config_json is None else config_json,
-            app_version,
-            prefix.budget,
-            int(token),
-            at_seq - 1,
-        ),
+    created = insert_forked_run(
+        tx,
+        new_run_id,
+        name=source_name if name is None else name,
+        status="running" if at_seq > 1 else "pending",
+        provider=provider,
+        config_json=source_config if config_json is None else config_json,
+        app_version=app_version,
+        budget_json=prefix.budget,
+        lease_token=int(token),
+        last_seq=at_seq - 1,
     )
-    if created is None:
+    if not created:
         raise run_exists_error(new_run_id, "choose another id for the fork, or omit it")
     through_row = tx.one(_THROUGH, (source, at_seq))
     through = 0 if through_row is None or through_row[0] is None else int(through_row[0])
     kept_live = tx.values(list(prefix.open_intents))
-    tx.execute(_COPY_LIVE, (new_run_id, source, at_seq))
-    tx.execute(_UNARCHIVE, (new_run_id, source, at_seq, through, kept_live))
+    copy_log_prefix(tx, new_run_id, source, at_seq, through=through, kept_live=kept_live)
     tx.execute(_COPY_ARCHIVED, (new_run_id, source, through, kept_live))
     tx.executemany(_OPEN, [(new_run_id, call, seq) for call, seq in prefix.open_intents.items()])
     tx.executemany(

@@ -5,7 +5,9 @@ the same transaction already took (each backend inserts the rows: :meth:`Tx.inse
 its first transition, or ``pending``); :func:`append_checked` appends events to runs whose
 row the caller's conditional write just fenced (a claim, a settled attempt, a cancel).
 The fenced append itself is each backend's (:meth:`Tx.append`): SQLite leaves the holder's
-row unwritten, PostgreSQL updates it under its lock.
+row unwritten, PostgreSQL updates it under its lock. A fork's row and the copy of its
+source's log before the fork point (:func:`insert_forked_run`, :func:`copy_log_prefix`) are
+written here too: they create a run and write its log without a fence, as nothing owns it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ from ._records import Lease, NewEvent
 from ._run_rules import transition
 from ._sql import Tx, micros, sql
 
-__all__ = ["append_checked", "insert_run"]
+__all__ = [
+    "EVENT_COLUMNS",
+    "append_checked",
+    "copy_log_prefix",
+    "insert_forked_run",
+    "insert_run",
+]
 
 _PARENT: Final = sql("SELECT app_version FROM agent_runs WHERE id = ?")
 _INSERT_RUN: Final = sql(
@@ -28,6 +36,25 @@ _INSERT_RUN: Final = sql(
     "config, lease_owner, lease_token, lease_expires_at, lease_ttl_us, created_at, updated_at) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {now_plus}, ?, zincir_now(), zincir_now()) "
     "ON CONFLICT (id) DO NOTHING RETURNING 1"
+)
+
+
+_INSERT_FORK: Final = sql(
+    "INSERT INTO agent_runs (id, name, status, provider, config, app_version, budget, "
+    "lease_token, last_seq, created_at, updated_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, zincir_now(), zincir_now()) "
+    "ON CONFLICT (id) DO NOTHING RETURNING 1"
+)
+EVENT_COLUMNS: Final = "seq, type, payload, created_at, tool_call_id, payload_pieces"
+"""An event row's columns but its run id, as a fork copies them."""
+_COPY_LIVE: Final = sql(
+    f"INSERT INTO events (run_id, {EVENT_COLUMNS}) SELECT ?, {EVENT_COLUMNS} FROM events "
+    "WHERE run_id = ? AND seq < ?"
+)
+_UNARCHIVE: Final = sql(
+    f"INSERT INTO events (run_id, {EVENT_COLUMNS}) SELECT ?, {EVENT_COLUMNS} "
+    "FROM archived_events WHERE run_id = ? AND seq < ? "
+    "AND (seq > ? OR (type = 'tool_call' AND tool_call_id {in_list}))"
 )
 
 
@@ -96,3 +123,45 @@ def append_checked(tx: Tx, items: Sequence[tuple[str, int, Sequence[NewEvent]]])
         )
     if rows:
         tx.insert_events(rows)
+
+
+def insert_forked_run(
+    tx: Tx,
+    run_id: str,
+    *,
+    name: str,
+    status: str,
+    provider: str,
+    config_json: str,
+    app_version: str | None,
+    budget_json: str | None,
+    lease_token: int,
+    last_seq: int,
+) -> bool:
+    """Create a fork's row: unowned, its log ending at ``last_seq`` (copied next by
+    :func:`copy_log_prefix`). False if the id is taken."""
+    created = tx.one(
+        _INSERT_FORK,
+        (
+            run_id,
+            name,
+            status,
+            provider,
+            config_json,
+            app_version,
+            budget_json,
+            lease_token,
+            last_seq,
+        ),
+    )
+    return created is not None
+
+
+def copy_log_prefix(
+    tx: Tx, run_id: str, source: str, at_seq: int, *, through: int, kept_live: object
+) -> None:
+    """Copy ``source``'s live events before ``at_seq`` into run ``run_id``'s log, with the
+    archived ones after ``through`` (or still open: ``kept_live``, a ``tx.values`` list)
+    made live again; same seqs, the payloads' content shared by reference."""
+    tx.execute(_COPY_LIVE, (run_id, source, at_seq))
+    tx.execute(_UNARCHIVE, (run_id, source, at_seq, through, kept_live))
