@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,6 +17,8 @@ import pytest
 import zincir
 from zincir._time import to_db
 from zincir.store import Store
+
+REPO = Path(__file__).resolve().parents[1]
 
 T = TypeVar("T")
 
@@ -119,3 +125,25 @@ def whole_record(record: str | None, input_json: str, *identity: Any) -> str | N
         return None
     whole = record_with_identity(record, (*identity[:2], int(identity[2]), *identity[3:]))
     return record_with_input(whole, input_json)
+
+
+def kill_at_line(script: Path | str, args: Sequence[str], env: dict[str, str] | None = None) -> str:
+    """Run ``script`` (with src/ and the repository importable), read its first line of
+    output, then SIGKILL it: a crash at the point the script announces. The line."""
+    paths = os.pathsep.join([str(REPO / "src"), str(REPO)])
+    child = subprocess.Popen(
+        [sys.executable, str(script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": paths, **(env or {})},
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        _, errors = child.communicate(timeout=30)
+    assert child.returncode == -signal.SIGKILL, errors
+    assert line, f"{script} printed nothing before it was to be killed:\n{errors}"
+    return line

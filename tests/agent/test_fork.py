@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +12,7 @@ from click.testing import CliRunner
 import zincir
 from tests.agent.fork_agents import HANG_ENV, LOG_ENV, PROMPT, counter, critic, toolless
 from tests.agent.reference import lines
-from tests.conftest import REPO
+from tests.helpers import kill_at_line
 from zincir.agent import DurableBinding, Runner
 from zincir.cli import main
 from zincir.contract import decode_record
@@ -167,23 +163,7 @@ async def test_the_cli_forks_and_rewinds_at_a_turn(store: Store, store_url: str,
 
 @pytest.mark.crash
 async def test_a_fork_of_a_run_killed_mid_turn(store_target: str, log: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
-    env[HANG_ENV] = "1"
-    child = subprocess.Popen(
-        [sys.executable, str(AGENTS), store_target, "killed"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line == "inside\n", child.stderr.read() if child.stderr else ""
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.communicate(timeout=30)
-    assert child.returncode == -signal.SIGKILL
+    assert kill_at_line(AGENTS, [store_target, "killed"], {HANG_ENV: "1"}) == "inside\n"
     assert calls(log)[-2:] == ["model 4", "tool 4"]
     async with Runner(store_target, [counter]) as runner:
         before = await runner.store.list_events("killed")

@@ -6,7 +6,6 @@ found. Killed waiting for the model, inside a tool, with rejected calls and appr
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -19,6 +18,7 @@ import pytest
 import zincir
 from tests.agent.long_resume_agent import PROMPT, build, lines
 from tests.conftest import REPO
+from tests.helpers import kill_at_line
 from zincir.agent import AgentRunResult, Approve, Deny, Runner, decide
 from zincir.agent._durable import DurableExecutor
 from zincir.contract import Invocation, decode_record
@@ -34,24 +34,9 @@ LEASE_TTL = timedelta(seconds=60)
 def kill_at(target: str, run_id: str, log: Path, hang: str, at: int, *options: str) -> None:
     """Run the agent in a child process and SIGKILL it at turn ``at`` (asking the model, or
     inside the tool)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
-    child = subprocess.Popen(
-        [sys.executable, str(WORKER), target, run_id, str(TURNS), str(log)]
-        + ["--hang", hang, "--at", str(at), *options],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        expected = f"{'asked' if hang == 'model' else 'inside'} {at}\n"
-        assert line == expected, child.stderr.read() if child.stderr else ""
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.communicate(timeout=30)
-    assert child.returncode == -signal.SIGKILL
+    args = [target, run_id, str(TURNS), str(log), "--hang", hang, "--at", str(at), *options]
+    expected = f"{'asked' if hang == 'model' else 'inside'} {at}\n"
+    assert kill_at_line(WORKER, args) == expected
 
 
 def turn_of(invocation: Invocation) -> int:

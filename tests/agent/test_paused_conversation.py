@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +16,7 @@ import pytest
 import zincir
 from tests.agent.long_resume_agent import LEASE_TTL, PROMPT, build, lines
 from tests.agent.paused_agent import digest
-from tests.conftest import REPO
-from tests.helpers import is_postgres, read_store
+from tests.helpers import is_postgres, kill_at_line, read_store
 from zincir.agent import (
     AgentRunResult,
     Approve,
@@ -42,23 +37,9 @@ RUN = "long"
 def hold_paused(target: str, log: Path) -> str:
     """Run (or continue) the run in a child process until it pauses, then SIGKILL it there;
     the digest of the conversation the child paused with."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
     options = ["--approve", str(FIRST), "--approve", str(SECOND)]
-    child = subprocess.Popen(
-        [sys.executable, str(WORKER), target, RUN, str(TURNS), str(log), *options],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line.startswith("paused "), child.stderr.read() if child.stderr else ""
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.communicate(timeout=30)
-    assert child.returncode == -signal.SIGKILL
+    line = kill_at_line(WORKER, [target, RUN, str(TURNS), str(log), *options])
+    assert line.startswith("paused "), line
     return line.split()[-1]
 
 

@@ -5,9 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -18,8 +15,7 @@ import pytest
 import zincir
 from tests.agent.reference import lines
 from tests.agent.runner_agents import HANG_ENV, KEYS_ENV, LOG_ENV, agent, refunds
-from tests.conftest import REPO
-from tests.helpers import select
+from tests.helpers import kill_at_line, select
 from zincir.agent import (
     Approve,
     DurableBinding,
@@ -262,23 +258,8 @@ async def test_a_runner_opens_a_database_path(tmp_path: Path, log: Path) -> None
 def start_killed_run(target: str, log: Path, run_id: str, prompt: str = PROMPT) -> None:
     """Run the weather agent through a Runner in a child process (lease 60 s) and SIGKILL
     it inside the tool."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
-    env[LOG_ENV], env[HANG_ENV] = str(log), "1"
-    child = subprocess.Popen(
-        [sys.executable, str(WORKER), target, run_id, prompt],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line == "inside\n", child.stderr.read() if child.stderr else ""
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.communicate(timeout=30)
-    assert child.returncode == -signal.SIGKILL
+    env = {LOG_ENV: str(log), HANG_ENV: "1"}
+    assert kill_at_line(WORKER, [target, run_id, prompt], env) == "inside\n"
     assert lines(log) == ["model 0", "tool lookup Oslo"]
 
 
