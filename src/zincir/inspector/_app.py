@@ -44,7 +44,7 @@ from ._db import (
     View,
     open_read_only,
 )
-from ._live import ReadOnlyStreams, follow
+from ._live import ReadOnlyStreams
 from ._security import SECURITY_HEADERS, SecurityMiddleware, UIAddress, parse_address
 from ._threads import thread_detail, thread_url, with_anchors
 
@@ -878,7 +878,7 @@ def create_app(
             Route("/operation/{run_id:path}", pages.show_operation, methods=["GET"]),
             Route("/api/event/{run_id:path}", pages.api_event, methods=["GET"]),
             Route("/api/operation/{run_id:path}", pages.api_operation, methods=["GET"]),
-            Route("/api/stream/{run_id:path}", stream_endpoint(ReadOnlyStreams(db), follow=follow)),
+            Route("/api/stream/{run_id:path}", stream_endpoint(ReadOnlyStreams(db))),
             Route("/threads", pages.list_threads, methods=["GET"]),
             Route("/threads/{thread_id:path}", pages.show_thread, methods=["GET"]),
             Route("/api/threads", pages.api_threads, methods=["GET"]),

@@ -1,18 +1,16 @@
 """A live run's stream on the inspector: the few async reads the SSE endpoint makes, over
-the read-only view (one snapshot per read, in a worker thread; SQLite is polled)."""
+the read-only view (one snapshot per read, in a worker thread; SQLite is polled); the
+endpoint follows them with ``zincir.streams``' own loop."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator
 from typing import Any
 
-from ..store import TERMINAL_STATUSES, RunRecord
-from ..streams import RESULT, StreamItem
+from ..store import RunRecord
 from ._db import View
 
-__all__ = ["POLL_S", "ReadOnlyStreams", "follow"]
+__all__ = ["POLL_S", "ReadOnlyStreams"]
 
 POLL_S = 0.2  # how often a follower looks for new items (the read-only view has no wake)
 
@@ -42,24 +40,3 @@ class ReadOnlyStreams:
     async def wait_for_wake(self, run_id: str | None, timeout: float) -> bool:
         await asyncio.sleep(max(0.0, min(timeout, self.poll)))
         return False
-
-
-async def follow(streams: ReadOnlyStreams, run_id: str, after: int) -> AsyncIterator[StreamItem]:
-    """The items after ``after`` in order, polling for new ones, until the ``result`` item
-    (or the run is terminal and nothing is left), as :func:`zincir.streams.read` does."""
-    while True:
-        rows = await streams.read_stream(run_id, after)
-        for row in rows:
-            after = row.offset
-            payload = json.loads(row.payload_json)
-            yield StreamItem(row.offset, row.kind, payload if isinstance(payload, dict) else {})
-            if row.kind == RESULT:
-                return
-        if rows:
-            continue
-        run = await streams.get_run(run_id)
-        if run is None or run["status"] in TERMINAL_STATUSES:
-            if not await streams.read_stream(run_id, after, 1):
-                return
-            continue
-        await streams.wait_for_wake(run_id, streams.poll)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import Any, Final, Protocol
 
 from .._errors import InvalidDocument, InvalidInput, RunNotFound
-from ..store import TERMINAL_STATUSES, Store, as_store
+from ..store import TERMINAL_STATUSES, RunRecord, Store, as_store
 from ._items import RESULT, StreamItem
 
-__all__ = ["read"]
+__all__ = ["StreamSource", "follow", "read"]
 
 PAGE: Final = 500
 FIRST_WAIT: Final = 0.05
@@ -34,9 +34,25 @@ async def read(store: Store, run_id: str, after: int = 0) -> AsyncIterator[Strea
             f"no run {run_id!r} in this store; a stream is read from the store its run is in",
             run_id=run_id,
         )
+    async for item in follow(store, run_id, after):
+        yield item
+
+
+class StreamSource(Protocol):
+    """What :func:`follow` reads: a store, or the inspector's read-only view."""
+
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
+    async def read_stream(self, run_id: str, after: int, limit: int = ...) -> list[Any]: ...
+    async def wait_for_wake(self, run_id: str | None, timeout: float) -> bool: ...
+
+
+async def follow(source: StreamSource, run_id: str, after: int) -> AsyncIterator[StreamItem]:
+    """The loop behind :func:`read`, on any :class:`StreamSource`, its arguments checked by
+    the caller: the items after ``after``, waiting for new ones, until the ``result`` item
+    (or the run is terminal and nothing is left)."""
     wait = FIRST_WAIT
     while True:
-        rows = await store.read_stream(run_id, after, PAGE)
+        rows = await source.read_stream(run_id, after, PAGE)
         for row in rows:
             after = row.offset
             yield StreamItem(row.offset, row.kind, _payload(row.payload_json, run_id))
@@ -45,13 +61,13 @@ async def read(store: Store, run_id: str, after: int = 0) -> AsyncIterator[Strea
         if rows:
             wait = FIRST_WAIT
             continue
-        run = await store.get_run(run_id)
+        run = await source.get_run(run_id)
         if run is None or run["status"] in TERMINAL_STATUSES:
             # Items committed before the run ended are read once more, then the stream ends.
-            if not await store.read_stream(run_id, after, 1):
+            if not await source.read_stream(run_id, after, 1):
                 return
             continue
-        await store.wait_for_wake(run_id, wait)
+        await source.wait_for_wake(run_id, wait)
         wait = min(wait * 1.5, LONGEST_WAIT)
 
 

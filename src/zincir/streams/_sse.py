@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .._validate import MAX_SEQUENCE
-from ._items import StreamItem
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -35,7 +34,6 @@ KEEP_ALIVE_S = 15.0  # a comment line after this many seconds without an item
 RETRY_MS = 1_000  # how soon a browser reconnects after the connection drops
 MAX_OFFSET_DIGITS = 18
 Authorize = Callable[["Request"], "bool | Awaitable[bool]"]
-Follow = Callable[[Any, str, int], AsyncIterator[StreamItem]]
 
 
 def is_loopback(host: str | None) -> bool:
@@ -97,12 +95,11 @@ def stream_endpoint(
     authorize: Authorize | None = None,
     *,
     keep_alive: float = KEEP_ALIVE_S,
-    follow: Follow | None = None,
 ) -> Callable[[Request], Awaitable[Response]]:
     """The request handler behind :func:`sse_app` (the run id is the ``run_id`` path
-    parameter), for an app that routes it itself; ``follow(store, run_id, after)`` reads
-    the items (:func:`zincir.streams.read` by default; the inspector's read-only view has
-    its own)."""
+    parameter), for an app that routes it itself; ``store`` is a store or any
+    :class:`~zincir.streams._read.StreamSource` with ``stream_tail`` (the inspector's
+    read-only view)."""
     _require_starlette()
     import anyio
     from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -133,9 +130,7 @@ def stream_endpoint(
                 await self.listen_for_disconnect(receive)
                 group.cancel_scope.cancel()
 
-    from ._read import read
-
-    reader: Follow = read if follow is None else follow
+    from ._read import follow
 
     async def events(run_id: str, after: int) -> AsyncIterator[bytes]:
         yield f"retry: {RETRY_MS}\n\n".encode()
@@ -143,7 +138,7 @@ def stream_endpoint(
 
         async def pump() -> None:
             try:
-                async for item in reader(store, run_id, after):
+                async for item in follow(store, run_id, after):
                     await queue.put((item.offset, item.kind, item.payload))
             finally:
                 await queue.put(None)

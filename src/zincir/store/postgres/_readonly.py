@@ -24,12 +24,10 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from ..._errors import ConnectionLost, NotAZincirDatabase, SchemaTooNew, StoreError
-from .._forks import ForkReads
-from .._readonly_queries import READ_COLUMNS, SnapshotQueries
+from .._readonly_queries import READ_COLUMNS
 from .._readonly_rows import REQUIRED_TABLES, Row, UsageCache, decode_json
+from .._snapshot_reads import SnapshotReads
 from .._sql import Params, Sql
-from .._streams import StreamReads
-from .._thread_reads import ThreadReads
 from ._base import Conn, migrations, split_schema
 from ._errors import DRIVER_ERRORS, translate
 from ._log import text_time
@@ -239,7 +237,7 @@ class ReadOnlyPostgres:
             conn.close()
 
 
-class PostgresSnapshot(SnapshotQueries, ThreadReads, StreamReads, ForkReads):
+class PostgresSnapshot(SnapshotReads):
     """The named read queries, inside one read transaction of a :class:`ReadOnlyPostgres`."""
 
     def __init__(self, conn: Conn, database: ReadOnlyPostgres, tables: frozenset[str]) -> None:

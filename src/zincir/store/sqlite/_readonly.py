@@ -24,12 +24,10 @@ from ..._errors import DatabaseCorrupt, InvalidInput, NotAZincirDatabase
 from ..._json import encode_checked
 from ..._time import to_db
 from ..._validate import utf8
-from .._forks import ForkReads
-from .._readonly_queries import READ_COLUMNS, SnapshotQueries
+from .._readonly_queries import READ_COLUMNS
 from .._readonly_rows import REQUIRED_TABLES, Row, UsageCache
+from .._snapshot_reads import SnapshotReads
 from .._sql import Params, Sql
-from .._streams import StreamReads
-from .._thread_reads import ThreadReads
 from .._thread_rows import PREVIEW_BYTES
 from ._base import check_zincir_file, migrations, refuse_directory
 from ._content import unpacked
@@ -216,7 +214,7 @@ class ReadOnlyDatabase:
                 close_quietly(conn)
 
 
-class SnapshotReader(SnapshotQueries, ThreadReads, StreamReads, ForkReads):
+class SnapshotReader(SnapshotReads):
     """The named read queries, inside one read transaction of a :class:`ReadOnlyDatabase`."""
 
     def __init__(
