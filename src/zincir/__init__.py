@@ -3,6 +3,7 @@
 The public API is re-exported here; implementation lives in the subpackages.
 """
 
+from ._encryption import Encryption
 from ._errors import (
     AmbiguousOutcome,
     ApprovalDecided,
@@ -20,6 +21,7 @@ from ._errors import (
     DatabaseReadOnly,
     DigestMismatch,
     DuplicateToolCall,
+    EncryptionKeyMissing,
     FencedOut,
     InputDrift,
     InvalidDocument,
@@ -36,6 +38,7 @@ from ._errors import (
     NotJsonSerializable,
     OperationFailed,
     OperationInProgress,
+    PayloadTampered,
     PayloadTooLarge,
     RecordFormatError,
     RevisionConflict,
@@ -132,6 +135,8 @@ __all__ = [
     "DuplicateToolCall",
     "DurableRuntime",
     "DurableState",
+    "Encryption",
+    "EncryptionKeyMissing",
     "Event",
     "Failure",
     "FencedOut",
@@ -154,6 +159,7 @@ __all__ = [
     "OperationFailed",
     "OperationInProgress",
     "OperationKind",
+    "PayloadTampered",
     "PayloadTooLarge",
     "PendingCheckpoint",
     "PruneReport",

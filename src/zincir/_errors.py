@@ -15,7 +15,9 @@
     │   ├── DatabaseReadOnly         the file or its folder cannot be written
     │   ├── SchemaTooNew
     │   ├── NotAZincirDatabase       missing, not SQLite, or another application's database
-    │   └── ContentMissing           a content reference names content the store lacks
+    │   ├── ContentMissing           a content reference names content the store lacks
+    │   ├── EncryptionKeyMissing     a sealed value names a key not given (or none was given)
+    │   └── PayloadTampered          a sealed value failed its authentication
     ├── RunNotFound
     ├── RunExists
     ├── RunTerminal
@@ -82,6 +84,7 @@ __all__ = [
     "DatabaseReadOnly",
     "DigestMismatch",
     "DuplicateToolCall",
+    "EncryptionKeyMissing",
     "FencedOut",
     "InputDrift",
     "InvalidDocument",
@@ -98,6 +101,7 @@ __all__ = [
     "NotJsonSerializable",
     "OperationFailed",
     "OperationInProgress",
+    "PayloadTampered",
     "PayloadTooLarge",
     "RecordFormatError",
     "RetryTool",
@@ -215,6 +219,20 @@ class NotAZincirDatabase(StoreError):
 class ContentMissing(StoreError):
     """Content a reference names (by its SHA-256) is not in the store, or not what the
     reference says: the sides use different stores, or the run's content was pruned."""
+
+
+class EncryptionKeyMissing(StoreError):
+    """The store holds values sealed with a key that was not given (``key_id`` names it),
+    or an encrypted database was opened without ``encryption=``."""
+
+    def __init__(self, message: str, *, key_id: str | None = None, run_id: str | None = None):
+        self.key_id = key_id
+        super().__init__(message, run_id=run_id)
+
+
+class PayloadTampered(StoreError):
+    """A sealed value failed its authentication: a byte of it changed, the key given under
+    its id is not the key that sealed it, or a plain value sits where a sealed one belongs."""
 
 
 class RunNotFound(ZincirError, LookupError):

@@ -10,6 +10,7 @@ import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
+from .._encryption import Encryption
 from .._errors import InvalidInput
 from .._time import Clock
 from ._forks import RunOrigin
@@ -128,6 +129,7 @@ def open_store(
     busy_timeout: timedelta | float = _DEFAULT_BUSY_TIMEOUT,
     clock: Clock | None = None,
     single_process: bool = False,
+    encryption: Encryption | None = None,
 ) -> SQLiteStore | PostgresStore:
     """Open and migrate a store: a SQLite path or ``sqlite:///path`` (default
     $ZINCIR_DATABASE_PATH), or a ``postgresql://`` URL (extra ``postgres``; its schema is
@@ -138,6 +140,8 @@ def open_store(
     ``single_process=True`` (SQLite only) locks the file for this store alone until it is
     closed, which makes each transaction cheaper; no other process may open it meanwhile.
     ``synchronous`` and ``busy_timeout`` are SQLite's too: a PostgreSQL URL refuses them.
+    ``encryption`` (extra ``crypto``) seals every user payload the store writes with its
+    active key and opens them with any of its keys (see the encryption guide).
     """
     if url_or_path is not None and not isinstance(url_or_path, str | os.PathLike):
         raise InvalidInput(f"open_store takes a path or URL, not {type(url_or_path).__name__}")
@@ -160,17 +164,24 @@ def open_store(
                 "busy_timeout is how long an embedded SQLite file waits for another process's "
                 "lock; a PostgreSQL store waits on row locks, and takes no busy_timeout"
             )
-        return open_postgres(target, clock=clock)
+        return open_postgres(target, clock=clock, encryption=encryption)
     return SQLiteStore(
         sqlite_path_from_url(target),
         synchronous=synchronous,
         busy_timeout=busy_timeout,
         clock=clock,
         single_process=single_process,
+        encryption=encryption,
     )
 
 
-def open_postgres(url: str, *, clock: Clock | None = None, pool_size: int = 8) -> PostgresStore:
+def open_postgres(
+    url: str,
+    *,
+    clock: Clock | None = None,
+    pool_size: int = 8,
+    encryption: Encryption | None = None,
+) -> PostgresStore:
     """Open and migrate the PostgreSQL store at ``url`` (needs the ``postgres`` extra)."""
     try:
         from .postgres import PostgresStore
@@ -178,4 +189,4 @@ def open_postgres(url: str, *, clock: Clock | None = None, pool_size: int = 8) -
         raise InvalidInput(
             f"the PostgreSQL store needs psycopg 3 ({error}); install zincir[postgres]"
         ) from None
-    return PostgresStore(url, clock=clock, pool_size=pool_size)
+    return PostgresStore(url, clock=clock, pool_size=pool_size, encryption=encryption)

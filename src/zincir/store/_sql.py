@@ -26,11 +26,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from ._records import Lease, NewEvent
 
-__all__ = ["Params", "Rules", "Sql", "Tx", "micros", "sql"]
+if TYPE_CHECKING:
+    from .._encryption import Sealer
+
+__all__ = ["Params", "Rules", "Sql", "Tx", "micros", "opened_row", "sealed_params", "sql"]
 
 T = TypeVar("T")
 Params = Sequence[object]
@@ -197,24 +200,71 @@ def _postgres_text(text: str) -> str:
 
 
 class Sql:
-    """One statement, written once; ``sqlite`` and ``postgres`` are its two texts."""
+    """One statement, written once; ``sqlite`` and ``postgres`` are its two texts.
 
-    __slots__ = ("postgres", "sqlite")
+    ``seals`` are the positions of its parameters that hold user payloads and ``opens``
+    those of its result columns: in an encrypted store the transaction seals the one and
+    opens the other (see :mod:`zincir._encryption`); ``run_param`` is the position of the
+    parameter naming the run, for the error a value that fails its check raises.
+    """
 
-    def __init__(self, sqlite: str, postgres: str) -> None:
+    __slots__ = ("opens", "postgres", "run_param", "seals", "sqlite")
+
+    def __init__(
+        self,
+        sqlite: str,
+        postgres: str,
+        seals: tuple[int, ...] = (),
+        opens: tuple[int, ...] = (),
+        run_param: int | None = None,
+    ) -> None:
         self.sqlite = sqlite
         self.postgres = postgres
+        self.seals = seals
+        self.opens = opens
+        self.run_param = run_param
 
     def __repr__(self) -> str:
         return f"sql({self.sqlite!r})"
 
 
-def sql(text: str) -> Sql:
-    """A statement in SQLite's form with ``{fragment}`` names; both texts, built once."""
+def sql(
+    text: str,
+    *,
+    seals: tuple[int, ...] = (),
+    opens: tuple[int, ...] = (),
+    run_param: int | None = None,
+) -> Sql:
+    """A statement in SQLite's form with ``{fragment}`` names; both texts, built once.
+    ``seals``/``opens``: the parameters and result columns holding user payloads."""
     return Sql(
         text.format_map(_FRAGMENTS["sqlite"]),
         _postgres_text(text.format_map(_FRAGMENTS["postgres"])),
+        seals,
+        opens,
+        run_param,
     )
+
+
+def sealed_params(sealer: Sealer, statement: Sql, params: Params) -> Params:
+    """``params`` with the statement's payload parameters sealed (None stays None)."""
+    values = list(params)
+    for index in statement.seals:
+        value = values[index]
+        if value is not None:
+            values[index] = sealer.seal(value)  # type: ignore[arg-type]
+    return values
+
+
+def opened_row(
+    sealer: Sealer, statement: Sql, row: tuple[Any, ...], params: Params
+) -> tuple[Any, ...]:
+    """``row`` with the statement's payload columns opened."""
+    run_id = None if statement.run_param is None else params[statement.run_param]
+    values = list(row)
+    for index in statement.opens:
+        values[index] = sealer.open(values[index], run_id)  # type: ignore[arg-type]
+    return tuple(values)
 
 
 def micros(duration: timedelta) -> int:
@@ -226,8 +276,12 @@ class Tx(Protocol):
     """One transaction's connection, as a rule function sees it: rows come back as tuples.
 
     ``pack_content``/``unpack_content`` keep content bodies each backend's way; ``append``
-    is the agent log's writer: each backend's own function, called as one.
+    is the agent log's writer: each backend's own function, called as one. ``sealer`` is
+    the store's :class:`~zincir._encryption.Sealer` (None: not encrypted), which
+    :meth:`execute` and the reads apply to the statement's ``seals`` and ``opens``.
     """
+
+    sealer: Sealer | None
 
     def execute(self, statement: Sql, params: Params = ()) -> None:
         """Run ``statement``."""

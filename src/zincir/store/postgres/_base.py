@@ -39,6 +39,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from ..._crash import crash_point
+from ..._encryption import Encryption, Sealer, resolve_encryption
 from ..._errors import (
     ConnectionLost,
     InvalidInput,
@@ -52,6 +53,7 @@ from .._content import ContentIndex
 from .._held_leases import HeldLeases
 from .._migrations import packaged_migrations
 from .._records import Lease
+from .._sealing import settle_encryption
 from ._errors import DRIVER_ERRORS, RETRYABLE, translate, translating
 from ._wake import Listener
 
@@ -143,6 +145,7 @@ class PostgresBase(HeldLeases):
         clock: Clock | None = None,
         pool_size: int = 8,
         connect_timeout: timedelta | float = timedelta(seconds=30),
+        encryption: Encryption | None = None,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
             raise InvalidInput(f"a PostgreSQL store needs a postgresql:// URL, not {url!r}")
@@ -179,7 +182,9 @@ class PostgresBase(HeldLeases):
             "keepalives_interval": 5,
             "keepalives_count": 2,
         }
+        encryption = resolve_encryption(encryption)
         self._migrate()
+        self.sealer = self._settle_encryption(encryption)
         self._writers = self._pool("zincir-writers", pool_size, seconds, read_only=False)
         self._readers = self._pool("zincir-readers", pool_size, seconds, read_only=True)
         self._unsynced = self._pool(
@@ -225,6 +230,17 @@ class PostgresBase(HeldLeases):
         with translating(self.path):
             pool.open(wait=True, timeout=timeout)
         return pool
+
+    def _settle_encryption(self, encryption: Encryption | None) -> Sealer | None:
+        """The store's sealer, settled in one transaction (see ``_sealing``)."""
+        from ._tx import PostgresTx  # the rule seam's transaction, built on this base
+
+        with self._connect() as conn, translating(self.path), conn.transaction():
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('zincir.migrate.' || %s))", (self.schema,)
+            )
+            where = f"schema {self.schema!r} of {self.path}"
+            return settle_encryption(PostgresTx(conn), encryption, text=True, where=where)
 
     def _migrate(self) -> None:
         """Create the schema if needed and apply each missing migration, under an advisory

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from psycopg import errors
 
 from .._records import Lease, NewEvent
-from .._sql import Params, Rules, Sql, Tx, micros
+from .._sql import Params, Rules, Sql, Tx, micros, opened_row, sealed_params
 from ._base import Conn, PostgresBase
 from ._log import append, insert_events
+
+if TYPE_CHECKING:
+    from ..._encryption import Sealer
 
 __all__ = ["PostgresRules", "PostgresTx"]
 
@@ -25,25 +28,41 @@ T = TypeVar("T")
 class PostgresTx:
     """A :class:`~zincir.store._sql.Tx` over a psycopg connection in a transaction."""
 
-    __slots__ = ("conn",)
+    __slots__ = ("conn", "sealer")
 
-    def __init__(self, conn: Conn) -> None:
+    def __init__(self, conn: Conn, sealer: Sealer | None = None) -> None:
         self.conn = conn
+        self.sealer = sealer
 
     def execute(self, statement: Sql, params: Params = ()) -> None:
+        if statement.seals and self.sealer is not None:
+            params = sealed_params(self.sealer, statement, params)
         self.conn.execute(statement.postgres, params)
 
     def executemany(self, statement: Sql, rows: Iterable[Params]) -> None:
-        batch = list(rows)
+        sealer = self.sealer
+        if statement.seals and sealer is not None:
+            batch = [sealed_params(sealer, statement, row) for row in rows]
+        else:
+            batch = list(rows)
         if batch:
             with self.conn.cursor() as cursor:
                 cursor.executemany(statement.postgres, batch)
 
     def one(self, statement: Sql, params: Params = ()) -> tuple[Any, ...] | None:
-        return self.conn.execute(statement.postgres, params).fetchone()
+        if statement.seals and self.sealer is not None:
+            params = sealed_params(self.sealer, statement, params)
+        row = self.conn.execute(statement.postgres, params).fetchone()
+        if row is not None and statement.opens and self.sealer is not None:
+            return opened_row(self.sealer, statement, row, params)
+        return row
 
     def all(self, statement: Sql, params: Params = ()) -> list[tuple[Any, ...]]:
-        return self.conn.execute(statement.postgres, params).fetchall()
+        rows = self.conn.execute(statement.postgres, params).fetchall()
+        sealer = self.sealer
+        if statement.opens and sealer is not None:
+            return [opened_row(sealer, statement, row, params) for row in rows]
+        return rows
 
     def stamp(self, moment: datetime | None) -> object:
         return moment
@@ -88,10 +107,12 @@ class PostgresRules(Rules, PostgresBase):
     """Rule functions run in pooled write transactions and repeatable-read snapshots."""
 
     async def _write_tx(self, fn: Callable[[Tx], T], *, durable: bool = True) -> T:
-        return await self._write(lambda conn: fn(PostgresTx(conn)), durable=durable)
+        sealer = self.sealer
+        return await self._write(lambda conn: fn(PostgresTx(conn, sealer)), durable=durable)
 
     async def _read_tx(self, fn: Callable[[Tx], T], *, offload: bool = False) -> T:
-        return await self._read(lambda conn: fn(PostgresTx(conn)), offload=offload)
+        sealer = self.sealer
+        return await self._read(lambda conn: fn(PostgresTx(conn, sealer)), offload=offload)
 
     async def _write_first(
         self,
@@ -102,6 +123,8 @@ class PostgresRules(Rules, PostgresBase):
         *,
         durable: bool = True,
     ) -> T:
+        if self.sealer is not None and statement.seals:
+            params = sealed_params(self.sealer, statement, params)
         if await self._write_one(statement.postgres, tuple(params), durable=durable) is not None:
             return found
         return await self._write_tx(rest, durable=durable)

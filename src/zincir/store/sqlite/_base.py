@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar
 
 import apsw
 
+from ..._encryption import Encryption, Sealer, resolve_encryption
 from ..._errors import (
     DatabaseReadOnly,
     InvalidInput,
@@ -37,6 +38,7 @@ from .._grouping import writes_grouped
 from .._held_leases import HeldLeases
 from .._migrations import packaged_migrations
 from .._records import Lease
+from .._sealing import settle_encryption
 from ._content import convert_rows
 from ._errors import DRIVER_ERRORS, close_quietly, translate, translating
 from ._log import register_functions
@@ -160,6 +162,7 @@ class SQLiteBase(HeldLeases):
         busy_timeout: timedelta | float = timedelta(seconds=30),
         clock: Clock | None = None,
         single_process: bool = False,
+        encryption: Encryption | None = None,
     ) -> None:
         if synchronous not in ("full", "normal"):
             raise InvalidInput(f'synchronous must be "full" or "normal", not {synchronous!r}')
@@ -198,6 +201,7 @@ class SQLiteBase(HeldLeases):
         try:
             if applied != {version for version, _, _ in migrations()}:
                 self._migrate(write_conn)
+            self.sealer = self._settle_encryption(write_conn, encryption)
         except BaseException:
             close_quietly(write_conn)
             raise
@@ -232,6 +236,23 @@ class SQLiteBase(HeldLeases):
             close_quietly(conn)
             raise
         return conn, applied
+
+    def _settle_encryption(self, conn: Conn, encryption: Encryption | None) -> Sealer | None:
+        """The store's sealer, settled in one write transaction (see ``_sealing``)."""
+        from ._tx import SqliteTx  # the rule seam's transaction, built on this base
+
+        encryption = resolve_encryption(encryption)
+        with translating(self.path):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                sealer = settle_encryption(
+                    SqliteTx(conn, self.clock()), encryption, text=False, where=self.path
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return sealer
 
     def _configure(self, conn: Conn) -> None:
         with translating(self.path):

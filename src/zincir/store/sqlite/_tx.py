@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import apsw
 
 from ..._json import encode_checked
 from ..._time import from_db, to_db
 from .._records import Lease, NewEvent
-from .._sql import Params, Rules, Sql, Tx
+from .._sql import Params, Rules, Sql, Tx, opened_row, sealed_params
 from ._base import SQLiteBase
 from ._content import pack_rows, unpacked
 from ._log import NOW, append, insert_events
+
+if TYPE_CHECKING:
+    from ..._encryption import Sealer
 
 __all__ = ["SqliteRules", "SqliteTx"]
 
@@ -29,25 +32,41 @@ T = TypeVar("T")
 class SqliteTx:
     """A :class:`~zincir.store._sql.Tx` over an APSW connection, at time ``now``."""
 
-    __slots__ = ("_later", "conn", "now", "stamp_now")
+    __slots__ = ("_later", "conn", "now", "sealer", "stamp_now")
 
-    def __init__(self, conn: apsw.Connection, now: datetime) -> None:
+    def __init__(self, conn: apsw.Connection, now: datetime, sealer: Sealer | None = None) -> None:
         self.conn = conn
         self.now = now
+        self.sealer = sealer
         self._later: tuple[str, datetime] | None = None
         self.stamp_now = NOW.stamp = to_db(now)  # ``now`` as stored, and zincir_now()'s
 
     def execute(self, statement: Sql, params: Params = ()) -> None:
+        if statement.seals and self.sealer is not None:
+            params = sealed_params(self.sealer, statement, params)
         self.conn.execute(statement.sqlite, params)
 
     def executemany(self, statement: Sql, rows: Iterable[Params]) -> None:
+        sealer = self.sealer
+        if statement.seals and sealer is not None:
+            rows = [sealed_params(sealer, statement, row) for row in rows]
         self.conn.executemany(statement.sqlite, rows)
 
     def one(self, statement: Sql, params: Params = ()) -> tuple[Any, ...] | None:
+        if statement.seals and self.sealer is not None:
+            params = sealed_params(self.sealer, statement, params)
         row: tuple[Any, ...] | None = self.conn.execute(statement.sqlite, params).fetchone()
+        if row is not None and statement.opens and self.sealer is not None:
+            return opened_row(self.sealer, statement, row, params)
         return row  # APSW's rows are tuples
 
     def all(self, statement: Sql, params: Params = ()) -> list[tuple[Any, ...]]:
+        sealer = self.sealer
+        if statement.opens and sealer is not None:
+            return [
+                opened_row(sealer, statement, tuple(row), params)
+                for row in self.conn.execute(statement.sqlite, params)
+            ]
         return [tuple(row) for row in self.conn.execute(statement.sqlite, params)]
 
     def stamp(self, moment: datetime | None) -> object:
@@ -93,7 +112,11 @@ class SqliteRules(Rules, SQLiteBase):
     given the store's clock."""
 
     def _write_tx(self, fn: Callable[[Tx], T], *, durable: bool = True) -> Coroutine[Any, Any, T]:
-        return self._write(lambda conn: fn(SqliteTx(conn, self.clock())), durable=durable)
+        sealer = self.sealer
+        return self._write(lambda conn: fn(SqliteTx(conn, self.clock(), sealer)), durable=durable)
 
     async def _read_tx(self, fn: Callable[[Tx], T], *, offload: bool = False) -> T:
-        return await self._read(lambda conn: fn(SqliteTx(conn, self.clock())), offload=offload)
+        sealer = self.sealer
+        return await self._read(
+            lambda conn: fn(SqliteTx(conn, self.clock(), sealer)), offload=offload
+        )

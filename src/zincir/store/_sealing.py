@@ -1,0 +1,170 @@
+"""Which stored columns hold user payloads, and how a store becomes and stays encrypted.
+
+:data:`SEALED_COLUMNS` is the one list: the statements that write or read those columns
+declare them (``sql(..., seals=..., opens=...)``), the database refuses a plain value in
+any of them once encrypted (a trigger per table, so a path that forgot to seal fails
+loudly instead of leaking), and ``zincir reencrypt`` walks them. Identifiers, statuses,
+sequence numbers, times, digests and a run's budget stay clear.
+
+An encrypted database has a ``store_encryption`` row (``sealed``; ``sealing`` while
+``zincir reencrypt`` seals a database that was plain, when a plain value still opens as
+itself) and, per key that ever sealed, a check value: a key given under a known id that does
+not open its check is refused at open, before it could seal anything.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .._encryption import Encryption, Sealer
+from .._errors import EncryptionKeyMissing, InvalidInput, PayloadTampered
+from ._sql import Sql, Tx, sql
+
+__all__ = [
+    "BYTEA_COLUMNS",
+    "SEALED_COLUMNS",
+    "create_guards",
+    "encryption_state",
+    "mark_encrypted",
+    "settle_encryption",
+]
+
+SEALED_COLUMNS: Final[dict[str, tuple[str, ...]]] = {
+    "agent_runs": ("config", "result", "last_error"),
+    "events": ("payload",),
+    "archived_events": ("payload",),
+    "checkpoints": ("state", "evidence"),
+    "messages": ("payload",),
+    "operations": ("input_json", "input_parts", "record"),
+    "restart_checkpoints": ("payload",),
+    "approvals": ("arguments", "decision"),
+    "content": ("body",),
+    "stream_items": ("payload",),
+    "langgraph_checkpoints": ("checkpoint", "metadata"),
+    "langgraph_writes": ("value",),
+}
+"""Every column holding a user payload, by table."""
+
+BYTEA_COLUMNS: Final = frozenset({"langgraph_checkpoints.checkpoint", "langgraph_writes.value"})
+"""The sealed columns PostgreSQL keeps as ``bytea`` (the rest are ``text``)."""
+
+_CHECK: Final = "zincir key check"
+
+_STATE: Final = sql("SELECT state FROM store_encryption WHERE id = 1")
+_MARK: Final = sql(
+    "INSERT INTO store_encryption (id, state, created_at) VALUES (1, ?, zincir_now()) "
+    "ON CONFLICT (id) DO UPDATE SET state = excluded.state"
+)
+_KEY_CHECKS: Final = sql("SELECT key_id, check_value FROM sealing_keys ORDER BY key_id")
+_ADD_KEY_CHECK: Final = sql(
+    "INSERT INTO sealing_keys (key_id, check_value, created_at) VALUES (?, ?, zincir_now()) "
+    "ON CONFLICT (key_id) DO NOTHING"
+)
+_HOLDS_PAYLOADS: Final = sql(
+    "SELECT 1 WHERE EXISTS (SELECT 1 FROM agent_runs) OR EXISTS (SELECT 1 FROM content) "
+    "OR EXISTS (SELECT 1 FROM langgraph_checkpoints) OR EXISTS (SELECT 1 FROM langgraph_writes)"
+)
+
+
+def encryption_state(tx: Tx) -> str | None:
+    """``sealed``, ``sealing`` (a plain database being sealed), or None (not encrypted)."""
+    row = tx.one(_STATE)
+    return None if row is None else str(row[0])
+
+
+def _sqlite_guard(table: str, columns: tuple[str, ...], action: str) -> str:
+    test = " OR ".join(
+        f"(NEW.{c} IS NOT NULL AND NOT (typeof(NEW.{c}) = 'blob' "
+        f"AND substr(NEW.{c}, 1, 3) = X'7A7331'))"
+        for c in columns
+    )
+    return (
+        f"CREATE TRIGGER IF NOT EXISTS zincir_sealed_{table}_{action.lower()} BEFORE {action} "
+        f"ON {table} WHEN {test} BEGIN SELECT RAISE(ABORT, "
+        f"'zincir: a plain value written to {table} in an encrypted store'); END"
+    )
+
+
+def _postgres_guard(table: str, columns: tuple[str, ...]) -> str:
+    tests = " OR ".join(
+        f"(NEW.{c} IS NOT NULL AND substring(NEW.{c} from 1 for 3) <> '\\x7a7331'::bytea)"
+        if f"{table}.{c}" in BYTEA_COLUMNS
+        else f"(NEW.{c} IS NOT NULL AND left(NEW.{c}, 4) <> 'zs1:')"
+        for c in columns
+    )
+    return (
+        f"CREATE OR REPLACE FUNCTION zincir_sealed_{table}() RETURNS trigger "
+        f"LANGUAGE plpgsql AS $$ BEGIN IF {tests} THEN RAISE EXCEPTION "
+        f"'zincir: a plain value written to {table} in an encrypted store' "
+        f"USING ERRCODE = 'check_violation'; END IF; RETURN NEW; END $$; "
+        f"CREATE OR REPLACE TRIGGER zincir_sealed_{table} BEFORE INSERT OR UPDATE ON {table} "
+        f"FOR EACH ROW EXECUTE FUNCTION zincir_sealed_{table}()"
+    )
+
+
+def create_guards(tx: Tx) -> None:
+    """The triggers refusing a plain value in any sealed column (idempotent)."""
+    for table, columns in SEALED_COLUMNS.items():
+        for action in ("INSERT", "UPDATE"):
+            tx.execute(Sql(_sqlite_guard(table, columns, action), "SELECT 1"))
+        tx.execute(Sql("SELECT 1", _postgres_guard(table, columns)))
+
+
+def mark_encrypted(tx: Tx, state: str) -> None:
+    """Record the database as encrypted (``sealed``) or being sealed (``sealing``), with its
+    guards."""
+    create_guards(tx)
+    tx.execute(_MARK, (state,))
+
+
+def _check_keys(tx: Tx, sealer: Sealer, where: str) -> None:
+    """Refuse a key given under an id whose check it does not open; store the active key's."""
+    encryption = sealer.encryption
+    assert encryption is not None
+    known: set[str] = set()
+    for key_id, check in tx.all(_KEY_CHECKS):
+        known.add(str(key_id))
+        if encryption.key(str(key_id)) is None:
+            continue
+        try:
+            opened = sealer.open(check)
+        except PayloadTampered:
+            opened = None
+        if opened != _CHECK:
+            raise PayloadTampered(
+                f"the key given as {key_id!r} is not the key {where} was sealed with under that "
+                "id; give the right key file"
+            )
+    if encryption.active not in known:
+        tx.execute(_ADD_KEY_CHECK, (encryption.active, sealer.seal(_CHECK)))
+
+
+def settle_encryption(
+    tx: Tx, encryption: Encryption | None, *, text: bool, where: str
+) -> Sealer | None:
+    """At open: the store's sealer (None for a plain database opened without keys).
+
+    A new database opened with keys becomes encrypted; a plain one holding payloads is
+    refused (``zincir reencrypt`` seals it); an encrypted one opened without keys raises
+    EncryptionKeyMissing, and with a wrong key under a known id PayloadTampered."""
+    state = encryption_state(tx)
+    if state is None:
+        if encryption is None:
+            return None
+        if tx.one(_HOLDS_PAYLOADS) is not None:
+            raise InvalidInput(
+                f"{where} holds plain (unencrypted) payloads; seal them first with "
+                f"`zincir reencrypt --db {where} --key-file KEYS --to {encryption.active}`, "
+                "then open it with encryption="
+            )
+        mark_encrypted(tx, "sealed")
+        state = "sealed"
+    elif encryption is None:
+        ids = ", ".join(str(key_id) for key_id, _ in tx.all(_KEY_CHECKS)) or "unknown"
+        raise EncryptionKeyMissing(
+            f"{where} is encrypted (key ids: {ids}); open it with "
+            "encryption=zincir.Encryption(...) holding those keys (or give --key-file)"
+        )
+    sealer = Sealer(encryption, text=text, plain_ok=state == "sealing")
+    _check_keys(tx, sealer, where)
+    return sealer
