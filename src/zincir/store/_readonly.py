@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Protocol
 
+from .._encryption import Encryption
 from .._errors import InvalidInput
 from ._forks import RunOrigin
 from ._readonly_rows import (
@@ -77,6 +78,12 @@ class ReadOnlySnapshot(Protocol):
     @property
     def path(self) -> str:
         """The database being read, printable (a file path, or a URL without password)."""
+        ...
+
+    @property
+    def sealed(self) -> bool:
+        """Whether the store is encrypted and read without its keys (payloads read as
+        ``‹sealed›``)."""
         ...
 
     # -- runs and their logs ------------------------------------------------------------
@@ -180,9 +187,15 @@ class ReadOnlyView(Protocol):
         ...
 
 
-def open_read_only(location: str | os.PathLike[str]) -> ReadOnlyView:
+def open_read_only(
+    location: str | os.PathLike[str], *, encryption: Encryption | None = None
+) -> ReadOnlyView:
     """The read-only view of the database at ``location``: a SQLite path, ``sqlite:///PATH``
-    or a ``postgresql://`` URL (needs the ``postgres`` extra). Nothing is connected yet."""
+    or a ``postgresql://`` URL (needs the ``postgres`` extra). Nothing is connected yet.
+
+    ``encryption`` opens an encrypted store's payloads (None: the keys in
+    ``$ZINCIR_ENCRYPTION_KEYS`` when it is set); read without keys, each payload reads as
+    ``‹sealed›`` and the structure as it is."""
     text = os.fspath(location)
     if isinstance(text, str) and text.startswith(POSTGRES_SCHEMES):
         try:
@@ -192,7 +205,7 @@ def open_read_only(location: str | os.PathLike[str]) -> ReadOnlyView:
                 f"reading a PostgreSQL database needs psycopg 3 ({error}); install "
                 '"zincir[postgres]"'
             ) from None
-        return ReadOnlyPostgres(text)
+        return ReadOnlyPostgres(text, encryption=encryption)
     if isinstance(text, str):
         text = sqlite_path_from_url(text)
-    return ReadOnlyDatabase(text)
+    return ReadOnlyDatabase(text, encryption=encryption)

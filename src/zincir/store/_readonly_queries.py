@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from functools import lru_cache, partial
-from typing import Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
+from .._encryption import SEALED
 from .._json import encode_checked
 from .._validate import MAX_SEQUENCE
 from ._content import compose_read_rows, event_columns, read_columns
@@ -42,10 +43,15 @@ from ._readonly_rows import (
     row_limit,
     row_seq,
     select_list,
+    sum_usage,
     tail_by_seq,
 )
+from ._readonly_sealing import open_columns
 from ._records import RUN_COLUMNS, RunRecord, merge_by_seq
 from ._sql import Params, Sql, sql
+
+if TYPE_CHECKING:
+    from .._encryption import Sealer
 
 __all__ = ["READ_COLUMNS", "ReadTx", "SnapshotQueries"]
 
@@ -124,6 +130,34 @@ _MESSAGES: Final = sql(
     f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE to_run_id = ? OR from_run_id = ? "
     "ORDER BY id LIMIT ?"
 )
+_SEALED_NAMES: Final = (
+    "payload",
+    "state",
+    "evidence",
+    "input_json",
+    "record",
+    "config",
+    "result",
+    "last_error",
+    "zincir_input_text",
+    "zincir_input_parts",
+)
+"""The columns of the rows these queries read that hold payloads (sealed when encrypted)."""
+_COMPOSED_FROM: Final = ("zincir_payload_pieces", "zincir_input_text")
+_SEALED_RESTART_CHECKPOINTS: Final = sql(  # the preview is cut after opening
+    "SELECT checkpoint_id, revision, octet_length(payload) AS size, payload AS preview, "
+    "updated_at FROM restart_checkpoints "
+    "WHERE run_id = ? ORDER BY checkpoint_id{bytewise} LIMIT ?"
+)
+_SEALED_STEPS: Final = sql(  # the ``steps`` view without its look inside the payload
+    "SELECT c.run_id, c.name, CASE WHEN c.event_seq IS NULL THEN 'running' "
+    "ELSE 'completed' END AS status, c.claim_owner, c.claim_token, "
+    "coalesce(e.payload, a.payload) AS result, c.started_at, "
+    "coalesce(e.created_at, a.created_at) AS completed_at FROM step_claims AS c "
+    "LEFT JOIN events AS e ON e.run_id = c.run_id AND e.seq = c.event_seq "
+    "LEFT JOIN archived_events AS a ON e.seq IS NULL AND a.run_id = c.run_id "
+    "AND a.seq = c.event_seq WHERE c.run_id = ? ORDER BY c.started_at, c.name{bytewise} LIMIT ?"
+)
 _OPERATION_PAGE: Final = sql(
     f"SELECT {_SUMMARY_COLUMNS} FROM operations WHERE run_id = ? "
     "ORDER BY created_at DESC, step_id{bytewise} DESC, sequence DESC LIMIT ? OFFSET ?"
@@ -158,7 +192,11 @@ def _run_record(row: Row) -> RunRecord:
 class ReadTx(Protocol):
     """One read transaction of a backend's read-only connection, as the named queries see
     it (a read-only part of :class:`~zincir.store._sql.Tx`); driver errors leave as zincir
-    errors."""
+    errors. ``sealer`` (None: a plain store) opens the columns a statement ``opens``, in
+    :meth:`one`, :meth:`all` and :meth:`rows` alike; a blind one (no keys) opens each as
+    ``‹sealed›``."""
+
+    sealer: Sealer | None
 
     def one(self, statement: Sql, params: Params = ()) -> tuple[Any, ...] | None:
         """The first row of ``statement``, or None."""
@@ -192,8 +230,24 @@ class SnapshotQueries:
     _tables: frozenset[str]
     _usage_cache: UsageCache
 
+    @property
+    def sealed(self) -> bool:
+        """Whether the store is encrypted and read without its keys: every payload reads as
+        ``‹sealed›``, the structure (ids, statuses, seqs, times, digests) as it is."""
+        sealer = self._tx.sealer
+        return sealer is not None and sealer.blind
+
     def _shaped(self, found: list[Row], *, decode: bool = True) -> list[Row]:
-        """Rows with their content composed and (``decode``) their JSON columns decoded."""
+        """Rows with their payloads opened (an encrypted store), their content composed and
+        (``decode``) their JSON columns decoded."""
+        sealer = self._tx.sealer
+        if sealer is not None:
+            open_columns(sealer, found, _SEALED_NAMES)
+            if sealer.blind:  # nothing to compose sealed pieces into
+                for row in found:
+                    if any(name in row for name in _COMPOSED_FROM):
+                        for name in [name for name in row if name.startswith("zincir_")]:
+                            del row[name]
         found = compose_read_rows(found, partial(read_content, self._tx))
         return decode_columns(found) if decode else found
 
@@ -344,6 +398,8 @@ class SnapshotQueries:
         if "open_intents" in self._tables:
             return cast(list[PendingToolRow], self._rows(_OPEN_INTENTS, params))
         found = self._tx.rows(_UNANSWERED_INTENTS, params)
+        if self._tx.sealer is not None:
+            open_columns(self._tx.sealer, found, ("payload",), run_id)
         for row in found:
             row["payload"] = decode_json(row["payload"])
         return cast(list[PendingToolRow], found)
@@ -355,9 +411,26 @@ class SnapshotQueries:
         only events newer than the cached ones are summed.
         """
         source = self._log_source()
+        if self._tx.sealer is not None:  # summed in Python from opened payloads
+            return self._usage_cache.usage(run, partial(self._sealed_usage, source))
         return self._usage_cache.usage(
             run, lambda run_id, upto, last: self._tx.usage_sums(source, run_id, upto, last)
         )
+
+    def _sealed_usage(
+        self, source: str, run_id: str, upto: int, last_seq: int
+    ) -> list[tuple[str, int | float]] | None:
+        """The usage sums of an encrypted store, from its opened payloads (None without
+        keys: the totals are unknown)."""
+        sealer = self._tx.sealer
+        if sealer is None or sealer.blind:
+            return None
+        statement = _statement(
+            f"SELECT payload FROM {source} AS e WHERE run_id = ? AND seq > ? AND seq <= ? "
+            "AND type = 'llm_call'"
+        )
+        found = self._tx.all(statement, (run_id, upto, last_seq))
+        return sum_usage(sealer.open(payload, run_id) for (payload,) in found)
 
     # -- durable state --------------------------------------------------------------------
 
@@ -370,7 +443,17 @@ class SnapshotQueries:
         """The run's restart checkpoints by id, each payload cut to its first 200 characters."""
         if "restart_checkpoints" not in self._tables:
             return []
-        found = self._rows(_RESTART_CHECKPOINTS, (run_id, row_limit(limit)), decode=False)
+        params = (run_id, row_limit(limit))
+        sealer = self._tx.sealer
+        if sealer is None:
+            found = self._rows(_RESTART_CHECKPOINTS, params, decode=False)
+            return cast(list[RestartCheckpointRow], found)
+        found = self._tx.rows(_SEALED_RESTART_CHECKPOINTS, params)
+        for row in found:
+            text = sealer.open_text(row["preview"], run_id) or ""
+            if text != SEALED or not sealer.blind:
+                row["size"] = len(text.encode("utf-8"))
+            row["preview"] = text[:200]
         return cast(list[RestartCheckpointRow], found)
 
     def operations(self, run_id: str, limit: int = 500) -> list[OperationRow]:
@@ -412,7 +495,15 @@ class SnapshotQueries:
 
     def steps(self, run_id: str, limit: int = 500) -> list[StepRow]:
         """The run's workflow steps, in the order they started."""
-        return cast(list[StepRow], self._present("steps", _STEPS, (run_id, row_limit(limit))))
+        params = (run_id, row_limit(limit))
+        if self._tx.sealer is None:
+            return cast(list[StepRow], self._present("steps", _STEPS, params))
+        found = self._rows(_SEALED_STEPS, params, decode=False)  # results opened
+        for row in found:
+            document = decode_json(row["result"])
+            if isinstance(document, dict):  # the step's completion event: its result
+                row["result"] = encode_checked(document.get("result"))
+        return cast(list[StepRow], decode_columns(found))
 
     def timers(self, run_id: str, limit: int = 500) -> list[TimerRow]:
         """The run's workflow timers by wake time."""

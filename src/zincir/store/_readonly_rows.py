@@ -9,7 +9,8 @@ the PostgreSQL view renders its timestamptz values so).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from decimal import Decimal
 from typing import Any, Final, TypedDict, cast
 
 from .._json import StrictJsonError, loads_strict
@@ -40,6 +41,7 @@ __all__ = [
     "row_limit",
     "row_seq",
     "select_list",
+    "sum_usage",
     "tail_by_seq",
 ]
 
@@ -245,6 +247,22 @@ def outcomes_in_order(
     """The rows read for ``wanted`` keys, in their order; keys with no row left out."""
     found = {(str(row["step_id"]), int(row["sequence"])): row for row in rows}
     return [cast(OperationOutcomeRow, found[key]) for key in wanted if key in found]
+
+
+def sum_usage(payloads: Iterable[Any]) -> list[tuple[str, int | float]]:
+    """(field, total) over the numeric ``usage`` fields of ``llm_call`` payloads (JSON text),
+    summed as SQLite sums (an int for integers only); a payload that is not JSON is skipped."""
+    sums: dict[str, tuple[Decimal, bool]] = {}
+    for payload in payloads:
+        document = decode_json(payload)
+        usage = document.get("usage") if isinstance(document, Mapping) else None
+        if not isinstance(usage, Mapping):
+            continue
+        for name, value in usage.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                total, whole = sums.get(str(name), (Decimal(0), True))
+                sums[str(name)] = (total + Decimal(value), whole and isinstance(value, int))
+    return [(name, int(total) if whole else float(total)) for name, (total, whole) in sums.items()]
 
 
 UsageSums = Callable[[str, int, int], Iterable[Sequence[Any]] | None]

@@ -12,7 +12,7 @@ Driver errors leave as zincir errors.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
@@ -23,11 +23,13 @@ from psycopg import errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
+from ..._encryption import Encryption, Sealer, resolve_encryption
 from ..._errors import ConnectionLost, NotAZincirDatabase, SchemaTooNew, StoreError
 from .._readonly_queries import READ_COLUMNS
-from .._readonly_rows import REQUIRED_TABLES, Row, UsageCache, decode_json
+from .._readonly_rows import REQUIRED_TABLES, Row, UsageCache, sum_usage
+from .._readonly_sealing import open_indexed, reader_sealer, still_sealed
 from .._snapshot_reads import SnapshotReads
-from .._sql import Params, Sql
+from .._sql import Params, Sql, opened_row
 from ._base import Conn, migrations, split_schema
 from ._errors import DRIVER_ERRORS, translate
 from ._log import text_time
@@ -79,20 +81,29 @@ def _number(total: Decimal, integral: bool) -> int | float:
 
 class _PostgresRead:
     """A :class:`~zincir.store._readonly_queries.ReadTx` over a read-only psycopg
-    connection in its snapshot transaction."""
+    connection in its snapshot transaction; ``sealer`` opens the statements' payload
+    columns (``opens``) of an encrypted schema."""
 
-    __slots__ = ("conn", "path")
+    __slots__ = ("conn", "path", "sealer")
 
-    def __init__(self, conn: Conn, path: str) -> None:
+    def __init__(self, conn: Conn, path: str, sealer: Sealer | None = None) -> None:
         self.conn = conn
         self.path = path
+        self.sealer = sealer
 
     def one(self, statement: Sql, params: Params = ()) -> tuple[Any, ...] | None:
         with reading(self.path):
-            return self.conn.execute(statement.postgres, params).fetchone()
+            row = self.conn.execute(statement.postgres, params).fetchone()
+        if row is not None and statement.opens and self.sealer is not None:
+            return opened_row(self.sealer, statement, row, params)
+        return row
 
     def all(self, statement: Sql, params: Params = ()) -> list[tuple[Any, ...]]:
-        return self.text_all(statement.postgres, params)
+        found = self.text_all(statement.postgres, params)
+        sealer = self.sealer
+        if statement.opens and sealer is not None:
+            return [opened_row(sealer, statement, row, params) for row in found]
+        return found
 
     def text_all(self, text: str, params: Params = ()) -> list[tuple[Any, ...]]:
         """Every row of the psycopg statement ``text``."""
@@ -103,6 +114,8 @@ class _PostgresRead:
         """Every row as a dict, times as UTC text."""
         with reading(self.path), self.conn.cursor(row_factory=dict_row) as cursor:
             found = cursor.execute(statement.postgres, params).fetchall()
+        if statement.opens and self.sealer is not None:
+            open_indexed(self.sealer, statement, found, params)
         return [_text_times(row) for row in found]
 
     def stamp(self, moment: datetime | None) -> object:
@@ -112,7 +125,9 @@ class _PostgresRead:
         return list(items)
 
     def unpack_content(self, body: object) -> str:
-        return str(body)
+        if self.sealer is not None and still_sealed(body):
+            body = self.sealer.open(body)
+        return body.decode("utf-8") if isinstance(body, bytes) else str(body)
 
     def usage_sums(self, source: str, run_id: str, upto: int, last_seq: int) -> list[Any] | None:
         """Summed in SQL; an event whose payload is not JSON is skipped, as SQLite's
@@ -126,27 +141,20 @@ class _PostgresRead:
                 return [(str(name), _number(total, bool(whole))) for name, total, whole in found]
             except errors.InvalidTextRepresentation:
                 pass
-        sums: dict[str, tuple[Decimal, bool]] = {}
-        for (payload,) in self.text_all(
+        found = self.text_all(
             f"SELECT payload FROM {source} AS e WHERE run_id = %s AND seq > %s "
             "AND seq <= %s AND type = 'llm_call'",
             (run_id, upto, last_seq),
-        ):
-            document = decode_json(payload)
-            usage = document.get("usage") if isinstance(document, Mapping) else None
-            if not isinstance(usage, Mapping):
-                continue
-            for name, value in usage.items():
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    total, whole = sums.get(str(name), (Decimal(0), True))
-                    sums[str(name)] = (total + Decimal(value), whole and isinstance(value, int))
-        return [(name, _number(total, whole)) for name, (total, whole) in sums.items()]
+        )
+        return sum_usage(payload for (payload,) in found)
 
 
 class ReadOnlyPostgres:
     """A zincir PostgreSQL schema opened read-only: one short connection per snapshot."""
 
-    def __init__(self, url: str, *, connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self, url: str, *, connect_timeout: float = 10.0, encryption: Encryption | None = None
+    ) -> None:
         self._conninfo, self.schema, self.path = split_schema(url)
         self.known_version = migrations()[-1][0]
         params = conninfo_to_dict(self._conninfo)  # the URL's own options are kept
@@ -157,6 +165,7 @@ class ReadOnlyPostgres:
         self._application = str(params.get("application_name") or "zincir-readonly")
         self._timeout = max(1, int(connect_timeout))
         self.usage_cache = UsageCache()
+        self.encryption = resolve_encryption(encryption)
 
     def _connect(self) -> Conn:
         try:
@@ -232,7 +241,14 @@ class ReadOnlyPostgres:
             with reading(self.path):
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 tables = self._tables(conn)
-            yield PostgresSnapshot(conn, self, tables)
+                sealer = reader_sealer(
+                    _PostgresRead(conn, self.path),
+                    tables,
+                    self.encryption,
+                    text=True,
+                    where=f"schema {self.schema!r} of {self.path}",
+                )
+            yield PostgresSnapshot(conn, self, tables, sealer)
         finally:
             conn.close()
 
@@ -240,11 +256,17 @@ class ReadOnlyPostgres:
 class PostgresSnapshot(SnapshotReads):
     """The named read queries, inside one read transaction of a :class:`ReadOnlyPostgres`."""
 
-    def __init__(self, conn: Conn, database: ReadOnlyPostgres, tables: frozenset[str]) -> None:
+    def __init__(
+        self,
+        conn: Conn,
+        database: ReadOnlyPostgres,
+        tables: frozenset[str],
+        sealer: Sealer | None = None,
+    ) -> None:
         self._conn = conn
         self._database = database
         self._tables = tables
-        self._tx = self._read = _PostgresRead(conn, database.path)
+        self._tx = self._read = _PostgresRead(conn, database.path, sealer)
         self._usage_cache = database.usage_cache
 
     @property

@@ -20,14 +20,16 @@ from urllib.parse import quote
 
 import apsw
 
+from ..._encryption import Encryption, Sealer, resolve_encryption
 from ..._errors import DatabaseCorrupt, InvalidInput, NotAZincirDatabase
 from ..._json import encode_checked
 from ..._time import to_db
 from ..._validate import utf8
 from .._readonly_queries import READ_COLUMNS
 from .._readonly_rows import REQUIRED_TABLES, Row, UsageCache
+from .._readonly_sealing import open_indexed, reader_sealer, still_sealed
 from .._snapshot_reads import SnapshotReads
-from .._sql import Params, Sql
+from .._sql import Params, Sql, opened_row
 from .._thread_rows import PREVIEW_BYTES
 from ._base import check_zincir_file, migrations, refuse_directory
 from ._content import unpacked
@@ -71,28 +73,41 @@ def _as_dict(cursor: apsw.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
 
 class _SqliteRead:
     """A :class:`~zincir.store._readonly_queries.ReadTx` over a read-only APSW connection
-    (times are stored as the UTC text the rows carry)."""
+    (times are stored as the UTC text the rows carry); ``sealer`` opens the statements'
+    payload columns (``opens``) of an encrypted file."""
 
-    __slots__ = ("conn", "path")
+    __slots__ = ("conn", "path", "sealer")
 
-    def __init__(self, conn: apsw.Connection, path: str) -> None:
+    def __init__(self, conn: apsw.Connection, path: str, sealer: Sealer | None = None) -> None:
         self.conn = conn
         self.path = path
+        self.sealer = sealer
 
     def one(self, statement: Sql, params: Params = ()) -> tuple[Any, ...] | None:
         with _reading(self.path):
             row = self.conn.execute(statement.sqlite, params).fetchone()
-        return None if row is None else tuple(row)
+        if row is None:
+            return None
+        if statement.opens and self.sealer is not None:
+            return opened_row(self.sealer, statement, tuple(row), params)
+        return tuple(row)
 
     def all(self, statement: Sql, params: Params = ()) -> list[tuple[Any, ...]]:
         with _reading(self.path):
-            return [tuple(row) for row in self.conn.execute(statement.sqlite, params)]
+            found = [tuple(row) for row in self.conn.execute(statement.sqlite, params)]
+        sealer = self.sealer
+        if statement.opens and sealer is not None:
+            return [opened_row(sealer, statement, row, params) for row in found]
+        return found
 
     def rows(self, statement: Sql, params: Params = ()) -> list[Row]:
         with _reading(self.path):
             cursor = self.conn.cursor()
             cursor.row_trace = _as_dict
-            return list(cursor.execute(statement.sqlite, params))
+            found: list[Row] = list(cursor.execute(statement.sqlite, params))
+        if statement.opens and self.sealer is not None:
+            return open_indexed(self.sealer, statement, found, params)
+        return found
 
     def stamp(self, moment: datetime | None) -> object:
         return None if moment is None else to_db(moment)
@@ -101,6 +116,8 @@ class _SqliteRead:
         return encode_checked(list(items))
 
     def unpack_content(self, body: object) -> str:
+        if self.sealer is not None and still_sealed(body):
+            body = self.sealer.open(body)
         with _reading(self.path):  # a body that does not decode: the file is damaged
             return unpacked(body)
 
@@ -115,9 +132,14 @@ class _SqliteRead:
 
 
 class ReadOnlyDatabase:
-    """A zincir SQLite file opened read-only: one short connection per snapshot."""
+    """A zincir SQLite file opened read-only: one short connection per snapshot.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    ``encryption`` opens an encrypted file's payloads (None: the keys in
+    ``$ZINCIR_ENCRYPTION_KEYS`` when it is set); without keys they read as ``‹sealed›``."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, encryption: Encryption | None = None
+    ) -> None:
         text = os.fspath(path)
         if not isinstance(text, str) or "\x00" in text or utf8(text) is None:
             raise InvalidInput(
@@ -127,6 +149,7 @@ class ReadOnlyDatabase:
         self.path = os.path.abspath(text)
         self.known_version = migrations()[-1][0]
         self.usage_cache = UsageCache()
+        self.encryption = resolve_encryption(encryption)
 
     def _connect(self) -> apsw.Connection:
         refuse_directory(self.path)
@@ -204,7 +227,11 @@ class ReadOnlyDatabase:
         try:
             with _reading(self.path):
                 conn.execute("BEGIN")
-            yield SnapshotReader(conn, self, self._tables(conn))
+            tables = self._tables(conn)
+            sealer = reader_sealer(
+                _SqliteRead(conn, self.path), tables, self.encryption, text=False, where=self.path
+            )
+            yield SnapshotReader(conn, self, tables, sealer)
         finally:
             try:
                 with _reading(self.path):
@@ -218,12 +245,16 @@ class SnapshotReader(SnapshotReads):
     """The named read queries, inside one read transaction of a :class:`ReadOnlyDatabase`."""
 
     def __init__(
-        self, conn: apsw.Connection, database: ReadOnlyDatabase, tables: frozenset[str]
+        self,
+        conn: apsw.Connection,
+        database: ReadOnlyDatabase,
+        tables: frozenset[str],
+        sealer: Sealer | None = None,
     ) -> None:
         self._conn = conn
         self._database = database
         self._tables = tables
-        self._tx = _SqliteRead(conn, database.path)
+        self._tx = _SqliteRead(conn, database.path, sealer)
         self._usage_cache = database.usage_cache
 
     @property
