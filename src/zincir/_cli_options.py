@@ -3,6 +3,8 @@
 ``--db PATH`` names the zincir database: a SQLite file path, ``sqlite:///PATH`` or a
 ``postgresql://`` URL, by default ``$ZINCIR_DATABASE_PATH``, else ``./zincir.db``. It must be
 text (a path that is not valid UTF-8 is refused with a usage error, not a traceback).
+``--key-file PATH`` names the JSON key file of an encrypted store (by default the keys in
+``$ZINCIR_ENCRYPTION_KEYS``, if set); keys are never printed, only their ids.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, ClassVar, TypeVar
 
 import click
 
+from ._encryption import KEYS_ENV, Encryption
 from ._validate import MAX_DURATION, utf8
 from .store import default_database_path
 from .store._readonly import ReadOnlyView, open_read_only
@@ -24,6 +27,8 @@ __all__ = [
     "DatabaseLocation",
     "Seconds",
     "database_option",
+    "key_file_option",
+    "keys_from",
     "read_only_database",
 ]
 
@@ -121,8 +126,29 @@ def database_option(command: F) -> F:
     return option(command)
 
 
-def read_only_database(location: str) -> ReadOnlyView:
+def key_file_option(command: F) -> F:
+    """Add ``--key-file PATH`` (passed as ``key_file``, None when absent) to a click command."""
+    option = click.option(
+        "--key-file",
+        "key_file",
+        type=click.Path(dir_okay=False, path_type=str),
+        metavar="PATH",
+        default=None,
+        help="The JSON key file of an encrypted database (default: the keys in "
+        f"${KEYS_ENV}, if set); without keys, payloads show as sealed.",
+    )
+    return option(command)
+
+
+def keys_from(key_file: str | None) -> Encryption | None:
+    """The keys of ``--key-file`` (InvalidInput naming the file, never a key, when it cannot
+    be read), or None: the store then takes those of ``$ZINCIR_ENCRYPTION_KEYS``, if set."""
+    return None if key_file is None else Encryption.from_file(key_file)
+
+
+def read_only_database(location: str, key_file: str | None = None) -> ReadOnlyView:
     """The read-only view of the database at ``--db`` for the commands that only read it
     (``runs list``, ``runs show``, ``threads``, ``ui``): a SQLite file or a PostgreSQL
-    schema, never created, migrated or written."""
-    return open_read_only(location)
+    schema, never created, migrated or written; ``key_file`` opens an encrypted one's
+    payloads."""
+    return open_read_only(location, encryption=keys_from(key_file))
