@@ -34,6 +34,7 @@ from ._messages import send, take_messages
 from ._records import Lease, NewEvent
 from ._restart_records import (
     APPROVAL_COLUMNS,
+    APPROVAL_PAYLOADS,
     APPROVAL_TOPIC,
     ApprovalRow,
     NewApproval,
@@ -48,8 +49,10 @@ from ._sql import Rules, Tx, sql
 __all__ = ["ApprovalOps", "decide_approval", "open_approvals", "settle_approval"]
 
 _SELECT: Final = f"SELECT {APPROVAL_COLUMNS} FROM approvals"
-_BY_ID: Final = sql(f"{_SELECT} WHERE approval_id = ?")
-_OF_CALLS: Final = sql(f"{_SELECT} WHERE run_id = ? AND call_id {{in_list}}")
+_BY_ID: Final = sql(f"{_SELECT} WHERE approval_id = ?", opens=APPROVAL_PAYLOADS)
+_OF_CALLS: Final = sql(
+    f"{_SELECT} WHERE run_id = ? AND call_id {{in_list}}", opens=APPROVAL_PAYLOADS, run_param=0
+)
 _ROUNDS: Final = sql(
     "SELECT call_id, sequence FROM approvals WHERE run_id = ? AND call_id {in_list}"
 )
@@ -62,21 +65,25 @@ _OPEN: Final = sql(
     "sequence = excluded.sequence, execution = excluded.execution, "
     "requested_at = excluded.requested_at, expires_at = excluded.expires_at, "
     "decision = NULL, decided_at = NULL, edited_args_sha256 = NULL, decided_by = NULL "
-    "WHERE approvals.sequence <> excluded.sequence"
+    "WHERE approvals.sequence <> excluded.sequence",
+    seals=(4,),
 )
 _OWNER: Final = sql("SELECT run_id FROM approvals WHERE approval_id = ?")
 _RUN_STATUS: Final = sql("SELECT status FROM agent_runs WHERE id = ?{for_share}")
 _UNDECIDED: Final = sql(
     f"SELECT {APPROVAL_COLUMNS}, expires_at <= zincir_now() FROM approvals "
-    "WHERE approval_id = ?{for_update}"
+    "WHERE approval_id = ?{for_update}",
+    opens=APPROVAL_PAYLOADS,
 )
 _DECIDE: Final = sql(
     "UPDATE approvals SET decision = ?, edited_args_sha256 = ?, decided_by = ?, "
-    "decided_at = zincir_now() WHERE approval_id = ? RETURNING decided_at"
+    "decided_at = zincir_now() WHERE approval_id = ? RETURNING decided_at",
+    seals=(0,),
 )
 _SETTLE: Final = sql(
     "UPDATE approvals SET decision = ?, edited_args_sha256 = ?, decided_by = ?, "
-    "decided_at = zincir_now() WHERE run_id = ? AND call_id = ? AND decision IS NULL"
+    "decided_at = zincir_now() WHERE run_id = ? AND call_id = ? AND decision IS NULL",
+    seals=(0,),
 )
 _SEQUENCE: Final = sql("SELECT sequence FROM approvals WHERE run_id = ? AND call_id = ?")
 _LIST: Final = {
@@ -89,7 +96,9 @@ _LIST: Final = {
             else " WHERE TRUE"
         )
         + (" AND run_id = ?" if one_run else "")
-        + " ORDER BY requested_at, approval_id{bytewise}"  # bytewise on both
+        + " ORDER BY requested_at, approval_id{bytewise}",  # bytewise on both
+        opens=APPROVAL_PAYLOADS,
+        run_param=0 if one_run else None,
     )
     for pending in (False, True)
     for one_run in (False, True)

@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from functools import lru_cache
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .._time import to_db
 from ._graph_filters import matches, metadata_where, unparsed
@@ -43,6 +43,9 @@ from ._langgraph_records import (
     graph_write,
 )
 from ._sql import Rules, Sql, Tx, micros, sql
+
+if TYPE_CHECKING:
+    from .._encryption import Sealer
 
 __all__ = ["LangGraphOps"]
 
@@ -83,7 +86,8 @@ _PUT_CHECKPOINT: Final = sql(
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, zincir_now()) "
     "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
     "parent_checkpoint_id = excluded.parent_checkpoint_id, run_id = excluded.run_id, "
-    "type = excluded.type, checkpoint = excluded.checkpoint, metadata = excluded.metadata"
+    "type = excluded.type, checkpoint = excluded.checkpoint, metadata = excluded.metadata",
+    seals=(6, 7),
 )
 _WRITE_COLUMNS: Final = (
     "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, value, task_path, "
@@ -94,28 +98,36 @@ _PUT_WRITE: Final = (
     f"INSERT INTO langgraph_writes ({_WRITE_COLUMNS}) "
     f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, zincir_now()) ON CONFLICT {_WRITE_KEY} "
 )
-_KEEP_WRITE: Final = sql(_PUT_WRITE + "DO NOTHING")
+_KEEP_WRITE: Final = sql(_PUT_WRITE + "DO NOTHING", seals=(7,))
 _REPLACE_WRITE: Final = sql(
     _PUT_WRITE + "DO UPDATE SET channel = excluded.channel, type = excluded.type, "
-    "value = excluded.value, task_path = excluded.task_path"
+    "value = excluded.value, task_path = excluded.task_path",
+    seals=(7,),
 )
 _WRITE_ORDER: Final = "ORDER BY w.task_path{bytewise}, w.task_id{bytewise}, w.idx"
 _WRITES_READ: Final = "w.task_id, w.idx, w.channel, w.type, w.value, w.task_path"
 _WRITES: Final = sql(
     f"SELECT {_WRITES_READ} FROM langgraph_writes AS w WHERE w.thread_id = ? "
-    f"AND w.checkpoint_ns = ? AND w.checkpoint_id = ? {_WRITE_ORDER}"
+    f"AND w.checkpoint_ns = ? AND w.checkpoint_id = ? {_WRITE_ORDER}",
+    opens=(4,),
 )
 _WRITES_OF: Final = sql(
     f"SELECT w.thread_id, w.checkpoint_ns, w.checkpoint_id, {_WRITES_READ} "
     "FROM {json_items} AS k JOIN langgraph_writes AS w ON w.thread_id = (k.value ->> 0) "
     "AND w.checkpoint_ns = (k.value ->> 1) AND w.checkpoint_id = (k.value ->> 2) "
-    f"{_WRITE_ORDER}"
+    f"{_WRITE_ORDER}",
+    opens=(7,),
 )
 _SELECT: Final = f"SELECT {GRAPH_ROW_COLUMNS} FROM langgraph_checkpoints "
-_GET: Final = sql(_SELECT + "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?")
+_VALUE, _META = 5, 6  # the positions of ``checkpoint`` and ``metadata`` in GRAPH_ROW_COLUMNS
+_GET: Final = sql(
+    _SELECT + "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+    opens=(_VALUE, _META),
+)
 _GET_NEWEST: Final = sql(
     _SELECT + "WHERE thread_id = ? AND checkpoint_ns = ? "
-    "ORDER BY checkpoint_id{bytewise} DESC LIMIT 1"
+    "ORDER BY checkpoint_id{bytewise} DESC LIMIT 1",
+    opens=(_VALUE, _META),
 )
 _NEWEST_FIRST: Final = (
     "ORDER BY checkpoint_id{bytewise} DESC, thread_id{bytewise} DESC, checkpoint_ns{bytewise} DESC"
@@ -154,7 +166,8 @@ _NEWEST_PER_NS: Final = sql(
 )
 _METADATA: Final = sql(
     "SELECT metadata FROM langgraph_checkpoints "
-    "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+    "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+    opens=(0,),
 )
 _CHAIN: Final = sql(
     "WITH RECURSIVE chain(id, depth) AS (SELECT CAST(? AS text), 0 UNION ALL "
@@ -339,16 +352,24 @@ def _get(tx: Tx, thread_id: str, ns: str, checkpoint_id: str | None) -> GraphChe
 
 
 @lru_cache(maxsize=128)
-def _statement(text: str) -> Sql:
+def _statement(text: str, opens: tuple[int, ...]) -> Sql:
     """A listing's statement, built once per shape."""
-    return sql(text)
+    return sql(text, opens=opens)
+
+
+_SEALED_PAGE: Final = 64
+"""The rows a listing of an encrypted store reads per page while it filters by metadata."""
 
 
 def _list(
     tx: Tx, query: GraphCheckpointQuery, where: tuple[str, list[Any]] | None
 ) -> list[GraphCheckpointRow]:
     """The checkpoints ``query`` selects (``where``: its metadata test), page by page while
-    rows the SQL let through unjudged fail the test in Python."""
+    rows the SQL let through unjudged fail the test in Python. In an encrypted store every
+    row's metadata is judged in Python, and only kept rows' values are opened."""
+    sealer = tx.sealer
+    judged_here = sealer is not None and where is not None
+    opens = (_META,) if judged_here else (_VALUE, _META)
     tests: list[str] = []
     params: list[Any] = []
     for test, value in (
@@ -360,7 +381,7 @@ def _list(
         if value is not None:
             tests.append(test)
             params.append(value)
-    if where is not None:
+    if where is not None and not judged_here:
         tests.append(where[0])
         params.extend(where[1])
     limit = None if query.limit is None or query.limit < 0 else query.limit
@@ -372,6 +393,8 @@ def _list(
             page_tests.append(_AFTER)
             page_params.extend(after)
         wanted = None if limit is None else limit - len(found)
+        if judged_here and wanted is not None:
+            wanted = max(wanted, _SEALED_PAGE)
         text = _SELECT
         if page_tests:
             text += f"WHERE {' AND '.join(page_tests)} "
@@ -379,16 +402,29 @@ def _list(
         if wanted is not None:
             text += " LIMIT ?"
             page_params.append(wanted)
-        rows = tx.all(_statement(text), page_params)
-        kept = [
-            row
-            for row in rows
-            if where is None or not unparsed(row[6]) or matches(row[6], query.metadata)
-        ]
+        rows = tx.all(_statement(text, opens), page_params)
+        if judged_here:
+            assert sealer is not None
+            kept = [_opened(sealer, row) for row in rows if matches(row[_META], query.metadata)]
+            if limit is not None and len(found) + len(kept) >= limit:
+                return _rows(tx, found + kept[: limit - len(found)])
+        else:
+            kept = [
+                row
+                for row in rows
+                if where is None or not unparsed(row[_META]) or matches(row[_META], query.metadata)
+            ]
         found.extend(kept)
         if wanted is None or len(kept) == len(rows) or len(rows) < wanted:
             return _rows(tx, found)
         after = (rows[-1][2], rows[-1][0], rows[-1][1])
+
+
+def _opened(sealer: Sealer, row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A listed row (metadata opened) with its checkpoint value opened too."""
+    values = list(row)
+    values[_VALUE] = sealer.open(values[_VALUE], values[7])  # 7: the run id, for an error
+    return tuple(values)
 
 
 class LangGraphOps(Rules):

@@ -13,23 +13,38 @@ from __future__ import annotations
 from typing import Final
 
 from .._errors import StoreError
-from ._restart_records import RESTART_COLUMNS, RestartRow, repeated_revision, restart_row
+from ._restart_records import (
+    RESTART_COLUMNS,
+    RESTART_PAYLOAD,
+    RestartRow,
+    repeated_revision,
+    restart_row,
+)
 from ._sql import Rules, Tx, sql
 
 __all__ = ["RestartOps"]
 
 _KEY: Final = "run_id = ? AND checkpoint_id = ?"
-_SELECT: Final = sql(f"SELECT {RESTART_COLUMNS} FROM restart_checkpoints WHERE {_KEY}")
+_SELECT: Final = sql(
+    f"SELECT {RESTART_COLUMNS} FROM restart_checkpoints WHERE {_KEY}",
+    opens=(RESTART_PAYLOAD,),
+    run_param=0,
+)
 _FORWARD: Final = sql(
     f"INSERT INTO restart_checkpoints ({RESTART_COLUMNS}) VALUES (?, ?, ?, ?, zincir_now()) "
     "ON CONFLICT (run_id, checkpoint_id) DO UPDATE SET revision = excluded.revision, "
     "payload = excluded.payload, updated_at = excluded.updated_at "
-    f"WHERE restart_checkpoints.revision < excluded.revision RETURNING {RESTART_COLUMNS}"
+    f"WHERE restart_checkpoints.revision < excluded.revision RETURNING {RESTART_COLUMNS}",
+    seals=(RESTART_PAYLOAD,),
+    opens=(RESTART_PAYLOAD,),
+    run_param=0,
 )
 _REMOVE: Final = sql(f"DELETE FROM restart_checkpoints WHERE {_KEY} RETURNING 1")
 _LIST: Final = sql(
     f"SELECT {RESTART_COLUMNS} FROM restart_checkpoints WHERE run_id = ? "
-    "ORDER BY checkpoint_id{bytewise}"
+    "ORDER BY checkpoint_id{bytewise}",
+    opens=(RESTART_PAYLOAD,),
+    run_param=0,
 )
 
 

@@ -14,9 +14,11 @@ from ._records import TimeDecoder, driver_time, optional_time
 
 __all__ = [
     "APPROVAL_COLUMNS",
+    "APPROVAL_PAYLOADS",
     "APPROVAL_TOPIC",
     "BUDGET_TOPIC",
     "RESTART_COLUMNS",
+    "RESTART_PAYLOAD",
     "SPIN_TOPIC",
     "ApprovalRow",
     "NewApproval",
@@ -52,6 +54,8 @@ class RestartRow:
 
 RESTART_COLUMNS: Final = "run_id, checkpoint_id, revision, payload, updated_at"
 """The ``restart_checkpoints`` columns :func:`restart_row` reads, in order."""
+RESTART_PAYLOAD: Final = 3
+"""The position of ``payload`` among :data:`RESTART_COLUMNS` (sealed in an encrypted store)."""
 
 
 def restart_row(row: Sequence[Any], time: TimeDecoder = driver_time) -> RestartRow:
@@ -136,6 +140,9 @@ APPROVAL_COLUMNS: Final = (
     "requested_at, expires_at, decision, decided_at, edited_args_sha256, decided_by"
 )
 """The ``approvals`` columns :func:`approval_row` reads, in order."""
+APPROVAL_PAYLOADS: Final = (4, 10)
+"""The positions of ``arguments`` and ``decision`` among :data:`APPROVAL_COLUMNS` (sealed in
+an encrypted store)."""
 
 
 def approval_row(row: Sequence[Any], time: TimeDecoder = driver_time) -> ApprovalRow:

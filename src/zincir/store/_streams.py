@@ -13,6 +13,7 @@ readers at COMMIT; SQLite's readers poll.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -91,6 +92,7 @@ def stream_row(row: Sequence[Any], time: TimeDecoder = driver_time) -> StreamIte
 _LAST: Final = sql("SELECT seq FROM stream_items WHERE run_id = ? ORDER BY seq DESC LIMIT 1")
 _KNOWN: Final = sql("SELECT item_key FROM stream_items WHERE run_id = ? AND item_key {in_list}")
 _CHUNK: Final = 100  # rows per INSERT statement
+_PAYLOAD: Final = 4  # the position of ``payload`` among STREAM_COLUMNS
 
 
 @lru_cache(maxsize=_CHUNK)
@@ -98,14 +100,19 @@ def _insert(count: int) -> Sql:
     """One INSERT of ``count`` items: one statement (and on PostgreSQL one wake-up trigger
     call) per batch, not per item."""
     values = ", ".join(["(?, ?, ?, ?, ?, zincir_now())"] * count)
-    return sql(f"INSERT INTO stream_items ({STREAM_COLUMNS}) VALUES {values}")
+    payloads = tuple(range(_PAYLOAD, 5 * count, 5))
+    return sql(f"INSERT INTO stream_items ({STREAM_COLUMNS}) VALUES {values}", seals=payloads)
 
 
 _READ: Final = sql(
-    f"SELECT {STREAM_COLUMNS} FROM stream_items WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+    f"SELECT {STREAM_COLUMNS} FROM stream_items WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+    opens=(_PAYLOAD,),
+    run_param=0,
 )
 _TAIL: Final = sql(
-    f"SELECT {STREAM_COLUMNS} FROM stream_items WHERE run_id = ? ORDER BY seq DESC LIMIT 1"
+    f"SELECT {STREAM_COLUMNS} FROM stream_items WHERE run_id = ? ORDER BY seq DESC LIMIT 1",
+    opens=(_PAYLOAD,),
+    run_param=0,
 )
 _SAVE_TRACE: Final = sql(
     "INSERT INTO run_traces (run_id, traceparent, created_at) VALUES (?, ?, zincir_now()) "
@@ -123,6 +130,17 @@ _DROP: Final = sql(
     "WHERE m.run_id = d.run_id AND m.item_key = 'message:' || {json_field:d.payload} "
     "AND m.kind = 'message' AND m.seq > d.seq) RETURNING 1"
 )
+_WINDOW_DELTAS: Final = sql(
+    "SELECT seq, payload FROM stream_items WHERE run_id = ? AND seq > ? AND seq <= ? "
+    f"AND kind IN {_DELTAS}",
+    opens=(1,),
+    run_param=0,
+)
+_LAST_MESSAGES: Final = sql(
+    "SELECT item_key, max(seq) FROM stream_items WHERE run_id = ? AND kind = 'message' "
+    "AND seq > ? GROUP BY item_key"
+)
+_DROP_ONE: Final = sql("DELETE FROM stream_items WHERE run_id = ? AND seq = ?")
 
 
 def checked_items(run_id: str, items: Sequence[NewStreamItem]) -> list[NewStreamItem]:
@@ -207,7 +225,30 @@ def _save_trace(tx: Tx, run_id: str, traceparent: str) -> str:
 
 def _drop_window(tx: Tx, run_id: str, low: int, high: int) -> int:
     """Drop the run's deltas with low < seq <= high of requests whose message follows."""
-    return len(tx.all(_DROP, (run_id, low, high, "request")))
+    if tx.sealer is None:
+        return len(tx.all(_DROP, (run_id, low, high, "request")))
+    # Sealed payloads: each delta's request is read here, once opened.
+    found = tx.all(_LAST_MESSAGES, (run_id, low))
+    last_message = {str(key): int(seq) for key, seq in found if key is not None}
+    dropped = [
+        (run_id, seq)
+        for seq, payload in tx.all(_WINDOW_DELTAS, (run_id, low, high))
+        if last_message.get(_message_key(payload) or "", 0) > seq
+    ]
+    tx.executemany(_DROP_ONE, dropped)
+    return len(dropped)
+
+
+def _message_key(payload: str) -> str | None:
+    """The key of the ``message`` item of the request a delta's ``payload`` names, as
+    ``_DROP``'s SQL reads it (a text or integer ``request`` field)."""
+    try:
+        request = json.loads(payload).get("request")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(request, str) or (isinstance(request, int) and not isinstance(request, bool)):
+        return f"message:{request}"
+    return None
 
 
 async def drop_stream_deltas(rules: Rules, run_id: str, max_events: int) -> int:

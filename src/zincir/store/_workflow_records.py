@@ -12,6 +12,7 @@ from ._records import TimeDecoder, driver_time, optional_time
 
 __all__ = [
     "MESSAGE_COLUMNS",
+    "MESSAGE_PAYLOAD",
     "ChildOutcome",
     "ChildResult",
     "ReceivedMessage",
@@ -90,6 +91,8 @@ class ReceivedMessage:
 
 MESSAGE_COLUMNS: Final = "id, to_run_id, topic, payload, from_run_id, send_key, created_at"
 """The ``messages`` columns :func:`received_message` reads, in order."""
+MESSAGE_PAYLOAD: Final = 3
+"""The position of ``payload`` among :data:`MESSAGE_COLUMNS` (sealed in an encrypted store)."""
 
 
 def received_message(row: Sequence[Any], time: TimeDecoder = driver_time) -> ReceivedMessage:

@@ -37,6 +37,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ..._encryption import Encryption
 from ..._errors import InvalidInput, NotJsonSerializable, RecordFormatError
 from ..._json import dumps
 from ..._validate import check_id, check_lease_ttl, name_problem, shown, utf8
@@ -493,14 +494,18 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
             await self._give_back(lease)
 
 
-def _open(path_or_url: str | os.PathLike[str], synchronous: Literal["full", "normal"]) -> Store:
+def _open(
+    path_or_url: str | os.PathLike[str],
+    synchronous: Literal["full", "normal"],
+    encryption: Encryption | None = None,
+) -> Store:
     target = os.fspath(path_or_url) if isinstance(path_or_url, os.PathLike) else path_or_url
     if not isinstance(target, str) or target in ("", ":memory:", "sqlite:///:memory:"):
         raise InvalidInput(
             "a zincir saver needs a database file (its writer and readers share it), not "
             f"{shown(path_or_url)}; use a path or sqlite:///path"
         )
-    return open_store(target, synchronous=synchronous)
+    return open_store(target, synchronous=synchronous, encryption=encryption)
 
 
 class ZincirSaver(_ZincirSaverBase):
@@ -516,9 +521,11 @@ class ZincirSaver(_ZincirSaverBase):
         *,
         serde: SerializerProtocol | None = None,
         synchronous: Literal["full", "normal"] = "full",
+        encryption: Encryption | None = None,
     ) -> Iterator[ZincirSaver]:
-        """Open (and migrate) the database at a path or ``sqlite:///path``; close it after."""
-        saver = cls(_open(path_or_url, synchronous), serde=serde, owns_store=True)
+        """Open (and migrate) the database at a path or ``sqlite:///path``, sealing its
+        checkpoints with ``encryption``'s keys if given; close it after."""
+        saver = cls(_open(path_or_url, synchronous, encryption), serde=serde, owns_store=True)
         try:
             yield saver
         finally:
@@ -561,9 +568,11 @@ class AsyncZincirSaver(_ZincirSaverBase):
         *,
         serde: SerializerProtocol | None = None,
         synchronous: Literal["full", "normal"] = "full",
+        encryption: Encryption | None = None,
     ) -> AsyncIterator[AsyncZincirSaver]:
-        """Open (and migrate) the database at a path or ``sqlite:///path``; close it after."""
-        store = await asyncio.to_thread(_open, path_or_url, synchronous)
+        """Open (and migrate) the database at a path or ``sqlite:///path``, sealing its
+        checkpoints with ``encryption``'s keys if given; close it after."""
+        store = await asyncio.to_thread(_open, path_or_url, synchronous, encryption)
         saver = cls(store, serde=serde, owns_store=True)
         try:
             yield saver
