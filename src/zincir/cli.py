@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ._cli_options import Duration, Seconds, database_option, read_only_database
+from ._cli_options import (
+    Duration,
+    Seconds,
+    database_option,
+    key_file_option,
+    keys_from,
+    read_only_database,
+)
 from ._errors import ApprovalMismatch, InvalidInput, RunNotFound, ZincirError
 from ._json import StrictJsonError, loads_strict
 from ._validate import check_id
@@ -114,11 +121,12 @@ def runs() -> None:
     """List runs, show their event logs, cancel and fork them."""
 
 
-def _existing(database: str) -> ReadOnlyView:
+def _existing(database: str, key_file: str | None = None) -> ReadOnlyView:
     """The read-only view of an existing zincir database (a SQLite file or a PostgreSQL
     schema); the read commands never create, migrate or write one (a missing, foreign or
-    damaged database is a one-line error)."""
-    return read_only_database(database)
+    damaged database is a one-line error). ``key_file`` opens an encrypted one's payloads
+    (else ``$ZINCIR_ENCRYPTION_KEYS``; without keys they show as sealed)."""
+    return read_only_database(database, key_file)
 
 
 @runs.command("list")
@@ -148,6 +156,7 @@ def _existing(database: str) -> ReadOnlyView:
     show_default=True,
     help="How long without a new event makes a live run stuck (with --stuck).",
 )
+@key_file_option
 def runs_list(
     database: str,
     status: str | None,
@@ -155,6 +164,7 @@ def runs_list(
     app_version: str | None,
     stuck: bool,
     stuck_for: timedelta,
+    key_file: str | None,
 ) -> None:
     """The latest runs, newest first, with the application version each runs on; with
     ``--stuck``, the live runs that made no progress lately and why each is not moving."""
@@ -164,7 +174,7 @@ def runs_list(
         check_id(app_version, "--version")
     now = datetime.now(UTC)
     before = now - stuck_for if stuck else None
-    with _existing(database).snapshot() as reader:
+    with _existing(database, key_file).snapshot() as reader:
         found = reader.list_runs(status, limit, app_version=app_version, stuck_before=before)
         arrived = reader.arrived(found) if stuck else set()
     click.echo(format_stuck_runs(found, now, arrived=arrived) if stuck else format_runs(found))
@@ -176,12 +186,14 @@ def runs_list(
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the run and its events, payloads whole, as JSON."
 )
-def runs_show(database: str, run_id: str, as_json: bool) -> None:
-    """A run's summary, output and event log."""
+@key_file_option
+def runs_show(database: str, run_id: str, as_json: bool, key_file: str | None) -> None:
+    """A run's summary, output and event log (payloads of an encrypted database read with
+    --key-file; without keys they show as sealed)."""
     from .store.report import format_run_log, run_document
 
     check_id(run_id, "RUN_ID")
-    with _existing(database).snapshot() as reader:
+    with _existing(database, key_file).snapshot() as reader:
         run = reader.get_run(run_id)
         if run is None:
             raise RunNotFound(f"no run {run_id!r} in {reader.path}", run_id=run_id)
@@ -191,6 +203,7 @@ def runs_show(database: str, run_id: str, as_json: bool) -> None:
                 reader.iter_events(run_id),
                 datetime.now(UTC),
                 arrived=bool(reader.arrived([run])),
+                sealed=reader.sealed,
             )
             click.echo(json.dumps(document, ensure_ascii=False, indent=2))
             return
@@ -201,6 +214,7 @@ def runs_show(database: str, run_id: str, as_json: bool) -> None:
                 for event in reader.iter_events(run_id)
             ),
             arrived=bool(reader.arrived([run])),
+            sealed=reader.sealed,
         )
     click.echo(text)
 
@@ -436,9 +450,10 @@ def _ns(value: str) -> str:
     show_default=True,
     help="Show at most this many threads.",
 )
-def threads_list(database: str, limit: int) -> None:
+@key_file_option
+def threads_list(database: str, limit: int, key_file: str | None) -> None:
     """The LangGraph threads, most recently checkpointed first."""
-    with _existing(database).snapshot() as reader:
+    with _existing(database, key_file).snapshot() as reader:
         found = reader.threads(limit)
     if not found:
         click.echo("no threads")
@@ -465,11 +480,12 @@ def threads_list(database: str, limit: int) -> None:
 @threads.command("show")
 @database_option
 @click.argument("thread_id", metavar="THREAD")
-def threads_show(database: str, thread_id: str) -> None:
+@key_file_option
+def threads_show(database: str, thread_id: str, key_file: str | None) -> None:
     """A thread's checkpoints (newest first) and the pending writes of each namespace's
     newest checkpoint; msgpack and other non-JSON values are never decoded."""
     check_id(thread_id, "THREAD")
-    with _existing(database).snapshot() as reader:
+    with _existing(database, key_file).snapshot() as reader:
         thread = reader.thread(thread_id)
         if thread is None:
             raise click.ClickException(f"no LangGraph thread {thread_id!r} in {reader.path}")
@@ -557,13 +573,17 @@ def approvals() -> None:
     """List the paused calls waiting for a person's decision, and decide them."""
 
 
-def _with_store(database: str, work: Callable[[Store], Coroutine[Any, Any, T]]) -> T:
+def _with_store(
+    database: str, work: Callable[[Store], Coroutine[Any, Any, T]], key_file: str | None = None
+) -> T:
     """Run ``work`` on the existing database at ``--db``, opened for writing (a missing or
-    foreign file is refused untouched: deciding never creates a database)."""
+    foreign file is refused untouched: deciding never creates a database); ``key_file``
+    holds an encrypted one's keys (else ``$ZINCIR_ENCRYPTION_KEYS``)."""
     from .store import open_store
 
+    encryption = keys_from(key_file)
     read_only_database(database).check()
-    store = open_store(database)
+    store = open_store(database, encryption=encryption)
     try:
         return asyncio.run(work(store))
     finally:
@@ -677,7 +697,10 @@ def _approvals_json(found: list[PendingApproval]) -> str:
     is_flag=True,
     help="Every approval, decided ones too, with its decision and who made it.",
 )
-def approvals_list(database: str, run_id: str | None, as_json: bool, every: bool) -> None:
+@key_file_option
+def approvals_list(
+    database: str, run_id: str | None, as_json: bool, every: bool, key_file: str | None
+) -> None:
     """Paused calls waiting for a decision (of live runs), oldest first."""
     from .agent import PendingApproval, pending_approvals
 
@@ -691,6 +714,7 @@ def approvals_list(database: str, run_id: str | None, as_json: bool, every: bool
     found = _with_store(
         database,
         every_approval if every else (lambda store: pending_approvals(store, run_id)),
+        key_file,
     )
     click.echo(_approvals_json(found) if as_json else _approvals_table(found, decided=every))
 
@@ -750,6 +774,7 @@ def _decide(
     args_sha256: str | None,
     done: str,
     decided_by: str | None = None,
+    key_file: str | None = None,
 ) -> None:
     """Record ``decision`` once and say which run it wakes. ``approval_id`` may be the
     approval's id or its arguments' digest prefix, as ``approvals list`` prints it."""
@@ -765,7 +790,7 @@ def _decide(
         digest = None if prefix is None else await _full_digest(store, found, prefix)
         return await decide(store, found, decision, args_sha256=digest, decided_by=decided_by)
 
-    decided = _with_store(database, work)
+    decided = _with_store(database, work, key_file)
     click.echo(
         f"{done} {decided.approval_id}: {decided.tool} call {decided.call_id!r} of run "
         f"{decided.run_id}, which resumes with this decision"
@@ -808,6 +833,7 @@ _ARGS_SHA256_HELP = (
 )
 @click.option("--override", metavar="JSON_OBJECT", help="The older name of --arguments.")
 @_by_option
+@key_file_option
 def approvals_approve(
     database: str,
     approval_id: str,
@@ -815,6 +841,7 @@ def approvals_approve(
     edited: str | None,
     override: str | None,
     decided_by: str | None,
+    key_file: str | None,
 ) -> None:
     """Approve a paused call: its run resumes and runs it. APPROVAL_ID is the approval's id
     or the args sha256 prefix `approvals list` prints (at least 12 hex digits, unique)."""
@@ -825,7 +852,9 @@ def approvals_approve(
     text, flag = (edited, "--arguments") if override is None else (override, "--override")
     arguments = None if text is None else _json_argument(text, flag, object_only=True)
     by = decided_by or _os_user()
-    _decide(database, approval_id, Approve(arguments=arguments), args_sha256, "approved", by)
+    _decide(
+        database, approval_id, Approve(arguments=arguments), args_sha256, "approved", by, key_file
+    )
 
 
 @approvals.command("deny")
@@ -833,11 +862,15 @@ def approvals_approve(
 @click.argument("approval_id")
 @click.option("--reason", default="", help="Why; the model is told.")
 @_by_option
-def approvals_deny(database: str, approval_id: str, reason: str, decided_by: str | None) -> None:
+@key_file_option
+def approvals_deny(
+    database: str, approval_id: str, reason: str, decided_by: str | None, key_file: str | None
+) -> None:
     """Deny a paused call: its run resumes without running it."""
     from .agent import Deny
 
-    _decide(database, approval_id, Deny(reason), None, "denied", decided_by or _os_user())
+    by = decided_by or _os_user()
+    _decide(database, approval_id, Deny(reason), None, "denied", by, key_file)
 
 
 @approvals.command("result")
@@ -846,15 +879,21 @@ def approvals_deny(database: str, approval_id: str, reason: str, decided_by: str
 @click.argument("value", metavar="JSON_VALUE")
 @click.option("--args-sha256", "args_sha256", metavar="HEX", help=_ARGS_SHA256_HELP)
 @_by_option
+@key_file_option
 def approvals_result(
-    database: str, approval_id: str, value: str, args_sha256: str | None, decided_by: str | None
+    database: str,
+    approval_id: str,
+    value: str,
+    args_sha256: str | None,
+    decided_by: str | None,
+    key_file: str | None,
 ) -> None:
     """Supply the result (JSON_VALUE) of a call that waits for an external one."""
     from .agent import ExternalResult
 
     result = _json_argument(value, "JSON_VALUE")
     by = decided_by or _os_user()
-    _decide(database, approval_id, ExternalResult(result), args_sha256, "answered", by)
+    _decide(database, approval_id, ExternalResult(result), args_sha256, "answered", by, key_file)
 
 
 main.add_command(worker_command)
@@ -897,14 +936,16 @@ def check_compat_command(
 
 @main.command("ui")
 @database_option
+@key_file_option
 @click.pass_context
-def ui(ctx: click.Context, database: str) -> None:
-    """Serve the read-only run inspector on http://127.0.0.1:8787 ($ZINCIR_UI_ADDRESS)."""
+def ui(ctx: click.Context, database: str, key_file: str | None) -> None:
+    """Serve the read-only run inspector on http://127.0.0.1:8787 ($ZINCIR_UI_ADDRESS);
+    --key-file shows an encrypted database's payloads decrypted."""
     try:
         from .inspector import ui_command
     except ImportError as error:
         raise click.ClickException(str(error)) from None
-    ctx.invoke(ui_command, database=database)
+    ctx.invoke(ui_command, database=database, key_file=key_file)
 
 
 def run() -> None:

@@ -12,6 +12,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
+from .._encryption import SEALED
 from .._errors import RunNotFound
 from ._protocol import Store
 from ._readonly_rows import decode_json
@@ -33,6 +34,8 @@ EventLine = tuple[int, str, Any]
 
 
 def _short(value: Any, width: int = 90) -> str:
+    if value == SEALED:  # an encrypted store read without its keys
+        return SEALED
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -51,19 +54,28 @@ def run_output(run: RunRecord) -> str | None:
     result = decode_json(run["result"])
     if result is None:
         return None
+    if result == SEALED:
+        return SEALED
     if isinstance(result, dict) and isinstance(result.get("output"), str):
         return str(result["output"])
     return json.dumps(result, ensure_ascii=False)
 
 
 def run_document(
-    run: RunRecord, events: Iterable[Mapping[str, Any]], now: datetime, *, arrived: bool = False
+    run: RunRecord,
+    events: Iterable[Mapping[str, Any]],
+    now: datetime,
+    *,
+    arrived: bool = False,
+    sealed: bool = False,
 ) -> dict[str, Any]:
     """A run as one JSON document with whole payloads: its row (config, result and budget
-    decoded), its output, why it is not moving and every event."""
+    decoded), its output, why it is not moving and every event (``sealed``: read without
+    the keys of an encrypted store, the payloads are ``‹sealed›``, and ``sealed`` says so)."""
     reason = stall_reason(run, now, arrived=arrived)
     decoded = {name: decode_json(run[name]) for name in ("config", "result", "budget")}
     return {
+        **({"sealed": True} if sealed else {}),
         "run": {**run, **decoded},
         "output": run_output(run),
         "waiting": None if reason is None else asdict(reason),
@@ -121,9 +133,11 @@ def format_run_log(
     now: datetime | None = None,
     *,
     arrived: bool = False,
+    sealed: bool = False,
 ) -> str:
     """A run's summary (with why a live run is not moving; ``arrived``: the message it
-    waits for is there) and its event log."""
+    waits for is there) and its event log; ``sealed``: an encrypted store read without its
+    keys, whose payloads show as ``‹sealed›``."""
     lease = (
         f"held by {run['lease_owner']} until {run['lease_expires_at']}"
         if run["lease_owner"]
@@ -141,6 +155,11 @@ def format_run_log(
         f"updated   {run['updated_at']}",
         f"events    {run['last_seq']}",
     ]
+    if sealed:
+        lines.append(
+            f"payload   {SEALED} (the database is encrypted: give --key-file or "
+            "$ZINCIR_ENCRYPTION_KEYS to read payloads)"
+        )
     if run["status"] == "failed" and run["last_error"]:
         lines.append(f"error     {_terminal(run['last_error'])}")
     output = run_output(run)
