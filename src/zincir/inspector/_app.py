@@ -8,6 +8,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Collection, Mapping
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -20,10 +21,13 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from .._encryption import SEALED, Encryption
 from .._errors import (
     DatabaseCorrupt,
+    EncryptionKeyMissing,
     InvalidInput,
     NotAZincirDatabase,
+    PayloadTampered,
     SchemaTooNew,
     StoreError,
     StoreUnavailable,
@@ -65,6 +69,8 @@ MAX_OPERATION_TEXT = 1_000_000  # characters of an input or record on an operati
 MAX_STEP_ID = 1_024  # ?step_id= longer than this is refused (400)
 PARTS = ("input", "record")
 Row = Mapping[str, Any]
+_SEALED: ContextVar[bool] = ContextVar("zincir_inspector_sealed", default=False)
+"""Whether the snapshot a request reads is of an encrypted store without its keys."""
 
 
 # -- formatting ---------------------------------------------------------------------------
@@ -290,6 +296,8 @@ def event_view(event: EventRow, answered: set[str], failed: Collection[str] = ()
             flags.append("error")
     else:
         summary = preview(payload)
+    if payload == SEALED:  # an encrypted store read without keys
+        summary = SEALED
     return {**event, "summary": summary, "flags": flags}
 
 
@@ -343,6 +351,7 @@ class Pages:
         self.env = env
 
     def html(self, name: str, code: int = 200, **context: Any) -> HTMLResponse:
+        context.setdefault("sealed", _SEALED.get())
         text = self.env.get_template(name).render(db_path=self.db.path, **context)
         return HTMLResponse(text, status_code=code, headers={"cache-control": "no-store"})
 
@@ -356,7 +365,14 @@ class Pages:
         """Run ``build`` in a read snapshot; turn database problems into readable pages."""
         try:
             with self.db.snapshot() as reader:
+                _SEALED.set(reader.sealed)
                 return build(reader, datetime.now(UTC))
+        except EncryptionKeyMissing as error:
+            return self.error(request, 403, "A key of this database was not given", error.detail)
+        except PayloadTampered as error:
+            return self.error(
+                request, 500, "A sealed value failed its check (or the key is wrong)", error.detail
+            )
         except SchemaTooNew as error:
             return self.error(
                 request, 409, "Database schema is newer than this zincir", error.detail
@@ -400,7 +416,9 @@ class Pages:
             found = reader.list_runs(status, LIST_LIMIT)
             arrived = reader.arrived(found)  # one query for the page
             runs = [run_summary(run, now, arrived) for run in found]
-            return json_response({"runs": runs, "status": status, "limit": LIST_LIMIT})
+            return json_response(
+                {"runs": runs, "status": status, "limit": LIST_LIMIT, "sealed": reader.sealed}
+            )
 
         return self.guarded(request, build)
 
@@ -547,6 +565,7 @@ class Pages:
             "page_size": EVENT_PAGE_SIZE,
             "row_limit": ROW_LIMIT,
             "live_stream": None,
+            "sealed": reader.sealed,
         }
         if run["status"] in ("pending", "running"):  # followed live when it streams
             tail = reader.stream_tail(run_id)
@@ -636,7 +655,8 @@ class Pages:
                 return self._missing_run(request, run_id)
             start = MAX_SEQUENCE if before is None else before
             window = self._conversation_window(reader, run, start)
-            return render({"run": run_summary(run, now), "before": before, **window}, now)
+            detail = {"run": run_summary(run, now), "before": before, **window}
+            return render({**detail, "sealed": reader.sealed}, now)
 
         return self.guarded(request, build)
 
@@ -832,17 +852,23 @@ def create_app(
     database: str | os.PathLike[str] | View,
     *,
     address: UIAddress | str | None = None,
+    encryption: Encryption | None = None,
 ) -> Starlette:
     """The inspector for a zincir database (a SQLite path or ``sqlite:///PATH``, a
     ``postgresql://`` URL, or an opened read-only view), answering only requests addressed
-    to ``address``.
+    to ``address``. ``encryption`` opens an encrypted store's payloads when the database is
+    given by its location (None: ``$ZINCIR_ENCRYPTION_KEYS``, if set); without keys they
+    show as ``‹sealed›``, and no key ever reaches a page or a response.
 
     Raises NotAZincirDatabase when the file is missing, not SQLite or holds no zincir schema
     (DatabaseCorrupt when its schema cannot be read, StoreUnavailable when the server is
     down); a schema newer than this code is served as a readable 409 page instead, damaged
     pages met later as a readable 500 page.
     """
-    db = open_read_only(database) if isinstance(database, str | os.PathLike) else database
+    if isinstance(database, str | os.PathLike):
+        db = open_read_only(database, encryption=encryption)
+    else:
+        db = database
     try:
         db.check()
     except SchemaTooNew:

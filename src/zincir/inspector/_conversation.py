@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._encryption import SEALED
 from .._json import StrictJsonError, loads_strict
 from ..store import RunRecord
 from ..store.sqlite import EventRow
@@ -45,7 +46,10 @@ def _text_of(parts: Any) -> str:
 
 def prompt_of(request: Any) -> dict[str, Any] | None:
     """The instructions and prompt of a ``ModelRequest`` document: its messages before the
-    first ``assistant`` one, and the names of the tools on offer."""
+    first ``assistant`` one, and the names of the tools on offer (an encrypted store read
+    without keys: its prompt, ``‹sealed›``)."""
+    if request == SEALED:
+        return {"messages": [{"role": "user", "text": SEALED}], "tools": [], "model": None}
     body = _mapping(request)
     messages = body.get("messages")
     if not isinstance(messages, list):
@@ -125,6 +129,7 @@ def conversation(
 
     for event in events:
         kind, seq = event.get("type"), event["seq"]
+        sealed = event.get("payload") == SEALED  # an encrypted store read without keys
         body = _mapping(event.get("payload"))
         if kind == "operation_completed" and body.get("kind") in NOTED_KINDS:
             op: dict[str, Any] = {
@@ -170,7 +175,7 @@ def conversation(
                     "kind": "response",
                     "seq": seq,
                     "created_at": event.get("created_at"),
-                    "content": body.get("content"),
+                    "content": SEALED if sealed else body.get("content"),
                     "tool_calls": calls,
                     "stop_reason": body.get("stop_reason"),
                     "model": body.get("model"),
@@ -192,7 +197,7 @@ def conversation(
                 "created_at": event.get("created_at"),
                 "id": None if call_id is None else str(call_id),
                 "name": None,
-                "result": body.get("result"),
+                "result": SEALED if sealed else body.get("result"),
                 "is_error": bool(body.get("is_error")),
                 "call_seq": None,
                 "call_on_page": False,
