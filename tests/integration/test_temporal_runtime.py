@@ -612,8 +612,10 @@ def test_public_names_are_pinned() -> None:
         "ACTIVITY_NAME",
         "WORKFLOW_NAME",
         "ActivityTimeouts",
+        "EncryptionCodec",
         "TemporalRuntime",
         "Worker",
+        "data_converter",
         "workflow_id_for",
     ]
     assert dunder_all_order(zincir.temporal.__all__) == zincir.temporal.__all__

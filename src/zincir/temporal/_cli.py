@@ -17,6 +17,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError, TLSConfig
 
 from .._cli_options import DatabaseLocation, Seconds
+from .._encryption import Encryption, resolve_encryption
+from .._errors import InvalidInput
 from .._target import import_target
 from ..durable._registry import HandlerRegistry
 from ..store import open_store
@@ -74,6 +76,7 @@ async def _serve(
     max_concurrent_activities: int | None,
     shutdown_grace: float,
     content_store: str | None = None,
+    encryption: Encryption | None = None,
 ) -> None:
     try:
         client = await Client.connect(address, namespace=namespace, tls=tls, api_key=api_key)
@@ -86,12 +89,20 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    store = None if content_store is None else open_store(content_store)
+    store = None if content_store is None else open_store(content_store, encryption=encryption)
+    sealed = "" if encryption is None else f", payloads sealed with key {encryption.active!r}"
     try:
-        async with Worker(client, registry, task_queue, content_store=store, **options):
+        async with Worker(
+            client,
+            registry,
+            task_queue,
+            content_store=store,
+            encryption=encryption,
+            **options,
+        ):
             click.echo(
                 f"zincir temporal-worker: serving {len(registry)} handler(s) on task queue "
-                f"{task_queue!r} at {address} (namespace {namespace}); Ctrl-C stops",
+                f"{task_queue!r} at {address} (namespace {namespace}{sealed}); Ctrl-C stops",
                 err=True,
             )
             await stop.wait()
@@ -171,6 +182,14 @@ async def _serve(
     "content_store=): a SQLite file or postgresql://URL. Inputs and records over 64 KiB "
     "then travel through Temporal as references to it.",
 )
+@click.option(
+    "--key-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Keys (JSON) sealing every payload this worker writes to Temporal and opening the "
+    "sealed ones, and the --content-store's; default $ZINCIR_ENCRYPTION_KEYS when set. The "
+    "TemporalRuntime needs the same keys.",
+)
 def temporal_worker_command(
     target: str,
     address: str,
@@ -184,6 +203,7 @@ def temporal_worker_command(
     max_concurrent_activities: int | None,
     shutdown_grace: float,
     content_store: str | None,
+    key_file: Path | None,
 ) -> None:
     """Run zincir operations from Temporal with the handlers of MODULE:REGISTRY.
 
@@ -191,6 +211,13 @@ def temporal_worker_command(
     SIGINT or SIGTERM; credentials stay in this connection, never in invocation payloads.
     """
     registry = load_registry(target)
+    try:
+        encryption = (
+            Encryption.from_file(key_file) if key_file is not None else resolve_encryption(None)
+        )
+    except InvalidInput as error:
+        hint = "--key-file" if key_file is not None else "$ZINCIR_ENCRYPTION_KEYS"
+        raise click.BadParameter(error.detail, param_hint=hint) from None
     asyncio.run(
         _serve(
             registry,
@@ -202,6 +229,7 @@ def temporal_worker_command(
             max_concurrent_activities=max_concurrent_activities,
             shutdown_grace=shutdown_grace,
             content_store=content_store,
+            encryption=encryption,
         )
     )
     exit_now(0)

@@ -26,13 +26,16 @@ from temporalio.exceptions import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from .._encryption import Encryption, resolve_encryption
 from .._errors import (
     ContentMissing,
     DigestMismatch,
+    EncryptionKeyMissing,
     InputDrift,
     InvalidInput,
     InvalidInvocation,
     MissingDurableHandler,
+    PayloadTampered,
     RecordFormatError,
     StoreError,
     WorkerError,
@@ -44,6 +47,7 @@ from ..contract import DEFAULT_MAX_INPUT_BYTES, Invocation, OperationKind, Recor
 from ..durable._registry import HandlerRegistry
 from ..durable._retry import RetryPolicy
 from ..store import Store, as_store
+from ._codec import SEALED_ENCODING, encrypted_client
 from ._content import (
     OFFLOAD_ABOVE,
     PROXY_PREFIX,
@@ -208,6 +212,12 @@ class TemporalRuntime:
     its content there, so the workflow history holds references and a conversation of
     several MiB runs. Without one, inputs travel whole and ``max_input_bytes`` defaults to
     1 MiB (a Temporal payload holds 2 MiB); with one, to 16 MiB.
+
+    ``encryption`` (default: the keys in ``$ZINCIR_ENCRYPTION_KEYS`` when it is set) seals
+    every payload this runtime sends to Temporal (inputs, memo, and through its workers the
+    records and failure messages) with its active key; ``client`` is then replaced by one
+    on the same connection whose data converter seals (see ``data_converter``). The workers
+    need the same keys.
     """
 
     def __init__(
@@ -224,6 +234,7 @@ class TemporalRuntime:
         record_store: Store | None = None,
         content_store: Store | None = None,
         workflow_id_prefix: str = DEFAULT_WORKFLOW_ID_PREFIX,
+        encryption: Encryption | None = None,
     ) -> None:
         if not isinstance(task_queue, str) or not task_queue:
             raise InvalidInput("task_queue must be a non-empty str")
@@ -254,7 +265,7 @@ class TemporalRuntime:
             if name == "max_input_bytes" and value is None:
                 continue
             check_count(value, name, maximum=1 << 40)
-        self.client = client
+        self.client = encrypted_client(client, resolve_encryption(encryption))
         self.task_queue = task_queue
         self.registrations: HandlerRegistry | frozenset[tuple[OperationKind, str]] = (
             registrations
@@ -369,6 +380,26 @@ class TemporalRuntime:
                 if not start:
                     return None
                 raise _rpc_error(invocation, self.task_queue, error) from None
+            except EncryptionKeyMissing as error:
+                raise EncryptionKeyMissing(
+                    f"workflow {workflow_id} for {invocation.stable_key()}: {error.detail}",
+                    key_id=error.key_id,
+                    run_id=invocation.run_id,
+                ) from None
+            except PayloadTampered as error:
+                raise PayloadTampered(
+                    f"workflow {workflow_id} for {invocation.stable_key()}: {error.detail}",
+                    run_id=invocation.run_id,
+                ) from None
+            except KeyError as error:  # the SDK's "Unknown payload encoding"
+                if SEALED_ENCODING.decode() not in str(error):
+                    raise
+                raise EncryptionKeyMissing(
+                    f"workflow {workflow_id} for {invocation.stable_key()} holds payloads "
+                    "sealed by zincir, and this TemporalRuntime has no keys: give it "
+                    "encryption=zincir.Encryption(...) (or $ZINCIR_ENCRYPTION_KEYS)",
+                    run_id=invocation.run_id,
+                ) from None
             except RuntimeError as error:  # the SDK's "Failed client connect"
                 if not start:
                     return None

@@ -10,9 +10,11 @@ from temporalio.client import Client
 from temporalio.worker import Worker as TemporalWorker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from .._encryption import Encryption, resolve_encryption
 from .._errors import InvalidInput
 from ..durable._registry import HandlerRegistry
 from ..store import Store, as_store
+from ._codec import encrypted_client
 from ._content import content_store_of
 from ._workflow import OperationActivities, OperationWorkflow
 
@@ -36,7 +38,9 @@ class Worker:
     ``content_store`` is the zincir store the ``TemporalRuntime`` writes large inputs to
     (its ``content_store``): inputs and records longer than 64 KiB then travel through
     Temporal as references to it, and each handler's OpenTelemetry span joins its run's
-    trace stored there.
+    trace stored there. ``encryption`` (default: the keys in ``$ZINCIR_ENCRYPTION_KEYS``
+    when it is set) seals every payload this worker writes to a workflow history and opens
+    the sealed ones it reads; give the ``TemporalRuntime`` the same keys.
     """
 
     def __init__(
@@ -46,6 +50,7 @@ class Worker:
         task_queue: str,
         *,
         content_store: Store | None = None,
+        encryption: Encryption | None = None,
         **options: Any,
     ) -> None:
         if not isinstance(registry, HandlerRegistry):
@@ -54,6 +59,7 @@ class Worker:
             )
         if not isinstance(task_queue, str) or not task_queue:
             raise InvalidInput("task_queue must be a non-empty str")
+        client = encrypted_client(client, resolve_encryption(encryption))
         self.client = client
         self.registry = registry
         self.task_queue = task_queue
