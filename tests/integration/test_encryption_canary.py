@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 
 import zincir
-from tests.agent.openai_server import ChatServer, Reply, completion, tool_call
+from tests.agent.openai_server import ChatServer, Reply, chunk, completion, tool_call, usage
 from tests.helpers import is_postgres
 from zincir.agent import Agent, Approve, OpenAIChatModel, Runner, decide, pending_approvals, tool
 from zincir.restart import RestartCheckpoint, SQLRestartStore
 from zincir.store import Store
+from zincir.store._sealing import SEALED_COLUMNS
+from zincir.streams import read
 from zincir.workflow import WorkflowContext, send_message
 
 CANARY = "CANARY-7f3a-\u00e9"
@@ -31,6 +33,9 @@ AGENT_RUN = "canary-agent"
 WORKFLOW_RUN = "canary-workflow"
 RECEIVER_RUN = "canary-receiver"
 FINISHED_RUN = "canary-finished"
+FAILED_RUN = "canary-failed"
+STREAM_RUN = "canary-stream"
+THREAD = "canary-thread"
 
 
 def forms(canary: str = CANARY) -> list[bytes]:
@@ -97,6 +102,47 @@ def script(server: ChatServer) -> None:
     )
 
 
+def stream_script(server: ChatServer) -> None:
+    """A streamed answer holding the canary, split across two deltas."""
+    half = len(CANARY) // 2
+    server.script(
+        Reply(
+            chunks=[
+                chunk({"role": "assistant", "content": ""}),
+                chunk({"content": f"streamed {CANARY[:half]}"}),
+                chunk({"content": f"{CANARY[half:]} and {CANARY}"}),
+                chunk(finish_reason="stop"),
+                chunk(usage_=usage(3, 4)),
+            ]
+        )
+    )
+
+
+async def accept(candidate: zincir.CheckpointCandidate) -> zincir.Verification:
+    return zincir.Verification(True, {"checked": CANARY})
+
+
+async def graph_with_the_canary(store: Store) -> Any:
+    """A one-node LangGraph graph on ``store`` whose state and writes hold the canary."""
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    from zincir.integrations.langgraph import AsyncZincirSaver
+
+    class State(TypedDict):
+        note: str
+
+    def node(state: State) -> State:
+        return {"note": f"{state['note']} then {CANARY}"}
+
+    builder = StateGraph(State)
+    builder.add_node("note", node)
+    builder.add_edge(START, "note")
+    builder.add_edge("note", END)
+    return builder.compile(checkpointer=AsyncZincirSaver(store))
+
+
 @dataclass
 class Seen:
     """What the APIs gave back, per payload."""
@@ -125,16 +171,32 @@ async def put_the_canary_everywhere(store: Store, server: ChatServer) -> Seen:
     done = await runner.resume(AGENT_RUN)
     seen.values["agent output"] = done.output
 
+    stream_script(server)
+    streamed = runner.run_stream(agent, f"Stream about {CANARY}", run_id=STREAM_RUN)
+    async for _ in streamed:
+        pass
+    seen.values["streamed output"] = streamed.result.output
+
     await (await WorkflowContext.open(store, RECEIVER_RUN)).close()
     async with await WorkflowContext.open(
         store, WORKFLOW_RUN, config={"secret": CANARY}
     ) as workflow:  # left running: a reopened context replays its step
         seen.values["step result"] = await workflow.step("canary-step", lambda: {"v": CANARY})
+        outcome = await workflow.agent.checkpoint(
+            {"completed": [CANARY], "remaining": ["the rest"]}, accept
+        )
+        seen.values["checkpoint accepted"] = outcome.accepted
     await send_message(store, RECEIVER_RUN, "canary-topic", {"m": CANARY})
     async with await WorkflowContext.open(store, RECEIVER_RUN) as receiver:
         seen.values["received message"] = await receiver.recv("canary-topic", timeout=5)
     async with await WorkflowContext.open(store, FINISHED_RUN) as finished:
         await finished.complete({"result": CANARY})
+    async with await WorkflowContext.open(store, FAILED_RUN) as failed:
+        await failed.fail(f"broke on {CANARY}")
+
+    graph = await graph_with_the_canary(store)
+    thread = {"configurable": {"thread_id": THREAD}}
+    seen.values["graph output"] = await graph.ainvoke({"note": CANARY}, thread)
 
     checkpoints = SQLRestartStore(store)
     seen.values["saved checkpoint"] = await checkpoints.save(
@@ -150,13 +212,14 @@ def not_run_again() -> None:
 async def read_back(store: Store, server: ChatServer) -> dict[str, Any]:
     """Every payload as the APIs give it back from ``store`` (after a reopen)."""
     back: dict[str, Any] = {}
-    for run_id in (AGENT_RUN, WORKFLOW_RUN, RECEIVER_RUN, FINISHED_RUN):
+    for run_id in (AGENT_RUN, STREAM_RUN, WORKFLOW_RUN, RECEIVER_RUN, FINISHED_RUN, FAILED_RUN):
         events = await store.list_events(run_id)
         back[f"events of {run_id}"] = [event.payload for event in events]
         run = await store.get_run(run_id)
         assert run is not None
         back[f"config of {run_id}"] = json.loads(run["config"])
         back[f"result of {run_id}"] = None if run["result"] is None else json.loads(run["result"])
+        back[f"error of {run_id}"] = run["last_error"]
     agent = Agent(
         OpenAIChatModel("gpt-test", server.client()), name="canary-agent", tools=[lookup, refund]
     )
@@ -167,10 +230,17 @@ async def read_back(store: Store, server: ChatServer) -> dict[str, Any]:
     back["approval arguments"] = json.loads(approval.arguments_json)
     async with await WorkflowContext.open(store, WORKFLOW_RUN) as workflow:
         back["replayed step"] = await workflow.step("canary-step", not_run_again)
+        state = await workflow.agent.state()
+        assert state.checkpoint is not None
+        back["checkpoint"] = (list(state.checkpoint.completed), state.checkpoint.evidence)
     async with await WorkflowContext.open(store, RECEIVER_RUN) as receiver:
         back["replayed message"] = await receiver.recv("canary-topic", timeout=0)
     loaded = await SQLRestartStore(store).load(WORKFLOW_RUN, "consumer")
     back["restart checkpoint"] = loaded
+    back["stream"] = [item.payload async for item in read(store, STREAM_RUN)]
+    graph = await graph_with_the_canary(store)
+    snapshot = await graph.aget_state({"configurable": {"thread_id": THREAD}})
+    back["graph state"] = snapshot.values
     return back
 
 
@@ -299,6 +369,14 @@ def assert_the_apis_give_it_back(seen: Seen, back: dict[str, Any]) -> None:
     assert canary_in(back[f"events of {AGENT_RUN}"])
     assert back["replayed step"] == {"v": CANARY}
     assert back["replayed message"] == {"m": CANARY}
+    assert seen.values["checkpoint accepted"]
+    assert back["checkpoint"] == ([CANARY], {"checked": CANARY})
+    assert back[f"error of {FAILED_RUN}"] == f"broke on {CANARY}"
+    assert seen.values["streamed output"] == f"streamed {CANARY} and {CANARY}"
+    assert canary_in(back["stream"])
+    assert back[f"config of {STREAM_RUN}"]["prompt"] == f"Stream about {CANARY}"
+    assert seen.values["graph output"] == {"note": f"{CANARY} then {CANARY}"}
+    assert back["graph state"] == seen.values["graph output"]
     assert back["restart checkpoint"] == seen.values["saved checkpoint"]
 
 
@@ -323,7 +401,17 @@ async def test_a_plain_store_shows_the_canary_in_each_payload_column(
         "operations.input_json",
         "operations.record",
         "restart_checkpoints.payload",
+        "agent_runs.last_error",
+        "checkpoints.state",
+        "checkpoints.evidence",
+        "stream_items.payload",
+        "langgraph_checkpoints.checkpoint",
+        "langgraph_writes.value",
     } <= leaks, sorted(leaks)
+    sealed = {
+        f"{table}.{column}" for table, columns in SEALED_COLUMNS.items() for column in columns
+    }
+    assert leaks <= sealed, f"payload columns not in SEALED_COLUMNS: {sorted(leaks - sealed)}"
     if not is_postgres(store_target):
         assert raw_file_leaks(Path(store_target)) == ["zincir.db"]
     reopened = zincir.open_store(store_target)
