@@ -43,6 +43,7 @@ GROUPS: list[tuple[str, tuple[str, ...]]] = [
     ("pydantic-ai", ("pydantic_ai_",)),
     ("Resume, claims and the inspector", ("resume_", "claims_", "inspector_")),
     ("Durable streams", ("stream_",)),
+    ("Encryption at rest", ("encryption_",)),
     ("Retention", ("prune_", "compact_")),
     ("PostgreSQL", ("pg_", "dbos_pg_", "sqlite_4proc_")),
     ("Temporal", ("temporal_",)),

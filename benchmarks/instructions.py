@@ -17,7 +17,9 @@ of a trivial inline handler under the run's lease (claim, then record and its ev
 FULL, as ``make bench`` runs them, ``turn`` and ``direct_turn`` one turn of the benchmark
 agent (a model request and three tool calls) on a LocalRuntime and without ``durable=``,
 ``pydantic_ai_turn`` and ``pydantic_ai_plain_turn`` the same turn on pydantic-ai with
-``ZincirDurability`` and without any durability (pydantic_ai_bench.py).
+``ZincirDurability`` and without any durability (pydantic_ai_bench.py); ``sealed_step`` and
+``sealed_turn`` the step and the durable turn on a store sealing its payloads
+(``encryption=``, AES-256-GCM). ``--workloads`` counts only those named.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -50,6 +53,8 @@ SIZES = {
     "direct_turn": (2, 12),
     "pydantic_ai_turn": (2, 8),
     "pydantic_ai_plain_turn": (2, 8),
+    "sealed_step": (200, 1200),
+    "sealed_turn": (2, 12),
 }
 """The small and large count of each workload (turns are counted in runs of five)."""
 TURNS = 5
@@ -76,11 +81,18 @@ def child(workload: str, count: int) -> None:
 async def _zincir(workload: str, count: int, path: str) -> None:
     from run import TURN_HANDLERS, durable_turn_agent, warm_workflow
 
+    import zincir
     from zincir.agent import DurableBinding
+
+    sealed = workload.startswith("sealed_")
+    keys = zincir.Encryption({"bench": bytes(range(32))}, "bench") if sealed else None
+    workload = workload.removeprefix("sealed_")
 
     if workload in ("step", "step_ahead"):
         ahead = workload == "step_ahead"
-        async with warm_workflow(path, "normal", 0, "instructions", ahead=ahead) as step:
+        async with warm_workflow(
+            path, "normal", 0, "instructions", ahead=ahead, encryption=keys
+        ) as step:
             for i in range(count):
                 await step(i)
         return
@@ -92,7 +104,7 @@ async def _zincir(workload: str, count: int, path: str) -> None:
 
         await pydantic_ai_turn_us(path, count, durable=workload == "pydantic_ai_turn")
         return
-    agent, store, runtime = durable_turn_agent(path, TURNS)
+    agent, store, runtime = durable_turn_agent(path, TURNS, keys)
     try:
         for i in range(count):
             if workload == "turn":
@@ -167,6 +179,12 @@ def per_unit(workload: str, pool: ThreadPoolExecutor) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2, help="valgrind runs at once")
+    parser.add_argument(
+        "--workloads",
+        type=lambda text: text.split(","),
+        default=list(SIZES),
+        help=f"comma-separated, of: {', '.join(SIZES)} (default: all)",
+    )
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -174,27 +192,45 @@ def main() -> None:
         return
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (Debian: apt-get install valgrind)")
+    unknown = sorted(set(args.workloads) - set(SIZES))
+    if unknown:
+        parser.error(f"unknown workloads {unknown}; choose among {', '.join(SIZES)}")
     with ThreadPoolExecutor(args.jobs) as pool:
-        figures = {name: per_unit(name, pool) for name in SIZES}
+        figures = {name: per_unit(name, pool) for name in SIZES if name in args.workloads}
     print(f"{'instructions per unit':<32} {'value':>12}")
     for name, value in figures.items():
         unit = "turn" if name.endswith("turn") else "step"
         print(f"{name + ' per ' + unit:<32} {value:>12,.0f}")
     print()
-    ratios = {
-        "step_over_floor": figures["step"] / figures["floor"],
-        "step_over_raw": figures["step"] / figures["raw"],
-        "step_ahead_over_floor": figures["step_ahead"] / figures["floor"],
-        "operation_over_step": figures["operation"] / figures["step"],
-        "lean_over_floor": figures["lean"] / figures["floor"],
-        "turn_overhead_over_step": (figures["turn"] - figures["direct_turn"]) / figures["step"],
-        "pydantic_ai_overhead_over_turn_overhead": (
-            figures["pydantic_ai_turn"] - figures["pydantic_ai_plain_turn"]
-        )
-        / (figures["turn"] - figures["direct_turn"]),
-    }
+    ratios = _ratios(figures)
     for name, value in ratios.items():
         print(f"{name:<32} {value:>12.2f}")
+
+
+def _ratios(figures: dict[str, float]) -> dict[str, float]:
+    """The ratios whose workloads were all counted."""
+    f = figures
+    wanted: dict[str, tuple[tuple[str, ...], Callable[[], float]]] = {
+        "step_over_floor": (("step", "floor"), lambda: f["step"] / f["floor"]),
+        "step_over_raw": (("step", "raw"), lambda: f["step"] / f["raw"]),
+        "step_ahead_over_floor": (("step_ahead", "floor"), lambda: f["step_ahead"] / f["floor"]),
+        "operation_over_step": (("operation", "step"), lambda: f["operation"] / f["step"]),
+        "lean_over_floor": (("lean", "floor"), lambda: f["lean"] / f["floor"]),
+        "turn_overhead_over_step": (
+            ("turn", "direct_turn", "step"),
+            lambda: (f["turn"] - f["direct_turn"]) / f["step"],
+        ),
+        "pydantic_ai_overhead_over_turn_overhead": (
+            ("pydantic_ai_turn", "pydantic_ai_plain_turn", "turn", "direct_turn"),
+            lambda: (
+                (f["pydantic_ai_turn"] - f["pydantic_ai_plain_turn"])
+                / (f["turn"] - f["direct_turn"])
+            ),
+        ),
+        "sealed_step_over_step": (("sealed_step", "step"), lambda: f["sealed_step"] / f["step"]),
+        "sealed_turn_over_turn": (("sealed_turn", "turn"), lambda: f["sealed_turn"] / f["turn"]),
+    }
+    return {name: ratio() for name, (needs, ratio) in wanted.items() if all(n in f for n in needs)}
 
 
 if __name__ == "__main__":

@@ -30,6 +30,9 @@ Durable streams (benchmarks/stream_bench.py): a streamed agent turn of 200 delta
 without the run's durable stream, alternating, and the bytes the stream adds per 1,000
 deltas.
 
+Encryption at rest (benchmarks/encryption_bench.py): a step (FULL and NORMAL) and the durable
+agent turn on a plain store and on one sealing its payloads (``encryption=``), alternately.
+
 Long runs (benchmarks/long_run.py): one durable agent run of ``--long-run-turns`` turns
 (1,000; 100 with ``--quick``), each adding about 2 KB: its database bytes at turns 50, 150,
 300 and 1,000, bytes per turn early and late, turn time early and late, a new process's
@@ -138,13 +141,16 @@ async def warm_workflow(
     *,
     single_process: bool = False,
     ahead: bool = False,
+    encryption: zincir.Encryption | None = None,
 ) -> AsyncIterator[StepRunner]:
     """Run ``run_id``'s ``step(i)`` on a store at ``path``, after ``warm_up`` steps;
-    ``ahead``: each step claims the next with its result (``next=``)."""
+    ``ahead``: each step claims the next with its result (``next=``); ``encryption``: on a
+    store sealing its payloads with those keys."""
     store = zincir.open_store(
         path,
         synchronous=synchronous,  # type: ignore[arg-type]
         single_process=single_process,
+        encryption=encryption,
     )
     try:
         async with await WorkflowContext.open(store, run_id) as wf:
@@ -162,12 +168,24 @@ async def warm_workflow(
 
 
 async def step_us(
-    path: str, synchronous: str, n: int, *, single_process: bool = False, ahead: bool = False
+    path: str,
+    synchronous: str,
+    n: int,
+    *,
+    single_process: bool = False,
+    ahead: bool = False,
+    encryption: zincir.Encryption | None = None,
 ) -> float:
     """WorkflowContext.step, sequentially, one run (``ahead``: each claiming the next)."""
     run_id = f"steps-{synchronous}"
     async with warm_workflow(
-        path, synchronous, 50, run_id, single_process=single_process, ahead=ahead
+        path,
+        synchronous,
+        50,
+        run_id,
+        single_process=single_process,
+        ahead=ahead,
+        encryption=encryption,
     ) as step:
         started = time.perf_counter()
         for i in range(n):
@@ -274,12 +292,15 @@ def turn_agent(turns: int) -> Agent:
     return Agent(FunctionModel(model), name="bench", tools=[lookup, price, stock])
 
 
-def durable_turn_agent(path: str, turns: int) -> tuple[Agent, Store, LocalRuntime]:
-    """The turn agent, its handlers served on a LocalRuntime over a FULL store at ``path``."""
+def durable_turn_agent(
+    path: str, turns: int, encryption: zincir.Encryption | None = None
+) -> tuple[Agent, Store, LocalRuntime]:
+    """The turn agent, its handlers served on a LocalRuntime over a FULL store at ``path``
+    (sealing its payloads with ``encryption``'s keys, if given)."""
     agent = turn_agent(turns)
     registry = HandlerRegistry()
     serve(registry, agent, TURN_HANDLERS)
-    store = zincir.open_store(path, synchronous="full")
+    store = zincir.open_store(path, synchronous="full", encryption=encryption)
     return agent, store, LocalRuntime(store, registry, retry=RetryPolicy(max_attempts=1))
 
 
@@ -816,11 +837,19 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     )
     figures.update(stream_figures)
 
+    from encryption_bench import measure as encryption_measure
+
+    encryption_figures, encryption_ratios = timed(
+        "step and turn, sealed", lambda: encryption_measure(bench, run_async)
+    )
+    figures.update(encryption_figures)
+
     long = timed("long run", lambda: long_run_section(bench, args))
     figures.update(long["figures"])
 
     ratios: dict[str, float] = {
         **stream_ratios,
+        **encryption_ratios,
         "step_full_over_raw_full": pair_ratios["step_full_us"],
         "step_normal_over_raw_normal": pair_ratios["step_normal_us"],
         "step_normal_single_over_raw_normal": pair_ratios["step_normal_single_us"],
