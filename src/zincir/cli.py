@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from ._cli_keys import keys, reencrypt_command
 from ._cli_options import (
     Duration,
     Seconds,
@@ -897,6 +898,8 @@ def approvals_result(
 
 
 main.add_command(worker_command)
+main.add_command(keys)
+main.add_command(reencrypt_command)
 
 
 @main.command("check-compat")

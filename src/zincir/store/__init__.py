@@ -46,6 +46,7 @@ from ._records import (
     ToolResultEntry,
     new_owner_id,
 )
+from ._reencrypt import ReencryptedTable, ReencryptReport, reencrypt
 from ._restart_records import ApprovalRow, NewApproval, RestartRow, approval_id
 from ._streams import NewStreamItem, StreamItemRow
 from ._workflow_records import (
@@ -87,6 +88,8 @@ __all__ = [
     "OperationRow",
     "PruneReport",
     "ReceivedMessage",
+    "ReencryptReport",
+    "ReencryptedTable",
     "ResponseEntry",
     "RestartRow",
     "RunOrigin",
@@ -108,6 +111,7 @@ __all__ = [
     "new_owner_id",
     "open_postgres",
     "open_store",
+    "reencrypt",
     "sqlite_path_from_url",
     "writes_grouped",
 ]

@@ -14,6 +14,9 @@ not open its check is refused at open, before it could seal anything.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Final
 
 from .._encryption import Encryption, Sealer
@@ -23,9 +26,12 @@ from ._sql import Sql, Tx, sql
 __all__ = [
     "BYTEA_COLUMNS",
     "SEALED_COLUMNS",
+    "SEALED_ROWS",
+    "check_keys",
     "create_guards",
     "encryption_state",
     "mark_encrypted",
+    "sealing_plain",
     "settle_encryption",
 ]
 
@@ -44,6 +50,24 @@ SEALED_COLUMNS: Final[dict[str, tuple[str, ...]]] = {
     "langgraph_writes": ("value",),
 }
 """Every column holding a user payload, by table."""
+
+SEALED_ROWS: Final[dict[str, tuple[tuple[str, ...], str | None]]] = {
+    "agent_runs": (("id",), "id"),
+    "events": (("run_id", "seq"), "run_id"),
+    "archived_events": (("run_id", "seq"), "run_id"),
+    "checkpoints": (("id",), "run_id"),
+    "messages": (("id",), "to_run_id"),
+    "operations": (("run_id", "step_id", "sequence"), "run_id"),
+    "restart_checkpoints": (("run_id", "checkpoint_id"), "run_id"),
+    "approvals": (("approval_id",), "run_id"),
+    "content": (("hash",), None),
+    "stream_items": (("run_id", "seq"), "run_id"),
+    "langgraph_checkpoints": (("thread_id", "checkpoint_ns", "checkpoint_id"), "run_id"),
+    "langgraph_writes": (("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"), None),
+}
+"""Per table of :data:`SEALED_COLUMNS`: its key (unique on both backends; ``zincir
+reencrypt`` walks the table in its order) and the column naming a row's run (None: content
+is shared by runs, a LangGraph write names its thread)."""
 
 BYTEA_COLUMNS: Final = frozenset({"langgraph_checkpoints.checkpoint", "langgraph_writes.value"})
 """The sealed columns PostgreSQL keeps as ``bytea`` (the rest are ``text``)."""
@@ -73,12 +97,14 @@ def encryption_state(tx: Tx) -> str | None:
 
 
 def _sqlite_guard(table: str, columns: tuple[str, ...], action: str) -> str:
+    kept = "" if action == "INSERT" else " AND NEW.{c} IS NOT OLD.{c}"
     test = " OR ".join(
         f"(NEW.{c} IS NOT NULL AND NOT (typeof(NEW.{c}) = 'blob' "
-        f"AND substr(NEW.{c}, 1, 3) = X'7A7331'))"
+        f"AND substr(NEW.{c}, 1, 3) = X'7A7331'){kept.format(c=c)})"
         for c in columns
     )
     return (
+        f"DROP TRIGGER IF EXISTS zincir_sealed_{table}_{action.lower()}; "
         f"CREATE TRIGGER IF NOT EXISTS zincir_sealed_{table}_{action.lower()} BEFORE {action} "
         f"ON {table} WHEN {test} BEGIN SELECT RAISE(ABORT, "
         f"'zincir: a plain value written to {table} in an encrypted store'); END"
@@ -86,24 +112,30 @@ def _sqlite_guard(table: str, columns: tuple[str, ...], action: str) -> str:
 
 
 def _postgres_guard(table: str, columns: tuple[str, ...]) -> str:
-    tests = " OR ".join(
-        f"(NEW.{c} IS NOT NULL AND substring(NEW.{c} from 1 for 3) <> '\\x7a7331'::bytea)"
-        if f"{table}.{c}" in BYTEA_COLUMNS
-        else f"(NEW.{c} IS NOT NULL AND left(NEW.{c}, 4) <> 'zs1:')"
-        for c in columns
+    def plain(c: str) -> str:
+        if f"{table}.{c}" in BYTEA_COLUMNS:
+            return f"NEW.{c} IS NOT NULL AND substring(NEW.{c} from 1 for 3) <> '\\x7a7331'::bytea"
+        return f"NEW.{c} IS NOT NULL AND left(NEW.{c}, 4) <> 'zs1:'"
+
+    inserted = " OR ".join(f"({plain(c)})" for c in columns)
+    updated = " OR ".join(f"({plain(c)} AND NEW.{c} IS DISTINCT FROM OLD.{c})" for c in columns)
+    refuse = (
+        f"RAISE EXCEPTION 'zincir: a plain value written to {table} in an encrypted store' "
+        "USING ERRCODE = 'check_violation';"
     )
     return (
         f"CREATE OR REPLACE FUNCTION zincir_sealed_{table}() RETURNS trigger "
-        f"LANGUAGE plpgsql AS $$ BEGIN IF {tests} THEN RAISE EXCEPTION "
-        f"'zincir: a plain value written to {table} in an encrypted store' "
-        f"USING ERRCODE = 'check_violation'; END IF; RETURN NEW; END $$; "
+        f"LANGUAGE plpgsql AS $$ BEGIN IF TG_OP = 'UPDATE' THEN IF {updated} THEN {refuse} "
+        f"END IF; ELSIF {inserted} THEN {refuse} END IF; RETURN NEW; END $$; "
         f"CREATE OR REPLACE TRIGGER zincir_sealed_{table} BEFORE INSERT OR UPDATE ON {table} "
         f"FOR EACH ROW EXECUTE FUNCTION zincir_sealed_{table}()"
     )
 
 
 def create_guards(tx: Tx) -> None:
-    """The triggers refusing a plain value in any sealed column (idempotent)."""
+    """The triggers refusing a plain value written to any sealed column (idempotent). An
+    update leaving a column as it was is not checked, so runs go on while ``zincir
+    reencrypt`` seals a database that was plain, row by row."""
     for table, columns in SEALED_COLUMNS.items():
         for action in ("INSERT", "UPDATE"):
             tx.execute(Sql(_sqlite_guard(table, columns, action), "SELECT 1"))
@@ -117,7 +149,7 @@ def mark_encrypted(tx: Tx, state: str) -> None:
     tx.execute(_MARK, (state,))
 
 
-def _check_keys(tx: Tx, sealer: Sealer, where: str) -> None:
+def check_keys(tx: Tx, sealer: Sealer, where: str) -> None:
     """Refuse a key given under an id whose check it does not open; store the active key's."""
     encryption = sealer.encryption
     assert encryption is not None
@@ -139,6 +171,20 @@ def _check_keys(tx: Tx, sealer: Sealer, where: str) -> None:
         tx.execute(_ADD_KEY_CHECK, (encryption.active, sealer.seal(_CHECK)))
 
 
+_SEAL_PLAIN: ContextVar[bool] = ContextVar("zincir_seal_plain", default=False)
+
+
+@contextmanager
+def sealing_plain() -> Iterator[None]:
+    """Within it, a plain database holding payloads opened with keys is marked ``sealing``
+    (for ``zincir reencrypt`` to seal its values) instead of refused."""
+    token = _SEAL_PLAIN.set(True)
+    try:
+        yield
+    finally:
+        _SEAL_PLAIN.reset(token)
+
+
 def settle_encryption(
     tx: Tx, encryption: Encryption | None, *, text: bool, where: str
 ) -> Sealer | None:
@@ -151,14 +197,17 @@ def settle_encryption(
     if state is None:
         if encryption is None:
             return None
-        if tx.one(_HOLDS_PAYLOADS) is not None:
+        if tx.one(_HOLDS_PAYLOADS) is None:
+            state = "sealed"
+        elif _SEAL_PLAIN.get():
+            state = "sealing"
+        else:
             raise InvalidInput(
                 f"{where} holds plain (unencrypted) payloads; seal them first with "
                 f"`zincir reencrypt --db {where} --key-file KEYS --to {encryption.active}`, "
                 "then open it with encryption="
             )
-        mark_encrypted(tx, "sealed")
-        state = "sealed"
+        mark_encrypted(tx, state)
     elif encryption is None:
         ids = ", ".join(str(key_id) for key_id, _ in tx.all(_KEY_CHECKS)) or "unknown"
         raise EncryptionKeyMissing(
@@ -166,5 +215,5 @@ def settle_encryption(
             "encryption=zincir.Encryption(...) holding those keys (or give --key-file)"
         )
     sealer = Sealer(encryption, text=text, plain_ok=state == "sealing")
-    _check_keys(tx, sealer, where)
+    check_keys(tx, sealer, where)
     return sealer
