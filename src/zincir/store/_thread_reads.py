@@ -5,6 +5,10 @@ Of a value only a ``json`` one is read (its first bytes, for a preview): msgpack
 anything else never leave the database, let alone get deserialized; a value's size is read
 from its header (``octet_length``). Ids order byte by byte (``{bytewise}``). A database
 without the tables (an older schema) reads as having no threads.
+
+In an encrypted store a ``json`` value is read whole and opened, then cut for its preview;
+a value's size is its sealed size less what sealing added (its envelope's first bytes say
+how much), and the metadata is opened (``‹sealed›`` for a reader without the key).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from ._thread_rows import (
     ThreadHeadRow,
     ThreadRow,
     ThreadWriteRow,
+    plain_size,
     preview,
     thread_row,
 )
@@ -32,9 +37,12 @@ __all__ = ["ThreadReads"]
 _MAX_HEAD: Final = 2**31 - 1  # a preview's bytes, as PostgreSQL's substr takes them
 
 
-def _head(column: str) -> str:
-    """SQL for the first ``?`` bytes of a ``json`` value; NULL for every other type, so a
-    msgpack, bytes or pickle value never leaves the database."""
+def _head(column: str, *, sealed: bool = False) -> str:
+    """SQL for the first ``?`` bytes of a ``json`` value (``sealed``: the whole value, to
+    open; and its envelope's first bytes); NULL for every other type, so a msgpack, bytes or
+    pickle value never leaves the database."""
+    if sealed:
+        return f"substr({column}, 1, 4) AS envelope, CASE WHEN type = 'json' THEN {column} END"
     return f"CASE WHEN type = 'json' THEN substr({column}, 1, ?) END"
 
 
@@ -66,17 +74,22 @@ _NEWEST_FIRST: Final = "ORDER BY c.checkpoint_id{bytewise} DESC, c.checkpoint_ns
 _HEADS_FIRST: Final = (
     "ORDER BY c.checkpoint_ns <> '', c.checkpoint_id{bytewise} DESC, c.checkpoint_ns{bytewise}"
 )
-_WRITES: Final = sql(
-    "SELECT task_id, idx, channel, type, octet_length(value) AS size, task_path, created_at, "
-    f"{_head('value')} AS head FROM langgraph_writes "
-    "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
-    "ORDER BY task_path{bytewise}, task_id{bytewise}, idx LIMIT ?"
-)
+_WRITES: Final = {
+    sealed: sql(
+        "SELECT task_id, idx, channel, type, octet_length(value) AS size, task_path, "
+        f"created_at, {_head('value', sealed=sealed)} AS head FROM langgraph_writes "
+        "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
+        "ORDER BY task_path{bytewise}, task_id{bytewise}, idx LIMIT ?",
+        opens=(8,) if sealed else (),
+    )
+    for sealed in (False, True)
+}
 
 
 def _checkpoints(extra: str, page: str, *, writes: bool) -> str:
-    """The columns of a ThreadCheckpointRow (``checkpoint`` itself is never read) of the
-    checkpoints of one thread a ``page`` of keys (``ns``, ``id``) names."""
+    """The columns of a ThreadCheckpointRow (``checkpoint`` itself is never read but for a
+    ``json`` one's preview in ``extra``) of the checkpoints of one thread a ``page`` of keys
+    (``ns``, ``id``) names."""
     counted = (
         "(SELECT count(*) FROM langgraph_writes AS w WHERE w.thread_id = c.thread_id "
         "AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id)"
@@ -101,16 +114,36 @@ _HEADS_PAGE: Final = (
     "FROM langgraph_checkpoints WHERE thread_id = ? GROUP BY checkpoint_ns "
     "ORDER BY checkpoint_ns <> '', id DESC, checkpoint_ns{bytewise} LIMIT ?"
 )
+_METADATA: Final = 6  # the position of ``c.metadata`` among a checkpoint row's columns
 _CHECKPOINTS: Final = {
-    writes: sql(_checkpoints("", _PAGE, writes=writes) + _NEWEST_FIRST) for writes in (False, True)
-}
-_HEADS: Final = {
-    writes: sql(
-        _checkpoints(f", {_head('c.checkpoint')} AS head", _HEADS_PAGE, writes=writes)
-        + _HEADS_FIRST
+    (writes, sealed): sql(
+        _checkpoints(
+            ", substr(c.checkpoint, 1, 4) AS envelope" if sealed else "", _PAGE, writes=writes
+        )
+        + _NEWEST_FIRST,
+        opens=(_METADATA,) if sealed else (),
     )
     for writes in (False, True)
+    for sealed in (False, True)
 }
+_HEADS: Final = {
+    (writes, sealed): sql(
+        _checkpoints(
+            f", {_head('c.checkpoint', sealed=sealed)} AS head", _HEADS_PAGE, writes=writes
+        )
+        + _HEADS_FIRST,
+        opens=(_METADATA, 10) if sealed else (),  # 10: the head, after the envelope
+    )
+    for writes in (False, True)
+    for sealed in (False, True)
+}
+
+
+def _sized(found: list[Row]) -> list[Row]:
+    """Rows of an encrypted store with each value's size as it was before sealing."""
+    for row in found:
+        row["size"] = plain_size(int(row["size"]), row.pop("envelope"))
+    return found
 
 
 class ThreadReads:
@@ -166,9 +199,10 @@ class ThreadReads:
         """The thread's checkpoints in every namespace, newest first, without their values."""
         if "langgraph_checkpoints" not in self._tables:
             return []
-        statement = _CHECKPOINTS["langgraph_writes" in self._tables]
+        sealed = self._tx.sealer is not None
+        statement = _CHECKPOINTS["langgraph_writes" in self._tables, sealed]
         found = self._tx.rows(statement, (thread_id, row_limit(limit), thread_id))
-        return cast(list[ThreadCheckpointRow], self._decoded(found))
+        return cast(list[ThreadCheckpointRow], self._decoded(_sized(found) if sealed else found))
 
     def thread_heads(
         self, thread_id: str, limit: int = 50, *, preview_bytes: int = PREVIEW_BYTES
@@ -179,11 +213,11 @@ class ThreadReads:
         if "langgraph_checkpoints" not in self._tables:
             return []
         cap = row_limit(preview_bytes)
-        statement = _HEADS["langgraph_writes" in self._tables]
-        found = self._tx.rows(
-            statement, (min(cap, _MAX_HEAD), thread_id, row_limit(limit), thread_id)
-        )
-        for row in self._decoded(found):
+        sealed = self._tx.sealer is not None
+        statement = _HEADS["langgraph_writes" in self._tables, sealed]
+        params = (thread_id, row_limit(limit), thread_id)
+        found = self._tx.rows(statement, params if sealed else (min(cap, _MAX_HEAD), *params))
+        for row in self._decoded(_sized(found) if sealed else found):
             preview(row, cap)
         return cast(list[ThreadHeadRow], found)
 
@@ -201,10 +235,9 @@ class ThreadReads:
         if "langgraph_writes" not in self._tables:
             return []
         cap = row_limit(preview_bytes)
-        found = self._tx.rows(
-            _WRITES,
-            (min(cap, _MAX_HEAD), thread_id, checkpoint_ns, checkpoint_id, row_limit(limit)),
-        )
-        for row in found:
+        sealed = self._tx.sealer is not None
+        params = (thread_id, checkpoint_ns, checkpoint_id, row_limit(limit))
+        found = self._tx.rows(_WRITES[sealed], params if sealed else (min(cap, _MAX_HEAD), *params))
+        for row in _sized(found) if sealed else found:
             preview(row, cap)
         return cast(list[ThreadWriteRow], found)

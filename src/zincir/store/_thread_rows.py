@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final, TypedDict
 
+from .._encryption import MAGIC
 from .._json import StrictJsonError, loads_strict
 
 __all__ = [
@@ -15,12 +16,17 @@ __all__ = [
     "ThreadHeadRow",
     "ThreadRow",
     "ThreadWriteRow",
+    "plain_size",
     "preview",
     "thread_row",
 ]
 
 MAX_NAMESPACES: Final = 50  # namespaces named per thread summary (all are counted)
 PREVIEW_BYTES: Final = 65_536  # the head of a json value read for its preview
+_SEALING_ADDS: Final = 3 + 1 + 12 + 16 + 1
+"""What sealing adds to a bytes value besides its key id: ``zs1``, the key id's length, the
+nonce, the tag and the byte saying it is bytes (see ``zincir._encryption``; bytes are never
+compressed)."""
 
 
 class ThreadRow(TypedDict):
@@ -124,3 +130,12 @@ def preview(row: dict[str, Any], limit: int) -> None:
         except (UnicodeDecodeError, StrictJsonError):
             pass
     row["preview"], row["preview_kind"] = data[:limit].decode("utf-8", "replace"), "text"
+
+
+def plain_size(size: int, envelope: object) -> int:
+    """A LangGraph value's size before sealing, from its stored ``size`` and first four bytes
+    (``size`` itself for a value that is not sealed)."""
+    head = envelope.tobytes() if isinstance(envelope, memoryview) else envelope
+    if not isinstance(head, bytes) or len(head) < 4 or not head.startswith(MAGIC):
+        return size
+    return size - _SEALING_ADDS - head[3]
