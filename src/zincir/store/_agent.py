@@ -25,6 +25,7 @@ from ._agent_log import (
 )
 from ._records import (
     CHECKPOINT_COLUMNS,
+    CHECKPOINT_SEALED,
     CheckpointRecord,
     Lease,
     LogEntry,
@@ -52,26 +53,35 @@ _INTENT: Final = sql(
 _OPEN_PAYLOADS: Final = sql(
     "SELECT intent.payload FROM open_intents AS open JOIN events AS intent "
     "ON intent.run_id = open.run_id AND intent.seq = open.seq "
-    "WHERE open.run_id = ? ORDER BY open.seq"
+    "WHERE open.run_id = ? ORDER BY open.seq",
+    opens=(0,),
+    run_param=0,
 )
 _NEXT_ROUND: Final = sql("SELECT COALESCE(MAX(round), 0) + 1 FROM checkpoints WHERE run_id = ?")
 _PROPOSE: Final = sql(
     "INSERT INTO checkpoints (run_id, round, status, state, lineage_seq, proposed_seq, "
-    "created_at) VALUES (?, ?, 'proposed', ?, ?, ?, zincir_now()) RETURNING id"
+    "created_at) VALUES (?, ?, 'proposed', ?, ?, ?, zincir_now()) RETURNING id",
+    seals=(2,),
+    run_param=0,
 )
 _DECIDE: Final = sql(
     "UPDATE checkpoints SET status = ?, evidence = ?, decided_seq = ?, "
-    "decided_at = zincir_now() WHERE id = ? AND status = 'proposed' RETURNING 1"
+    "decided_at = zincir_now() WHERE id = ? AND status = 'proposed' RETURNING 1",
+    seals=(1,),
 )
 _PROPOSED, _ACCEPTED = (
     sql(
         f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? "
-        f"AND status = '{status}' ORDER BY round DESC LIMIT 1"
+        f"AND status = '{status}' ORDER BY round DESC LIMIT 1",
+        opens=CHECKPOINT_SEALED,
+        run_param=0,
     )
     for status in ("proposed", "accepted")
 )
 """The latest checkpoint of a run waiting for its decision, and the latest accepted."""
-_RUN: Final = sql("SELECT status, config, {last_seq} FROM agent_runs WHERE id = ?")
+_RUN: Final = sql(
+    "SELECT status, config, {last_seq} FROM agent_runs WHERE id = ?", opens=(1,), run_param=0
+)
 
 
 def write_entries(

@@ -20,7 +20,9 @@ from ._workflow_rules import child_not_found, child_spawned, spawn_taken
 __all__ = ["ChildOps", "child_outcome", "join_attempt", "spawn_child"]
 
 _SPAWNED: Final = sql("SELECT id FROM agent_runs WHERE parent_id = ? AND spawn_name = ?")
-_OUTCOME: Final = sql("SELECT status, result, last_error FROM agent_runs WHERE id = ?")
+_OUTCOME: Final = sql(
+    "SELECT status, result, last_error FROM agent_runs WHERE id = ?", opens=(1, 2), run_param=0
+)
 _AWAITED: Final = sql(
     "SELECT 1 FROM agent_runs WHERE id = ? AND wait_kind = 'child' AND wait_ref = ?"
 )

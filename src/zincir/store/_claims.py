@@ -62,7 +62,9 @@ _FAIL: Final = sql(
     "UPDATE agent_runs SET status = 'failed', last_error = ?, lease_owner = NULL, "
     "lease_expires_at = NULL, lease_token = lease_token + 1, wait_kind = NULL, "
     "wait_ref = NULL, wait_until = NULL, updated_at = zincir_now(), "
-    "last_seq = {last_seq} + 1 WHERE id = ? RETURNING last_seq"
+    "last_seq = {last_seq} + 1 WHERE id = ? RETURNING last_seq",
+    seals=(0,),
+    run_param=1,
 )
 _ATTEMPT: Final = sql(
     "SELECT status, attempts, wait_kind FROM agent_runs WHERE id = ? AND lease_token = ? "
@@ -78,7 +80,9 @@ _BACK_OFF: Final = sql(
 _FAILED_ATTEMPT: Final = sql(
     "UPDATE agent_runs SET last_error = ?, next_attempt_at = {now_plus}, "
     "updated_at = zincir_now(), lease_expires_at = {lease_expiry}, last_seq = {last_seq} + 1 "
-    "WHERE id = ? RETURNING next_attempt_at, last_seq"
+    "WHERE id = ? RETURNING next_attempt_at, last_seq",
+    seals=(0,),
+    run_param=2,
 )
 _FINISHED: Final = sql("SELECT status FROM agent_runs WHERE id = ?")
 
@@ -92,7 +96,8 @@ def _claimable(gone: bool, pinned: bool, named: bool) -> Sql:
     where += " AND r.name {in_list}" if named else ""
     return sql(
         f"SELECT r.id, r.status, r.attempts, r.last_error FROM agent_runs AS r WHERE {where} "
-        "ORDER BY r.updated_at, r.id LIMIT ?{skip_locked}"
+        "ORDER BY r.updated_at, r.id LIMIT ?{skip_locked}",
+        opens=(3,),
     )
 
 

@@ -29,10 +29,12 @@ __all__ = [
     "write_input",
 ]
 
-INSERT: Final = sql("INSERT INTO content (hash, body) VALUES (?, ?) ON CONFLICT (hash) DO NOTHING")
+INSERT: Final = sql(
+    "INSERT INTO content (hash, body) VALUES (?, ?) ON CONFLICT (hash) DO NOTHING", seals=(1,)
+)
 REFER: Final = sql("INSERT INTO content_refs (run_id, hash) VALUES (?, ?) ON CONFLICT DO NOTHING")
-_BODY: Final = sql("SELECT body FROM content WHERE hash = ?")
-_BODIES: Final = sql("SELECT hash, body FROM content WHERE hash {in_list}")
+_BODY: Final = sql("SELECT body FROM content WHERE hash = ?", opens=(0,))
+_BODIES: Final = sql("SELECT hash, body FROM content WHERE hash {in_list}", opens=(1,))
 _UNCONVERTED: Final = sql(
     "SELECT run_id, step_id, sequence, length(input_json) + coalesce(length(record), 0) "
     "FROM operations WHERE input_parts IS NULL AND (run_id, step_id, sequence) > (?, ?, ?) "

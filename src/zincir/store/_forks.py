@@ -27,7 +27,7 @@ from .._errors import InvalidInput
 from .._time import from_db
 from .._validate import check_id
 from ._log import EVENT_COLUMNS, copy_log_prefix, insert_forked_run
-from ._records import RUN_COLUMNS, RunRecord
+from ._records import RUN_COLUMNS, RUN_SEALED, RunRecord
 from ._run_rules import run_exists_error, run_not_found
 from ._runs import run_record
 from ._sql import Rules, Tx, sql
@@ -47,9 +47,13 @@ _REFS: Final = sql(
 PostgreSQL) either finished before (the source is then gone) or waits for this COMMIT."""
 _SOURCE: Final = sql(
     "SELECT name, provider, config, app_version, lease_token, {last_seq} "
-    "FROM agent_runs WHERE id = ?{for_share}"
+    "FROM agent_runs WHERE id = ?{for_share}",
+    opens=(2,),
+    run_param=0,
 )
-_RUN: Final = sql(f"SELECT {', '.join(RUN_COLUMNS)} FROM agent_runs WHERE id = ?")
+_RUN: Final = sql(
+    f"SELECT {', '.join(RUN_COLUMNS)} FROM agent_runs WHERE id = ?", opens=RUN_SEALED, run_param=0
+)
 _MARKS: Final = {
     table: sql(
         f"SELECT seq, type, tool_call_id, payload FROM {table} WHERE run_id = ? AND seq < ? "
@@ -58,7 +62,8 @@ _MARKS: Final = {
     )
     for table in ("events", "archived_events")
 }
-"""The events of the prefix that decide which rows of other tables the fork holds."""
+"""The events of the prefix that decide which rows of other tables the fork holds (their
+payloads opened by :func:`_read_prefix`, only where read)."""
 _THROUGH: Final = sql(
     "SELECT max(decided_seq) FROM checkpoints "
     "WHERE run_id = ? AND status = 'accepted' AND decided_seq < ?"
@@ -155,7 +160,10 @@ def _read_prefix(tx: Tx, source: str, at_seq: int) -> _Prefix:
         key=lambda row: int(row[0]),
     )
     prefix = _Prefix({}, set(), None, {}, [])
+    sealer = tx.sealer
     for seq, kind, call_id, payload in rows:
+        if sealer is not None and kind not in ("tool_call", "tool_result"):
+            payload = sealer.open_text(payload, source)
         if kind == "tool_call":
             prefix.open_intents[str(call_id)] = int(seq)
         elif kind == "tool_result":

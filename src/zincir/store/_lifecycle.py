@@ -77,7 +77,9 @@ _CANCEL: Final = sql(
     "UPDATE agent_runs SET status = 'cancelled', last_seq = {last_seq} + 1, "
     "lease_owner = NULL, lease_expires_at = NULL, wait_kind = NULL, wait_ref = NULL, "
     "wait_until = NULL, next_attempt_at = NULL, last_error = ?, updated_at = zincir_now() "
-    f"WHERE id = ? AND {_LIVE} RETURNING last_seq"
+    f"WHERE id = ? AND {_LIVE} RETURNING last_seq",
+    seals=(0,),
+    run_param=1,
 )
 _WAITING: Final = sql(
     "SELECT status, wait_kind, wait_ref FROM agent_runs WHERE id = ?{for_no_key_update}"

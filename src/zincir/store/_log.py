@@ -35,7 +35,9 @@ _INSERT_RUN: Final = sql(
     "INSERT INTO agent_runs (id, parent_id, spawn_name, name, status, provider, app_version, "
     "config, lease_owner, lease_token, lease_expires_at, lease_ttl_us, created_at, updated_at) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {now_plus}, ?, zincir_now(), zincir_now()) "
-    "ON CONFLICT (id) DO NOTHING RETURNING 1"
+    "ON CONFLICT (id) DO NOTHING RETURNING 1",
+    seals=(7,),
+    run_param=0,
 )
 
 
@@ -43,7 +45,9 @@ _INSERT_FORK: Final = sql(
     "INSERT INTO agent_runs (id, name, status, provider, config, app_version, budget, "
     "lease_token, last_seq, created_at, updated_at) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, zincir_now(), zincir_now()) "
-    "ON CONFLICT (id) DO NOTHING RETURNING 1"
+    "ON CONFLICT (id) DO NOTHING RETURNING 1",
+    seals=(4,),
+    run_param=0,
 )
 EVENT_COLUMNS: Final = "seq, type, payload, created_at, tool_call_id, payload_pieces"
 """An event row's columns but its run id, as a fork copies them."""

@@ -15,6 +15,7 @@ from ._records import Lease, LogEntry, NewEvent, TimeDecoder, driver_time, optio
 
 __all__ = [
     "OPERATION_COLUMNS",
+    "OPERATION_SEALED",
     "OPERATION_WIDTH",
     "RecordComposer",
     "check_log_lease",
@@ -36,6 +37,8 @@ OPERATION_COLUMNS: Final = (
 where there is a record to compose)."""
 OPERATION_WIDTH: Final = 12
 """How many columns :data:`OPERATION_COLUMNS` selects."""
+OPERATION_SEALED: Final = (4, 10, 11)
+"""The positions in :data:`OPERATION_COLUMNS` of the record and the input (sealed)."""
 
 RecordComposer = Callable[[str | None, str, str | None, tuple[str, str, str]], str | None]
 """Composes a row's canonical record from its ``record``, ``input_json`` and

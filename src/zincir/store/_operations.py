@@ -40,6 +40,7 @@ from ._operation_records import (
 )
 from ._operation_rows import (
     OPERATION_COLUMNS,
+    OPERATION_SEALED,
     OPERATION_WIDTH,
     check_log_lease,
     claimed_row,
@@ -65,8 +66,8 @@ _JUDGED: Final = (
     "AND run.lease_owner = claim_lease_owner AND {lease_expiry:run} > zincir_now())) "
     f"FROM operations WHERE {_WHERE}"
 )
-_SELECT: Final = sql(_JUDGED)
-_LOCKED: Final = sql(_JUDGED + "{for_update}")
+_SELECT: Final = sql(_JUDGED, opens=OPERATION_SEALED, run_param=1)
+_LOCKED: Final = sql(_JUDGED + "{for_update}", opens=OPERATION_SEALED, run_param=1)
 _LOCK: Final = sql(f"SELECT 1 FROM operations WHERE {_WHERE}{{for_update}}")
 _COLUMNS: Final = (
     "run_id, step_id, sequence, kind, handler_id, input_digest, input_json, status, outcome, "
@@ -79,14 +80,18 @@ _CLAIMED: Final = (
 )
 _CLAIM_FIRST: Final = sql(
     f"INSERT INTO operations ({_COLUMNS}) VALUES ({_CLAIMED}) "
-    "ON CONFLICT (run_id, step_id, sequence) DO NOTHING RETURNING claim_expires_at"
+    "ON CONFLICT (run_id, step_id, sequence) DO NOTHING RETURNING claim_expires_at",
+    seals=(6, 11),
+    run_param=0,
 )
 """The first claim of an identity; no row back when it has a row already."""
 _CLAIM_FENCED: Final = sql(
     f"INSERT INTO operations ({_COLUMNS}) SELECT {_CLAIMED} WHERE EXISTS (SELECT 1 FROM "
     "agent_runs WHERE id = ? AND lease_owner = ? AND lease_token = ? "
     "AND status IN ('pending', 'running')) "
-    "ON CONFLICT (run_id, step_id, sequence) DO NOTHING RETURNING claim_expires_at"
+    "ON CONFLICT (run_id, step_id, sequence) DO NOTHING RETURNING claim_expires_at",
+    seals=(6, 11),
+    run_param=0,
 )
 """The first claim of an identity under a lease, in one statement: nothing is inserted when
 a row exists or the lease no longer holds the live run (the full path then tells which; a
@@ -101,17 +106,21 @@ _COMPLETED: Final = (
     "claim_expires_at = NULL, updated_at = zincir_now(), completed_at = zincir_now(), "
     f"claim_lease_owner = ?, claim_lease_token = ? WHERE {_WHERE}"
 )
-_COMPLETE: Final = sql(_COMPLETED)
+_COMPLETE: Final = sql(_COMPLETED, seals=(1,), run_param=5)
 _COMPLETE_CLAIMED: Final = sql(
     _COMPLETED + " AND status = 'claimed' AND kind = ? AND handler_id = ? AND input_digest = ? "
-    "RETURNING attempts"
+    "RETURNING attempts",
+    seals=(1,),
+    run_param=5,
 )
 """A claimed row bound to this very input, completed; no row back means the full path
 decides (no row yet, completed already, or bound to other input)."""
 _CREATE_COMPLETED: Final = sql(
     f"INSERT INTO operations ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 'completed', ?, ?, ?, "
     "NULL, 1, zincir_now(), zincir_now(), zincir_now(), ?, ?, ?) "
-    "ON CONFLICT (run_id, step_id, sequence) DO NOTHING RETURNING 1"
+    "ON CONFLICT (run_id, step_id, sequence) DO NOTHING RETURNING 1",
+    seals=(6, 8, 12),
+    run_param=0,
 )
 _RENEW: Final = sql(
     "UPDATE operations SET claim_expires_at = {later}, updated_at = zincir_now() "

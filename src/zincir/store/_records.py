@@ -21,8 +21,10 @@ S = TypeVar("S")
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
+    "CHECKPOINT_SEALED",
     "LIVE_STATUSES",
     "RUN_COLUMNS",
+    "RUN_SEALED",
     "TERMINAL_STATUSES",
     "CheckpointRecord",
     "Event",
@@ -79,6 +81,8 @@ class RunRecord(TypedDict):
 
 
 RUN_COLUMNS: Final = tuple(RunRecord.__annotations__)
+RUN_SEALED: Final = tuple(RUN_COLUMNS.index(c) for c in ("config", "result", "last_error"))
+"""The positions in :data:`RUN_COLUMNS` of the columns an encrypted store seals."""
 
 TimeDecoder = Callable[[Any], datetime]
 """How a backend's stored timestamp becomes an aware datetime: SQLite's text through
@@ -174,6 +178,8 @@ CHECKPOINT_COLUMNS: Final = (
     "id, round, status, state, evidence, lineage_seq, proposed_seq, decided_seq, decided_at"
 )
 """The ``checkpoints`` columns :func:`checkpoint_record` reads, in order."""
+CHECKPOINT_SEALED: Final = (3, 4)
+"""The positions in :data:`CHECKPOINT_COLUMNS` of ``state`` and ``evidence`` (sealed)."""
 
 
 def checkpoint_record(row: Sequence[Any], time: TimeDecoder = driver_time) -> CheckpointRecord:

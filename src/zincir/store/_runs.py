@@ -20,6 +20,7 @@ from ._content_rows import read_content
 from ._log import insert_run
 from ._records import (
     RUN_COLUMNS,
+    RUN_SEALED,
     Event,
     Lease,
     NewEvent,
@@ -57,9 +58,11 @@ _RUN: Final = (
     )
     + " FROM agent_runs"
 )
-_GET: Final = sql(_RUN + " WHERE id = ?")
-_LIST: Final = sql(_RUN + " ORDER BY updated_at DESC, id LIMIT ?")
-_LIST_OF: Final = sql(_RUN + " WHERE status = ? ORDER BY updated_at DESC, id LIMIT ?")
+_GET: Final = sql(_RUN + " WHERE id = ?", opens=RUN_SEALED, run_param=0)
+_LIST: Final = sql(_RUN + " ORDER BY updated_at DESC, id LIMIT ?", opens=RUN_SEALED)
+_LIST_OF: Final = sql(
+    _RUN + " WHERE status = ? ORDER BY updated_at DESC, id LIMIT ?", opens=RUN_SEALED
+)
 _TIMES: Final = ("lease_expires_at", "next_attempt_at", "wait_until", "created_at", "updated_at")
 _TIME_AT: Final = tuple(RUN_COLUMNS.index(column) for column in _TIMES)
 
@@ -67,7 +70,9 @@ _LAST_SEQ: Final = sql("SELECT {last_seq} FROM agent_runs WHERE id = ?")
 _EVENTS: Final = {
     (table, bounded): sql(
         f"SELECT seq, type, payload, created_at, payload_pieces FROM {table} "
-        "WHERE run_id = ? AND seq > ? ORDER BY seq" + (" LIMIT ?" if bounded else "")
+        "WHERE run_id = ? AND seq > ? ORDER BY seq" + (" LIMIT ?" if bounded else ""),
+        opens=(2,),
+        run_param=0,
     )
     for table in ("events", "archived_events")
     for bounded in (False, True)
@@ -100,7 +105,9 @@ _RELEASE: Final = sql(
 _FINISH: Final = sql(
     "UPDATE agent_runs SET status = ?, result = ?, last_error = ?, lease_owner = NULL, "
     "lease_expires_at = NULL, wait_kind = NULL, wait_ref = NULL, wait_until = NULL, "
-    "last_seq = ?, updated_at = zincir_now() WHERE id = ?"
+    "last_seq = ?, updated_at = zincir_now() WHERE id = ?",
+    seals=(1, 2),
+    run_param=4,
 )
 _VERSION: Final = sql("SELECT app_version FROM agent_runs WHERE id = ?{for_no_key_update}")
 _SET_VERSION: Final = sql("UPDATE agent_runs SET app_version = ? WHERE id = ?")

@@ -36,7 +36,9 @@ _HOLDER: Final = sql(
     "SELECT c.claim_owner, c.claim_token, c.event_seq, coalesce(e.payload, "
     "(SELECT a.payload FROM archived_events AS a WHERE a.run_id = c.run_id "
     "AND a.seq = c.event_seq)) FROM step_claims AS c LEFT JOIN events AS e "
-    "ON e.run_id = c.run_id AND e.seq = c.event_seq WHERE c.run_id = ? AND c.name = ?"
+    "ON e.run_id = c.run_id AND e.seq = c.event_seq WHERE c.run_id = ? AND c.name = ?",
+    opens=(3,),
+    run_param=0,
 )
 _RECLAIM: Final = sql(
     "UPDATE step_claims SET started_at = zincir_now() WHERE run_id = ? AND name = ? "

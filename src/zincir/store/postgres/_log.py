@@ -82,7 +82,14 @@ def append(tx: PostgresTx, lease: Lease, events: Sequence[NewEvent] = ()) -> int
 
 def insert_events(tx: PostgresTx, rows: Sequence[Params]) -> None:
     """Insert event rows (run id, seq, type, payload, tool call id, pieces) at the
-    transaction's time, under a fence it already took (``store._log.append_checked``)."""
+    transaction's time, under a fence it already took (``store._log.append_checked``);
+    in an encrypted store each payload sealed here."""
+    sealer = tx.sealer
+    if sealer is not None:
+        rows = [
+            (run_id, seq, kind, sealer.seal(payload), call, pieces)  # type: ignore[arg-type]
+            for run_id, seq, kind, payload, call, pieces in rows
+        ]
     if len(rows) == 1:
         tx.conn.execute(_INSERT, rows[0])
     elif rows:

@@ -6,6 +6,7 @@ and the claim's pointer with :data:`~._log.STEP_RESULT`, which does both in one 
 
 from __future__ import annotations
 
+from ..._encryption import Sealer
 from .._fence import diagnose
 from .._records import Lease
 from .._steps import CLAIM, StepOps, claim_params
@@ -17,15 +18,19 @@ from ._tx import PostgresTx
 __all__ = ["PostgresStepOps"]
 
 
-def _result_params(lease: Lease, name: str, result_json: str) -> dict[str, object]:
-    """The parameters of :data:`STEP_RESULT` for ``lease``'s result of step ``name``."""
+def _result_params(
+    lease: Lease, name: str, result_json: str, sealer: Sealer | None
+) -> dict[str, object]:
+    """The parameters of :data:`STEP_RESULT` for ``lease``'s result of step ``name`` (its
+    payload sealed in an encrypted store)."""
+    payload = step_completed(name, result_json).payload_json
     return {
         "run": lease.run_id,
         "name": name,
         "owner": lease.owner,
         "token": lease.token,
         "ttl": lease.ttl,
-        "payload": step_completed(name, result_json).payload_json,
+        "payload": payload if sealer is None else sealer.seal(payload),
     }
 
 
@@ -39,7 +44,9 @@ class PostgresStepOps(StepOps, PostgresBase):
 
     async def finish_step(self, lease: Lease, name: str, result_json: str) -> int:
         try:
-            row = await self._write_one(STEP_RESULT, _result_params(lease, name, result_json))
+            row = await self._write_one(
+                STEP_RESULT, _result_params(lease, name, result_json, self.sealer)
+            )
         except CheckFailed:
             raise step_claim_released(lease.run_id, name) from None
         if row is None:  # the fence failed: nothing was stored; say why
@@ -49,7 +56,7 @@ class PostgresStepOps(StepOps, PostgresBase):
     async def finish_step_and_claim(
         self, lease: Lease, name: str, result_json: str, next_name: str
     ) -> bool:
-        params = _result_params(lease, name, result_json)
+        params = _result_params(lease, name, result_json, self.sealer)
 
         def write(conn: Conn) -> bool:
             if conn.execute(STEP_RESULT, params).fetchone() is None:

@@ -1,5 +1,8 @@
 """SQLite's append to the event log, and the SQL functions its statements call.
 
+In an encrypted store both writers here seal each payload themselves (they run on the
+connection, not through a statement's ``seals``).
+
 Every fenced event is appended by :func:`append` (``SqliteTx.append``; events under a
 fence the transaction already took go through ``store._log.append_checked``), inside the
 caller's write transaction: it checks the lease's owner and token against the run's row,
@@ -106,8 +109,12 @@ def append(tx: SqliteTx, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
     if row is None:
         raise diagnose(tx, lease.run_id, lease.token)
     last_seq: int = row[0]
-    stored, rows = cut_events(events)
+    cut, rows = cut_events(events)
     write_content(tx, lease.run_id, rows)
+    stored: Sequence[tuple[str, str | bytes, str | None, str | None]] = cut
+    sealer = tx.sealer
+    if sealer is not None:
+        stored = [(kind, sealer.seal(text), call, pieces) for kind, text, call, pieces in cut]
     if len(stored) == 1:
         kind, payload, call_id, pieces = stored[0]
         conn.execute(_INSERT, (lease.run_id, last_seq + 1, kind, payload, stamp, call_id, pieces))
@@ -125,11 +132,18 @@ def append(tx: SqliteTx, lease: Lease, events: Sequence[NewEvent] = ()) -> int:
 def insert_events(tx: SqliteTx, rows: Sequence[Params]) -> None:
     """Insert event rows (run id, seq, type, payload, tool call id, pieces) at the
     transaction's time, under a fence it already took (``store._log.append_checked``)."""
-    stamp = tx.stamp_now
-    values = [
-        (run_id, seq, kind, payload, stamp, call, pieces)
-        for run_id, seq, kind, payload, call, pieces in rows
-    ]
+    stamp, sealer = tx.stamp_now, tx.sealer
+    values: list[tuple[object, ...]]
+    if sealer is not None:
+        values = [
+            (run_id, seq, kind, sealer.seal(payload), stamp, call, pieces)  # type: ignore[arg-type]
+            for run_id, seq, kind, payload, call, pieces in rows
+        ]
+    else:
+        values = [
+            (run_id, seq, kind, payload, stamp, call, pieces)
+            for run_id, seq, kind, payload, call, pieces in rows
+        ]
     if len(values) == 1:
         tx.conn.execute(_INSERT, values[0])
     else:
