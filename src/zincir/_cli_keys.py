@@ -150,7 +150,13 @@ class _Progress:
     show_default=True,
     help="Rows resealed in one transaction.",
 )
-def reencrypt_command(database: str, key_file: Path, to: str, batch: int) -> None:
+@click.option(
+    "--vacuum",
+    is_flag=True,
+    help="Then rewrite the database's files so no free page keeps an old value (SQLite "
+    "VACUUM, PostgreSQL VACUUM FULL of the sealed tables; writers wait meanwhile).",
+)
+def reencrypt_command(database: str, key_file: Path, to: str, batch: int, vacuum: bool) -> None:
     """Reseal every stored payload with key KEYID, in batches, while runs go on; a plain
     database is sealed (first stop every process writing to it without the keys).
     Killed, run it again: it goes on where the values are not yet under KEYID."""
@@ -158,7 +164,9 @@ def reencrypt_command(database: str, key_file: Path, to: str, batch: int) -> Non
     click.echo(
         f"resealing {database} with key {to!r} (keys given: {', '.join(encryption.key_ids)})"
     )
-    report = asyncio.run(reencrypt(database, encryption, to=to, batch=batch, progress=_Progress()))
+    report = asyncio.run(
+        reencrypt(database, encryption, to=to, batch=batch, progress=_Progress(), vacuum=vacuum)
+    )
     for table in report.tables:
         line = f"{table.table}: {table.resealed} of {table.scanned} rows resealed"
         if table.left:
@@ -167,6 +175,8 @@ def reencrypt_command(database: str, key_file: Path, to: str, batch: int) -> Non
     click.echo(f"done: {report.resealed} rows resealed with key {to!r}")
     if report.sealed:
         click.echo("the database was plain and is sealed now: open it with the key file")
+    if vacuum:
+        click.echo("the database's files are rewritten: no free page keeps an old value")
     if report.left:
         raise click.ClickException(
             f"{report.left} rows were rewritten meanwhile under another key: make every "

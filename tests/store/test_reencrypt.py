@@ -21,8 +21,16 @@ import pytest
 
 import zincir
 import zincir.store._reencrypt as reencrypt_module
+from tests.agent.openai_server import ChatServer
 from tests.conftest import REPO
 from tests.helpers import is_postgres, select
+from tests.integration.test_encryption_canary import (
+    assert_the_apis_give_it_back,
+    leaks_of,
+    put_the_canary_everywhere,
+    raw_file_leaks,
+    read_back,
+)
 from zincir import Encryption, EncryptionKeyMissing, PayloadTampered
 from zincir._encryption import KEYS_ENV, key_id_of
 from zincir.store import reencrypt
@@ -370,3 +378,36 @@ async def test_keys_never_appear_in_the_output(store_target: str, tmp_path: Path
             for text in (done.stdout, done.stderr, wrong.stdout, wrong.stderr):
                 assert shown not in text
     assert "keys given: A, B" in done.stdout
+
+
+async def test_every_family_is_sealed_then_rotated_and_reads_back(
+    store_target: str, server: ChatServer
+) -> None:
+    """The canary scenario (every kind of payload) on a plain store, sealed with A, then
+    rotated to B: no column shows the canary, every value is under the key, every API
+    gives it back, with B alone at the end."""
+    store = zincir.open_store(store_target)
+    try:
+        seen = await put_the_canary_everywhere(store, server)
+    finally:
+        await store.close()
+    assert leaks_of(store_target)
+    sealed = await reencrypt(store_target, keys("A", active="A"), batch=7)
+    assert sealed.sealed and sealed.left == 0
+    assert leaks_of(store_target) == [] and key_ids(store_target) == {"A"}
+    if not is_postgres(store_target):  # the old values linger in free pages until a vacuum
+        assert raw_file_leaks(Path(store_target)) == ["zincir.db"]
+    await reencrypt(store_target, keys("A", active="A"), vacuum=True)
+    if not is_postgres(store_target):
+        assert raw_file_leaks(Path(store_target)) == []
+    rotated = await reencrypt(store_target, keys("A", "B", active="B"), batch=7)
+    assert rotated.resealed == sealed.resealed and not rotated.sealed
+    assert key_ids(store_target) == {"B"}
+    columns = set(census(store_target))
+    assert {"content.body", "stream_items.payload", "langgraph_writes.value"} <= columns
+    reopened = zincir.open_store(store_target, encryption=keys("B", active="B"))
+    try:
+        assert_the_apis_give_it_back(seen, await read_back(reopened, server))
+    finally:
+        await reopened.close()
+    assert leaks_of(store_target) == []

@@ -15,6 +15,7 @@ over the :class:`~._sql.Tx` seam, for both backends.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from ._sql import Rules, Sql, Tx, sql
 if TYPE_CHECKING:
     from ._protocol import Store
 
-__all__ = ["DEFAULT_BATCH", "ReencryptReport", "ReencryptedTable", "reencrypt"]
+__all__ = ["DEFAULT_BATCH", "ReencryptReport", "ReencryptedTable", "reencrypt", "vacuum_sealed"]
 
 DEFAULT_BATCH: Final = 500
 """Rows a batch reads and reseals in one transaction, by default."""
@@ -260,6 +261,7 @@ async def reencrypt(
     to: str | None = None,
     batch: int = DEFAULT_BATCH,
     progress: Progress | None = None,
+    vacuum: bool = False,
 ) -> ReencryptReport:
     """Seal every stored payload with key ``to`` (default ``encryption.active``), opening
     each with any key of ``encryption``; values already under ``to`` are passed over.
@@ -268,7 +270,8 @@ async def reencrypt(
     then opened and closed here; a plain database given so is sealed (stop every process
     writing to it without the keys first). Runs may go on meanwhile: a row they rewrite is
     never overwritten. Killed, it can be run again. ``progress`` is called after each batch
-    with the table's counts so far.
+    with the table's counts so far. ``vacuum`` then rewrites the database's files, so that no
+    free page keeps a value as it was (see :func:`vacuum_sealed`).
     """
     if not isinstance(encryption, Encryption):
         raise InvalidInput(
@@ -288,10 +291,45 @@ async def reencrypt(
         with sealing_plain():
             opened = open_store(store_or_target, encryption=Encryption(_keys(encryption), target))
         try:
-            return await _reencrypt(opened, encryption, target, batch, progress)
+            report = await _reencrypt(opened, encryption, target, batch, progress)
+            if vacuum:
+                await asyncio.to_thread(vacuum_sealed, opened)
+            return report
         finally:
             await opened.close()
-    return await _reencrypt(store_or_target, encryption, target, batch, progress)
+    report = await _reencrypt(store_or_target, encryption, target, batch, progress)
+    if vacuum:
+        await asyncio.to_thread(vacuum_sealed, store_or_target)
+    return report
+
+
+def vacuum_sealed(store: object) -> None:
+    """Rewrite the files holding the sealed tables, leaving no page with a value as it was
+    before it was (re)sealed: SQLite's ``VACUUM`` and a WAL checkpoint that truncates it
+    (writers wait meanwhile), PostgreSQL's ``VACUUM FULL`` of each sealed table (each locked
+    meanwhile; the server's WAL archive and backups are not touched)."""
+    from .sqlite import SQLiteStore
+
+    if isinstance(store, SQLiteStore):
+        import apsw
+
+        from .sqlite._errors import translating
+
+        with translating(store.path):
+            conn = apsw.Connection(store.path)
+            try:
+                conn.set_busy_timeout(int(store.busy_timeout.total_seconds() * 1000))
+                conn.execute("VACUUM")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                conn.close()
+        return
+    connect = getattr(store, "_connect", None)
+    if connect is None:
+        raise InvalidInput(f"vacuum takes a zincir store, not {type(store).__name__}")
+    with connect() as conn:  # autocommit, in the store's schema
+        for table in SEALED_COLUMNS:
+            conn.execute(f"VACUUM FULL {table}")
 
 
 async def _reencrypt(
