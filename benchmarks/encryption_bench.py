@@ -6,9 +6,9 @@ The units are run.py's: a ``WorkflowContext.step`` returning ``step_result`` (at
 NORMAL, where no fsync hides the CPU) and the durable agent turn (one model request and
 three tool calls, ``FunctionModel``, FULL). Each is measured on a plain store and on one
 opened with ``encryption=zincir.Encryption(...)`` (AES-256-GCM on every payload written and
-read), alternately in the same run: a step round by round on fresh databases, the turn run by
-run on two open stores. A ratio is sealed over plain, the median of each round's (steps) or
-the medians' (turns).
+read), alternately on two open stores: steps in blocks of ``BLOCK``, turns run by run, the
+order swapped each time. A figure is the median of its samples; a ratio, sealed over plain,
+the median of the adjacent pairs' ratios (this machine's speed drifts within a minute).
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import zincir  # noqa: E402
 from zincir._encryption import KEYS_ENV  # noqa: E402
 from zincir.agent import DurableBinding  # noqa: E402
 
+BLOCK = 50
+"""Steps timed together, alternating between the plain and the sealed store."""
 KEY_ID = "bench"
 """The id of the key the sealed figures use (a fresh random key each run)."""
 
@@ -38,10 +40,36 @@ def bench_keys() -> zincir.Encryption:
     return zincir.Encryption({KEY_ID: zincir.Encryption.generate_key()}, KEY_ID)
 
 
+def medians(plain: list[float], sealed: list[float]) -> tuple[float, float, float]:
+    """The median of each, and the median of the pairs' ratios (sealed over plain)."""
+    ratios = [s / p for p, s in zip(plain, sealed, strict=True)]
+    return statistics.median(plain), statistics.median(sealed), statistics.median(ratios)
+
+
+async def steps_us(
+    plain_db: str, sealed_db: str, synchronous: str, n: int, keys: zincir.Encryption
+) -> tuple[float, float, float]:
+    """Per step (µs): on a plain store, on a sealed one, and the ratio; blocks alternating."""
+    from run import warm_workflow
+
+    plain_steps = warm_workflow(plain_db, synchronous, 50, "steps")
+    sealed_steps = warm_workflow(sealed_db, synchronous, 50, "steps", encryption=keys)
+    async with plain_steps as plain, sealed_steps as sealed:
+        samples: dict[Any, list[float]] = {plain: [], sealed: []}
+        for block in range(max(n // BLOCK, 1)):
+            for step in (plain, sealed) if block % 2 == 0 else (sealed, plain):
+                started = time.perf_counter()
+                for i in range(block * BLOCK, (block + 1) * BLOCK):
+                    await step(i)
+                samples[step].append((time.perf_counter() - started) / BLOCK * 1e6)
+    return medians(samples[plain], samples[sealed])
+
+
 async def turns_us(
     plain_db: str, sealed_db: str, runs: int, turns: int, keys: zincir.Encryption
-) -> tuple[float, float]:
-    """Per durable turn (µs): on a plain store, on a sealed one; runs alternating."""
+) -> tuple[float, float, float]:
+    """Per durable turn (µs): on a plain store, on a sealed one, and the ratio; runs
+    alternating."""
     from run import TURN_HANDLERS, durable_turn_agent
 
     plain = durable_turn_agent(plain_db, turns)
@@ -49,7 +77,8 @@ async def turns_us(
     try:
         samples: tuple[list[float], list[float]] = ([], [])
         for i in range(-3, runs):  # three runs of each to warm up
-            for (agent, _, runtime), kept in zip((plain, sealed), samples, strict=True):
+            pairs = list(zip((plain, sealed), samples, strict=True))
+            for (agent, _, runtime), kept in pairs if i % 2 == 0 else pairs[::-1]:
                 binding = DurableBinding(runtime, f"turn-{i}", TURN_HANDLERS)
                 started = time.perf_counter()
                 result = await agent.run("Check the items.", durable=binding)
@@ -57,7 +86,7 @@ async def turns_us(
                 assert result.output == "done"
                 if i >= 0:
                     kept.append(elapsed)
-        return statistics.median(samples[0]), statistics.median(samples[1])
+        return medians(*samples)
     finally:
         await plain[1].close()
         await sealed[1].close()
@@ -68,37 +97,25 @@ def measure(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """The section's figures and ratios. ``$ZINCIR_ENCRYPTION_KEYS`` is ignored while it runs
     (the plain figures stay plain)."""
-    from run import step_us
-
     keys = bench_keys()
     saved = os.environ.pop(KEYS_ENV, None)
     try:
         figures: dict[str, float] = {}
         ratios: dict[str, float] = {}
-        steps = bench.n(1000, 300)
+        steps = bench.n(1000, 300) * bench.repeat
         for sync in ("full", "normal"):
-            plain, sealed = [], []
-            for _ in range(bench.repeat):
-                plain.append(run_async(step_us(bench.db(f"enc-step-{sync}"), sync, steps)))
-                sealed.append(
-                    run_async(
-                        step_us(bench.db(f"enc-step-{sync}-sealed"), sync, steps, encryption=keys)
-                    )
-                )
-            figures[f"encryption_step_{sync}_plain_us"] = statistics.median(plain)
-            figures[f"encryption_step_{sync}_sealed_us"] = statistics.median(sealed)
-            ratios[f"encryption_step_{sync}_sealed_over_plain"] = statistics.median(
-                [s / p for s, p in zip(sealed, plain, strict=True)]
+            plain, sealed, ratio = run_async(
+                steps_us(bench.db(f"enc-{sync}"), bench.db(f"enc-{sync}-sealed"), sync, steps, keys)
             )
-        turns = 5
-        plain_turn, sealed_turn = run_async(
-            turns_us(
-                bench.db("enc-turn"), bench.db("enc-turn-sealed"), bench.n(100, 30), turns, keys
-            )
+            figures[f"encryption_step_{sync}_plain_us"] = plain
+            figures[f"encryption_step_{sync}_sealed_us"] = sealed
+            ratios[f"encryption_step_{sync}_sealed_over_plain"] = ratio
+        plain, sealed, ratio = run_async(
+            turns_us(bench.db("enc-turn"), bench.db("enc-turn-sealed"), bench.n(100, 30), 5, keys)
         )
-        figures["encryption_turn_plain_us"] = plain_turn
-        figures["encryption_turn_sealed_us"] = sealed_turn
-        ratios["encryption_turn_sealed_over_plain"] = sealed_turn / plain_turn
+        figures["encryption_turn_plain_us"] = plain
+        figures["encryption_turn_sealed_us"] = sealed
+        ratios["encryption_turn_sealed_over_plain"] = ratio
         return figures, ratios
     finally:
         if saved is not None:
@@ -113,7 +130,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
-    parser.add_argument("--repeat", type=int, default=5, help="rounds of each step figure")
+    parser.add_argument("--repeat", type=int, default=5, help="steps: 1,000 (300) times this")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
     bench = Bench(args.quick, args.repeat)
