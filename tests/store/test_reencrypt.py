@@ -305,6 +305,9 @@ async def test_a_value_under_a_key_not_given_names_the_key(store_target: str) ->
     with pytest.raises(EncryptionKeyMissing) as opened:
         await run_steps(store_target, keys("B", active="B"), ["s1"], calls)
     assert opened.value.key_id == "A"
+    wrong = Encryption({"A": Encryption.generate_key(), "B": KEYS["B"]}, "B")
+    with pytest.raises(PayloadTampered, match="not the key"):
+        await reencrypt(store_target, wrong)
     assert key_ids(store_target) == {"A"}
 
 
@@ -329,9 +332,13 @@ async def test_a_plain_store_object_is_sealed_only_by_its_path(tmp_path: Path) -
         await reencrypt(tmp_path / "plain.db", keys("A", active="A"), to="C")
 
 
+@pytest.mark.parametrize("attempts", [5, 1])
 async def test_a_row_rewritten_during_the_walk_is_not_overwritten(
-    store_target: str, monkeypatch: pytest.MonkeyPatch
+    store_target: str, monkeypatch: pytest.MonkeyPatch, attempts: int
 ) -> None:
+    """A live run rewrites a row between the walk's read and its swap: the swap misses, the
+    row is read again and resealed; with no attempt left it is reported left as it is."""
+    monkeypatch.setattr(reencrypt_module, "_ATTEMPTS", attempts)
     calls: list[str] = []
     await run_steps(store_target, keys("A", active="A"), ["s1"], calls)
     live = zincir.open_store(store_target, encryption=keys("A", active="A"))
@@ -356,10 +363,15 @@ async def test_a_row_rewritten_during_the_walk_is_not_overwritten(
         await live.save_restart_checkpoint(WORKFLOW, "cp", 2, '{"v": "second"}')
         resume.set()
         report = await walk
-        assert report.left == 0
         stored = await walker.load_restart_checkpoint(WORKFLOW, "cp")
         assert stored is not None and stored.revision == 2 and "second" in stored.payload_json
-        assert census(store_target)["restart_checkpoints.payload"] == Counter({"B": 1})
+        resealed = {table.table: table for table in report.tables}["restart_checkpoints"]
+        if attempts > 1:
+            assert report.left == 0 and resealed.resealed == 1
+            assert census(store_target)["restart_checkpoints.payload"] == Counter({"B": 1})
+        else:
+            assert report.left == 1 and resealed.resealed == 0 and resealed.left == 1
+            assert census(store_target)["restart_checkpoints.payload"] == Counter({"A": 1})
     finally:
         await live.close()
         await walker.close()

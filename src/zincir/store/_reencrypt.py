@@ -238,16 +238,14 @@ async def _walk(
         if count == 0:
             break
         scanned += count
-        for attempt in range(_ATTEMPTS):
+        for _ in range(_ATTEMPTS):
             if not changes:
                 break
             missed = await store._write_tx(partial(_swap, table, changes))
             resealed += len(changes) - len(missed)
-            if not missed:
-                changes = []
-                break
-            if attempt + 1 < _ATTEMPTS:
-                changes = await store._read_tx(partial(_reread, table, resealer, missed))
+            changes = (
+                await store._read_tx(partial(_reread, table, resealer, missed)) if missed else []
+            )
         left += len(changes)
         if progress is not None:
             progress(ReencryptedTable(table.name, scanned, resealed, left))
