@@ -40,7 +40,13 @@ try:
     from temporalio.api.enums.v1 import EventType
     from temporalio.api.failure.v1 import Failure as FailureProto
     from temporalio.client import Client, WorkflowHistory
-    from temporalio.converter import DataConverter, PayloadCodec
+    from temporalio.converter import (
+        DataConverter,
+        PayloadCodec,
+        SerializationContext,
+        WithSerializationContext,
+        WorkflowSerializationContext,
+    )
 
     from zincir.temporal import EncryptionCodec, TemporalRuntime, Worker, data_converter
     from zincir.temporal._codec import KEY_ID_METADATA, SEALED_ENCODING, encrypted_client
@@ -182,12 +188,22 @@ async def test_failure_messages_and_stack_traces_are_sealed() -> None:
     assert CANARY in str(decoded)
 
 
-class Marking(PayloadCodec):
-    """A user's own codec: marks each payload, so the test sees it ran."""
+class Marking(PayloadCodec, WithSerializationContext):
+    """A user's own codec: marks each payload (with its workflow id, given a context)."""
+
+    def __init__(self, workflow_id: str = "") -> None:
+        self.workflow_id = workflow_id
+
+    def with_context(self, context: SerializationContext) -> Marking:
+        assert isinstance(context, WorkflowSerializationContext)
+        return Marking(context.workflow_id)
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         return [
-            Payload(metadata={"encoding": b"binary/marked"}, data=p.SerializeToString())
+            Payload(
+                metadata={"encoding": b"binary/marked", "wf": self.workflow_id.encode()},
+                data=p.SerializeToString(),
+            )
             for p in payloads
         ]
 
@@ -203,6 +219,11 @@ async def test_a_users_codec_runs_inside_the_seal() -> None:
     [inner] = await EncryptionCodec(KEYS).decode([sealed])
     assert inner.metadata["encoding"] == b"binary/marked"
     assert await converter.decode([sealed]) == [CANARY]
+    # the user's codec still gets its serialization context
+    context = WorkflowSerializationContext(namespace="default", workflow_id="wf-1")
+    [sealed] = await converter.with_context(context).encode([CANARY])
+    [inner] = await EncryptionCodec(KEYS).decode([sealed])
+    assert inner.metadata["wf"] == b"wf-1"
 
 
 def test_the_codec_takes_an_encryption() -> None:
@@ -450,3 +471,23 @@ async def test_the_cli_worker_seals_with_its_key_file(
             worker.kill()
             worker.communicate()
     assert worker.returncode == 0
+
+
+def test_the_cli_worker_refuses_unreadable_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from zincir.temporal._cli import temporal_worker_command
+
+    target = "tests.temporal.sealed_handlers:registry"
+    bad = tmp_path / "keys.json"
+    bad.write_text("not json")
+    result = CliRunner().invoke(
+        temporal_worker_command, [target, "--task-queue", "q", "--key-file", str(bad)]
+    )
+    assert result.exit_code == 2 and "--key-file" in result.output
+    assert "is not JSON" in result.output
+    monkeypatch.setenv(KEYS_ENV, '{"keys": {}}')
+    result = CliRunner().invoke(temporal_worker_command, [target, "--task-queue", "q"])
+    assert result.exit_code == 2 and KEYS_ENV in result.output

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Self
 
 from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
@@ -21,6 +21,8 @@ from temporalio.converter import (
     DefaultFailureConverter,
     DefaultFailureConverterWithEncodedAttributes,
     PayloadCodec,
+    SerializationContext,
+    WithSerializationContext,
 )
 
 from .._encryption import Encryption, Sealer, key_id_of
@@ -135,7 +137,7 @@ def encrypted_client(client: Client, encryption: Encryption | None) -> Client:
     return Client(**config)
 
 
-class _Chained(PayloadCodec):
+class _Chained(PayloadCodec, WithSerializationContext):
     """A user's codec, then the encryption codec (sealed outermost)."""
 
     def __init__(self, inner: PayloadCodec, outer: EncryptionCodec) -> None:
@@ -147,3 +149,9 @@ class _Chained(PayloadCodec):
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
         return await self.inner.decode(await self.outer.decode(payloads))
+
+    def with_context(self, context: SerializationContext) -> Self:
+        """The user's codec given the context, if it takes one."""
+        if not isinstance(self.inner, WithSerializationContext):
+            return self
+        return type(self)(self.inner.with_context(context), self.outer)
