@@ -26,11 +26,13 @@ from typing import Any
 
 import pytest
 
+import zincir
 from tests.conftest import REPO
 from tests.integration.temporal_server import TemporalServer
-from tests.temporal.sealed_handlers import CANARY, TOOL, registry
+from tests.temporal.sealed_handlers import CANARY, TOOL, finder, registry
 from zincir import Encryption, EncryptionKeyMissing, InvalidInput, PayloadTampered
 from zincir._encryption import KEYS_ENV
+from zincir.agent import Runner
 from zincir.contract import Failure, Invocation, OperationKind, Record, Success
 from zincir.durable import RetryPolicy
 
@@ -491,3 +493,32 @@ def test_the_cli_worker_refuses_unreadable_keys(
     monkeypatch.setenv(KEYS_ENV, '{"keys": {}}')
     result = CliRunner().invoke(temporal_worker_command, [target, "--task-queue", "q"])
     assert result.exit_code == 2 and KEYS_ENV in result.output
+
+
+async def test_an_agent_turn_leaves_no_clear_payload(client: Client, tmp_path: Path) -> None:
+    queue = f"sealed-agent-{uuid.uuid4().hex}"
+    store = zincir.open_store(tmp_path / "agent.db")
+    try:
+        runtime = TemporalRuntime(
+            client,
+            task_queue=queue,
+            registrations=Runner.handlers_for(finder).configured(),
+            retry=FAST_RETRY,
+            encryption=KEYS,
+        )
+        runner = Runner(store, [finder], runtime=runtime)
+        async with Worker(client, runner.registry, queue, encryption=KEYS):
+            result = await runner.run(finder, f"find {CANARY}")
+        assert result.output == f"the answer is {CANARY}"
+    finally:
+        await store.close()
+    workflow_ids: list[str] = []
+    for _ in range(100):  # visibility lags a little
+        listed = client.list_workflows(f'TaskQueue="{queue}"')
+        workflow_ids = [execution.id async for execution in listed]
+        if len(workflow_ids) >= 3:
+            break
+        await asyncio.sleep(0.1)
+    assert len(workflow_ids) == 3  # two model requests and the tool call
+    for workflow_id in workflow_ids:
+        assert_only_sealed(await client.get_workflow_handle(workflow_id).fetch_history())
