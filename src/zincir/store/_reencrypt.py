@@ -42,6 +42,8 @@ __all__ = ["DEFAULT_BATCH", "ReencryptReport", "ReencryptedTable", "reencrypt", 
 DEFAULT_BATCH: Final = 500
 """Rows a batch reads and reseals in one transaction, by default."""
 MAX_BATCH: Final = 100_000
+_SWAP_ROWS: Final = 250
+"""Rows one swap statement sets at most (its parameters stay within both backends' limits)."""
 _ATTEMPTS: Final = 5
 """How often a row a live run keeps rewriting is read again before it is left as it is."""
 
@@ -108,12 +110,26 @@ class _Table:
             sql(f"SELECT {read} FROM {name} WHERE {match}"),
         )
 
-    def swap(self, columns: tuple[str, ...]) -> Sql:
-        """Set ``columns`` of the row with the given key where they still hold the values
-        read (parameters: the new values, the key, the old values); a row when it did."""
-        sets = ", ".join(f"{column} = ?" for column in columns)
-        where = " AND ".join([*(f"{key} = ?" for key in self.keys), *(f"{c} = ?" for c in columns)])
-        return sql(f"UPDATE {self.name} SET {sets} WHERE {where} RETURNING 1")
+    def swap(self, columns: tuple[str, ...], rows: int) -> Sql:
+        """Set ``columns`` of ``rows`` rows, each where they still hold the values read; the
+        keys of the rows set. Parameters, a row after another: its key, the new values, the
+        old values."""
+        width = len(self.keys) + 2 * len(columns)
+        values = ", ".join(["(" + ", ".join("?" * width) + ")"] * rows)
+        new = len(self.keys) + 1
+        old = new + len(columns)
+        sets = ", ".join(f"{c} = v.column{new + i}" for i, c in enumerate(columns))
+        where = " AND ".join(
+            [
+                *(f"{self.name}.{k} = v.column{i + 1}" for i, k in enumerate(self.keys)),
+                *(f"{self.name}.{c} = v.column{old + i}" for i, c in enumerate(columns)),
+            ]
+        )
+        returned = ", ".join(f"{self.name}.{k}" for k in self.keys)
+        return sql(
+            f"UPDATE {self.name} SET {sets} FROM (VALUES {values}) AS v "
+            f"WHERE {where} RETURNING {returned}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,16 +227,18 @@ def _reread(
 
 
 def _swap(table: _Table, changes: Sequence[_Change], tx: Tx) -> list[tuple[Any, ...]]:
-    """Swap each change's values where the row still holds those read; the keys missed."""
-    statements: dict[tuple[str, ...], Sql] = {}
-    missed: list[tuple[Any, ...]] = []
+    """Swap each change's values where the row still holds those read, one statement for
+    the rows setting the same columns; the keys missed."""
+    groups: dict[tuple[str, ...], list[_Change]] = {}
     for change in changes:
-        statement = statements.get(change.columns)
-        if statement is None:
-            statement = statements[change.columns] = table.swap(change.columns)
-        if tx.one(statement, (*change.new, *change.key, *change.old)) is None:
-            missed.append(change.key)
-    return missed
+        groups.setdefault(change.columns, []).append(change)
+    done: set[tuple[Any, ...]] = set()
+    for columns, group in groups.items():
+        for start in range(0, len(group), _SWAP_ROWS):
+            chunk = group[start : start + _SWAP_ROWS]
+            params = [value for c in chunk for value in (*c.key, *c.new, *c.old)]
+            done.update(tuple(row) for row in tx.all(table.swap(columns, len(chunk)), params))
+    return [change.key for change in changes if change.key not in done]
 
 
 Progress = Callable[[ReencryptedTable], None]
