@@ -172,6 +172,10 @@ async def test_a_run_started_under_a_continues_after_rotation_to_b(store_target:
     resealed = {table.table: table.resealed for table in report.tables}
     assert resealed["agent_runs"] == 2 and resealed["events"] > 0
     assert key_ids(store_target) == {"B"}
+    assert select(store_target, "SELECT key_id FROM sealing_keys ORDER BY key_id") == [
+        ("A",),
+        ("B",),
+    ]
     # With A and B, then with B alone: the run replays its steps without running them.
     again = await run_steps(store_target, keys("A", "B", active="B"), ["s1", "s2", "s3"], calls)
     last = await run_steps(store_target, keys("B", active="B"), ["s1", "s2", "s3", "s4"], calls)
@@ -330,6 +334,9 @@ async def test_a_plain_store_object_is_sealed_only_by_its_path(tmp_path: Path) -
         await reencrypt(tmp_path / "plain.db", keys("A", active="A"), batch=0)
     with pytest.raises(zincir.InvalidInput, match="'C'"):
         await reencrypt(tmp_path / "plain.db", keys("A", active="A"), to="C")
+    with pytest.raises(zincir.NotAZincirDatabase):
+        await reencrypt(tmp_path / "typo.db", keys("A", active="A"))
+    assert not (tmp_path / "typo.db").exists()
 
 
 @pytest.mark.parametrize("attempts", [5, 1])

@@ -282,12 +282,12 @@ async def reencrypt(
     """Seal every stored payload with key ``to`` (default ``encryption.active``), opening
     each with any key of ``encryption``; values already under ``to`` are passed over.
 
-    ``store_or_target`` is an open store (with keys) or a SQLite path or PostgreSQL URL,
-    then opened and closed here; a plain database given so is sealed (stop every process
-    writing to it without the keys first). Runs may go on meanwhile: a row they rewrite is
-    never overwritten. Killed, it can be run again. ``progress`` is called after each batch
-    with the table's counts so far. ``vacuum`` then rewrites the database's files, so that no
-    free page keeps a value as it was (see :func:`vacuum_sealed`).
+    ``store_or_target`` is an open store (with keys), or an existing database's SQLite path
+    or PostgreSQL URL, then opened and closed here: a plain database given so is sealed
+    (stop every process writing to it without the keys first). Runs may go on meanwhile: a
+    row they rewrite is never overwritten. Killed, it can be run again. ``progress`` is
+    called after each batch with the table's counts so far. ``vacuum`` then rewrites the
+    database's files, so that no free page keeps a value as it was (:func:`vacuum_sealed`).
     """
     if not isinstance(encryption, Encryption):
         raise InvalidInput(
@@ -303,7 +303,9 @@ async def reencrypt(
         raise InvalidInput(f"batch must be a number of rows from 1 to {MAX_BATCH}, not {batch!r}")
     if isinstance(store_or_target, str | os.PathLike):
         from . import open_store
+        from ._readonly import open_read_only
 
+        open_read_only(store_or_target, encryption=encryption).check()  # never creates one
         with sealing_plain():
             opened = open_store(store_or_target, encryption=Encryption(_keys(encryption), target))
         try:
