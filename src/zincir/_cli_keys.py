@@ -168,6 +168,8 @@ def reencrypt_command(database: str, key_file: Path, to: str, batch: int, vacuum
         reencrypt(database, encryption, to=to, batch=batch, progress=_Progress(), vacuum=vacuum)
     )
     for table in report.tables:
+        if not table.scanned:
+            continue
         line = f"{table.table}: {table.resealed} of {table.scanned} rows resealed"
         if table.left:
             line += f", {table.left} rewritten meanwhile under another key"
