@@ -430,3 +430,30 @@ async def test_every_family_is_sealed_then_rotated_and_reads_back(
     finally:
         await reopened.close()
     assert leaks_of(store_target) == []
+
+
+async def test_a_run_goes_on_while_the_walk_reseals_its_log(store_target: str) -> None:
+    """Steps are written (under B) while the walk reseals the log (from A), in small
+    batches: both finish, every value ends under B, and the run replays every step."""
+    calls: list[str] = []
+    first = [f"s{i}" for i in range(20)]
+    await run_steps(store_target, keys("A", active="A"), first, calls)
+    both = keys("A", "B", active="B")
+    names = [*first, *(f"t{i}" for i in range(20))]
+    walker = zincir.open_store(store_target, encryption=both)
+    try:
+        live = asyncio.create_task(run_steps(store_target, both, names, calls))
+        overlapped: list[bool] = []
+        report = await reencrypt(
+            walker,
+            both,
+            batch=2,
+            progress=lambda table: overlapped.append(table.table == "events" and not live.done()),
+        )
+        await live
+    finally:
+        await walker.close()
+    assert report.left == 0 and calls == names and any(overlapped)
+    assert key_ids(store_target) == {"B"}
+    replayed = await run_steps(store_target, keys("B", active="B"), names, calls)
+    assert replayed == [{"value": f"{CANARY}-{name}"} for name in names] and calls == names
