@@ -5,17 +5,19 @@ writes. The APIs return plaintext; the columns, read raw, hold only sealed value
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
+import apsw
 import pytest
 
 import zincir
 from tests.helpers import is_postgres, select
-from zincir import RevisionConflict
+from zincir import PayloadTampered, RevisionConflict
 from zincir._encryption import SEALED
 from zincir.restart import SQLRestartStore
 from zincir.store import (
@@ -302,3 +304,66 @@ async def test_the_read_only_view_opens_threads_and_streams_or_shows_them_sealed
         said, kept = blind.thread_writes("t", "", "0001")
         assert said["preview"] == SEALED and kept["size"] == len(packed)
         assert blind.read_stream("r1", 0)[0].payload_json == SEALED
+
+
+def tamper(target: str, table: str, column: str) -> None:
+    """Flip the last byte of every sealed value of ``table.column``, past zincir."""
+
+    def flipped(value: Any) -> Any:
+        if isinstance(value, str):
+            envelope = bytearray(base64.b64decode(value[len("zs1:") :]))
+            envelope[-1] ^= 1
+            return "zs1:" + base64.b64encode(envelope).decode()
+        envelope = bytearray(value)
+        envelope[-1] ^= 1
+        return bytes(envelope)
+
+    update = f"UPDATE {table} SET {column} = ? WHERE {column} = ?"
+    stored = raw(target, f"SELECT {column} FROM {table}")
+    if is_postgres(target):
+        import psycopg
+        from psycopg import sql as pgsql
+
+        from zincir.store.postgres._base import split_schema
+
+        conninfo, schema, _ = split_schema(target)
+        with psycopg.connect(conninfo) as conn:
+            conn.execute(pgsql.SQL("SET search_path TO {}").format(pgsql.Identifier(schema)))
+            for value in stored:
+                conn.execute(update.replace("?", "%s"), (flipped(value), value))
+        return
+    conn = apsw.Connection(target)
+    try:
+        for value in stored:
+            conn.execute(update, (flipped(value), value))
+    finally:
+        conn.close()
+
+
+async def test_a_tampered_value_is_refused_naming_its_run(
+    store: Store, store_url: str, lease: Lease
+) -> None:
+    arguments = json.dumps({"note": CANARY})
+    new = NewApproval("r1", "c1", "refund", arguments, digest({"note": CANARY}), 1, "approval")
+    await store.open_approvals(lease, [new])
+    await store.send_message("r1", "inbox", json.dumps({"text": CANARY}))
+    await store.save_restart_checkpoint("r1", "cp", 1, json.dumps({"text": CANARY}))
+    await store.append_stream(lease, [_item("part_delta", request=1)])
+    for table, column in [
+        ("approvals", "arguments"),
+        ("messages", "payload"),
+        ("restart_checkpoints", "payload"),
+        ("stream_items", "payload"),
+    ]:
+        tamper(store_url, table, column)
+    reads = [
+        store.get_approval("r1/c1"),
+        store.list_approvals("r1"),
+        store.receive_attempt(lease, "inbox", "recv-1", None),
+        store.load_restart_checkpoint("r1", "cp"),
+        store.read_stream("r1", 0),
+    ]
+    for read in reads:
+        with pytest.raises(PayloadTampered, match=r"^\[run r1\]") as refused:
+            await read
+        assert refused.value.run_id == "r1"

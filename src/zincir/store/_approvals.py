@@ -49,7 +49,9 @@ from ._sql import Rules, Tx, sql
 __all__ = ["ApprovalOps", "decide_approval", "open_approvals", "settle_approval"]
 
 _SELECT: Final = f"SELECT {APPROVAL_COLUMNS} FROM approvals"
-_BY_ID: Final = sql(f"{_SELECT} WHERE approval_id = ?", opens=APPROVAL_PAYLOADS)
+_BY_ID: Final = sql(  # the run id an approval id names: for the error of a damaged value
+    f"{_SELECT} WHERE approval_id = ? AND run_id = ?", opens=APPROVAL_PAYLOADS, run_param=1
+)
 _OF_CALLS: Final = sql(
     f"{_SELECT} WHERE run_id = ? AND call_id {{in_list}}", opens=APPROVAL_PAYLOADS, run_param=0
 )
@@ -72,8 +74,9 @@ _OWNER: Final = sql("SELECT run_id FROM approvals WHERE approval_id = ?")
 _RUN_STATUS: Final = sql("SELECT status FROM agent_runs WHERE id = ?{for_share}")
 _UNDECIDED: Final = sql(
     f"SELECT {APPROVAL_COLUMNS}, expires_at <= zincir_now() FROM approvals "
-    "WHERE approval_id = ?{for_update}",
+    "WHERE approval_id = ? AND run_id = ?{for_update}",
     opens=APPROVAL_PAYLOADS,
+    run_param=1,
 )
 _DECIDE: Final = sql(
     "UPDATE approvals SET decision = ?, edited_args_sha256 = ?, decided_by = ?, "
@@ -158,7 +161,7 @@ def decide_approval(
         raise approval_not_found(aid)
     run_id: str = owner[0]
     status = tx.one(_RUN_STATUS, (run_id,))
-    stored_row = tx.one(_UNDECIDED, (aid,))
+    stored_row = tx.one(_UNDECIDED, (aid, run_id))
     if stored_row is None:
         raise approval_not_found(aid)
     stored, expired = approval_row(stored_row[:-1], tx.time), bool(stored_row[-1])
@@ -214,9 +217,10 @@ class ApprovalOps(Rules):
     async def get_approval(self, approval_id: str) -> ApprovalRow | None:
         """One approval as stored, decided or not; None if there is none."""
         aid = check_approval_id(approval_id)
+        run_id = approval_run_id(aid)  # None: no stored approval has this id
 
         def read(tx: Tx) -> ApprovalRow | None:
-            row = tx.one(_BY_ID, (aid,))
+            row = tx.one(_BY_ID, (aid, run_id))
             return None if row is None else approval_row(row, tx.time)
 
         return await self._read_tx(read)
