@@ -28,6 +28,7 @@ from tests.integration.test_encryption_canary import (
 from zincir._encryption import KEYS_ENV, SEALED, key_id_of
 from zincir.agent import Agent, OpenAIChatModel, Runner
 from zincir.cli import main
+from zincir.store import GraphWrite, NewGraphCheckpoint
 
 KEY_ID = "reader-key"
 
@@ -236,3 +237,33 @@ async def test_approvals_read_and_decide_with_the_key_file(
     )
     [decided] = json.loads(every.output)
     assert (decided["decision"], decided["decided_by"]) == ("approve", "alice")
+
+
+async def test_threads_list_and_show_open_values_with_the_key_file_and_show_them_sealed_without(
+    store_target: str, keys: zincir.Encryption, tmp_path: Path
+) -> None:
+    value = json.dumps({"channel_values": {"text": CANARY}}).encode()
+    store = zincir.open_store(store_target, encryption=keys)
+    try:
+        metadata = json.dumps({"step": 1, "who": CANARY})
+        await store.put_graph_checkpoint(
+            NewGraphCheckpoint("chat-1", "", "0001", None, "json", value, metadata, run_id="r1")
+        )
+        said = GraphWrite("task", 0, "say", "json", json.dumps({"say": CANARY}).encode())
+        await store.put_graph_writes("chat-1", "", "0001", [said])
+    finally:
+        await store.close()
+    keyed = key_file(tmp_path, keys)
+
+    listed = zincir_cli("threads", "list", "--db", store_target)
+    assert listed.exit_code == 0, output(listed)
+    assert "chat-1" in listed.output and "0001" in listed.output
+    blind = zincir_cli("threads", "show", "chat-1", "--db", store_target)
+    assert blind.exit_code == 0, output(blind)
+    assert CANARY not in blind.output
+    assert SEALED in blind.output and f"{len(value)}" in blind.output  # sizes before sealing
+    opened = zincir_cli("threads", "show", "chat-1", "--db", store_target, "--key-file", keyed)
+    assert opened.exit_code == 0, output(opened)
+    assert f'"who":"{CANARY}"' in opened.output  # the metadata
+    assert f'{{"say":"{CANARY}"}}' in opened.output  # the pending write
+    assert SEALED not in opened.output
