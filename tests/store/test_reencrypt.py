@@ -191,9 +191,14 @@ async def test_a_run_started_under_a_continues_after_rotation_to_b(store_target:
     assert (await reencrypt(store_target, keys("B", active="B"))).resealed == 0
 
 
+@pytest.mark.parametrize(
+    "point", ["store.after_begin:4", "store.after_statements:4", "store.after_commit:4"]
+)
 async def test_reencrypt_killed_midway_then_run_again_completes(
-    store_target: str, tmp_path: Path
+    store_target: str, tmp_path: Path, point: str
 ) -> None:
+    """SIGKILLed in its fourth write transaction (the key check, the run row, then batches
+    of two events): begun, written but not committed, committed. Run again, it completes."""
     calls: list[str] = []
     names = [f"s{i}" for i in range(12)]
     await run_steps(store_target, keys("A", active="A"), names, calls)
@@ -206,10 +211,10 @@ async def test_reencrypt_killed_midway_then_run_again_completes(
         "B",
         "--batch",
         "2",
-        env={"ZINCIR_CRASH_AT": "store.after_commit:4"},
+        env={"ZINCIR_CRASH_AT": point},
     )
     assert killed.returncode == -9, killed.stderr
-    assert key_ids(store_target) == {"A", "B"}  # three batches of two rows committed
+    assert key_ids(store_target) == {"A", "B"}  # the run row and a batch or two resealed
     done = cli(store_target, key_file, "--to", "B", "--batch", "2")
     assert done.returncode == 0, done.stderr
     assert "events:" in done.stdout and "rows resealed with key 'B'" in done.stdout
