@@ -154,8 +154,47 @@ def cli(target: str, key_file: Path, *args: str, env: dict[str, str] | None = No
     )
 
 
-def test_every_sealed_table_has_its_walk_key() -> None:
+def unique_keys(target: str, table: str) -> set[tuple[str, ...]]:
+    """The column lists of ``table``'s primary key and unique indexes, as the backend has
+    them."""
+    if is_postgres(target):
+        from zincir.store.postgres._base import split_schema
+
+        _, schema, _ = split_schema(target)
+        found = select(
+            target,
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = ? AND tablename = ?",
+            (schema, table),
+        )
+        return {
+            tuple(c.strip() for c in definition.rsplit("(", 1)[1].rstrip(")").split(","))
+            for (definition,) in found
+            if "UNIQUE" in definition and " WHERE " not in definition
+        }
+    keys = {
+        tuple(
+            name
+            for (name,) in select(
+                target, "SELECT name FROM pragma_index_info(?) ORDER BY seqno", (index,)
+            )
+        )
+        for (index,) in select(
+            target,
+            'SELECT name FROM pragma_index_list(?) WHERE "unique" = 1 AND partial = 0',
+            (table,),
+        )
+    }
+    primary = select(
+        target, "SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", (table,)
+    )
+    return keys | {tuple(name for (name,) in primary)}
+
+
+async def test_every_sealed_table_is_walked_by_a_unique_key(store_target: str) -> None:
     assert set(SEALED_ROWS) == set(SEALED_COLUMNS)
+    await (zincir.open_store(store_target)).close()
+    for table, (key, _) in SEALED_ROWS.items():
+        assert key in unique_keys(store_target, table), table
 
 
 async def test_a_run_started_under_a_continues_after_rotation_to_b(store_target: str) -> None:
