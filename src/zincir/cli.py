@@ -583,7 +583,7 @@ def _with_store(
     from .store import open_store
 
     encryption = keys_from(key_file)
-    read_only_database(database).check()
+    read_only_database(database, key_file).check()
     store = open_store(database, encryption=encryption)
     try:
         return asyncio.run(work(store))

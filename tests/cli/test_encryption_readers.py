@@ -267,3 +267,25 @@ async def test_threads_list_and_show_open_values_with_the_key_file_and_show_them
     assert f'"who":"{CANARY}"' in opened.output  # the metadata
     assert f'{{"say":"{CANARY}"}}' in opened.output  # the pending write
     assert SEALED not in opened.output
+
+
+async def test_the_key_file_wins_over_the_keys_in_the_environment(
+    store_target: str,
+    server: ChatServer,
+    keys: zincir.Encryption,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await sealed_store(store_target, server, keys)
+    stale = zincir.Encryption({KEY_ID: zincir.Encryption.generate_key()}, KEY_ID)
+    monkeypatch.setenv(KEYS_ENV, stale.to_json())
+    keyed = key_file(tmp_path, keys)
+    assert zincir_cli("runs", "show", AGENT_RUN, "--db", store_target).exit_code == 1
+    shown = zincir_cli("runs", "show", AGENT_RUN, "--db", store_target, "--key-file", keyed)
+    assert shown.exit_code == 0, output(shown)
+    assert CANARY in shown.output
+    listed = await in_thread(
+        "approvals", "list", "--all", "--db", store_target, "--key-file", keyed
+    )
+    assert listed.exit_code == 0, output(listed)
+    assert CANARY in listed.output
