@@ -6,6 +6,7 @@ reaches a page or a response."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from tests.integration.test_encryption_canary import (
 from tests.postgres_server import free_port
 from zincir._encryption import KEYS_ENV, SEALED
 from zincir.inspector import create_app
+from zincir.store import NewStreamItem
 
 KEY_ID = "ui-key"
 REPO = Path(__file__).resolve().parents[2]
@@ -219,3 +221,57 @@ async def test_zincir_ui_serves_decrypted_with_the_key_file_and_sealed_without(
     logs = (tmp_path / "keyed.log").read_text() + (tmp_path / "blind.log").read_text()
     assert "payloads show as sealed (give --key-file to read them)" in logs
     assert not any(secret in logs + answer.text + page.text for secret in secrets)
+
+
+async def loopback_get(target: str, keys: zincir.Encryption | None, path: str) -> httpx.Response:
+    """GET ``path`` as a loopback client (the stream answers no other)."""
+    app = create_app(target, address=ADDRESS, encryption=keys)
+    transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
+    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as http:
+        return await http.get(path)
+
+
+def sse_items(text: str) -> list[tuple[int, str, Any]]:
+    """(offset, kind, data) of the events of a Server-Sent Events body."""
+    found = []
+    for block in text.split("\n\n"):
+        fields = dict(line.partition(": ")[::2] for line in block.split("\n") if ": " in line)
+        if "id" in fields:
+            found.append((int(fields["id"]), fields["event"], json.loads(fields["data"])))
+    return found
+
+
+async def test_a_live_runs_stream_is_served_opened_with_the_keys_and_sealed_without(
+    store_target: str, keys: zincir.Encryption
+) -> None:
+    store = zincir.open_store(store_target, encryption=keys)
+    try:
+        ctx = await zincir.AgentContext.create(store, "streamer", run_id="live-1")
+        items = [
+            NewStreamItem("part_delta", json.dumps({"request": 1, "index": 0, "delta": CANARY})),
+            NewStreamItem("result", json.dumps({"status": "completed", "output": CANARY}), "r"),
+        ]
+        offsets = await store.append_stream(ctx.lease, items)
+    finally:
+        await store.close()
+
+    opened = client(store_target, keys)
+    assert opened.get("/api/runs/live-1").json()["live_stream"] == offsets[-1]
+    streamed = sse_items((await loopback_get(store_target, keys, "/api/stream/live-1")).text)
+    assert [(offset, kind) for offset, kind, _ in streamed] == [
+        (offsets[0], "part_delta"),
+        (offsets[1], "result"),
+    ]
+    assert streamed[0][2]["delta"] == CANARY
+
+    blind = client(store_target, None)
+    assert blind.get("/api/runs/live-1").json()["live_stream"] is None  # not followed
+    response = await loopback_get(store_target, None, "/api/stream/live-1")
+    assert response.status_code == 200
+    sealed = sse_items(response.text)
+    assert [(offset, kind) for offset, kind, _ in sealed] == [
+        (offsets[0], "part_delta"),
+        (offsets[1], "result"),
+    ]
+    assert {json.dumps(data) for _, _, data in sealed} == {json.dumps({"sealed": SEALED})}
+    assert CANARY not in response.text

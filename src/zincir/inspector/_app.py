@@ -567,7 +567,7 @@ class Pages:
             "live_stream": None,
             "sealed": reader.sealed,
         }
-        if run["status"] in ("pending", "running"):  # followed live when it streams
+        if run["status"] in ("pending", "running") and not reader.sealed:  # followed live
             tail = reader.stream_tail(run_id)
             detail["live_stream"] = None if tail is None else tail.offset
         return detail

@@ -5,14 +5,19 @@ endpoint follows them with ``zincir.streams``' own loop."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import dataclasses
+import json
+from typing import Any, Final
 
+from .._encryption import SEALED
 from ..store import RunRecord
 from ._db import View
 
 __all__ = ["POLL_S", "ReadOnlyStreams"]
 
 POLL_S = 0.2  # how often a follower looks for new items (the read-only view has no wake)
+SEALED_ITEM: Final = json.dumps({"sealed": SEALED}, ensure_ascii=False)
+"""A stream item's payload as an encrypted store read without keys serves it."""
 
 
 class ReadOnlyStreams:
@@ -32,7 +37,12 @@ class ReadOnlyStreams:
         return found
 
     async def read_stream(self, run_id: str, after: int, limit: int = 500) -> Any:
-        return await asyncio.to_thread(self._read, "read_stream", run_id, after, limit)
+        rows = await asyncio.to_thread(self._read, "read_stream", run_id, after, limit)
+        sealed = SEALED_ITEM  # no key given: an object saying so, as the stream's items are
+        return [
+            row if row.payload_json != SEALED else dataclasses.replace(row, payload_json=sealed)
+            for row in rows
+        ]
 
     async def stream_tail(self, run_id: str) -> Any:
         return await asyncio.to_thread(self._read, "stream_tail", run_id)
