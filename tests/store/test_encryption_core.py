@@ -197,3 +197,28 @@ async def test_operations_with_long_inputs_are_sealed_and_replay(store_target: s
     finally:
         await again.close()
     assert replayed.output == "read 6 sections" and called == []
+
+
+async def test_a_failed_attempts_error_is_sealed_and_fails_the_run_when_spent(
+    store_target: str,
+) -> None:
+    def no_wait(attempt: int) -> timedelta:
+        return timedelta(0)
+
+    store = zincir.open_store(store_target, encryption=KEYS)
+    try:
+        await store.release_lease(await store.create_run("a", name="w", owner="me", ttl=TTL))
+        (lease,) = await store.claim_runs("w1", TTL, 5, max_attempts=1, backoff=no_wait)
+        await store.settle_attempt(lease, f"err: {CANARY}", max_attempts=2, backoff=no_wait)
+        await store.release_lease(lease)  # its one attempt spent: the next claim fails it
+        assert await store.claim_runs("w2", TTL, 5, max_attempts=1, backoff=no_wait) == []
+        run = await store.get_run("a")
+        assert run is not None and (run["status"], run["last_error"]) == (
+            "failed",
+            f"err: {CANARY}",
+        )
+        failed = [e for e in await store.list_events("a") if e.type == "attempt_failed"]
+        assert failed[0].payload["error"] == f"err: {CANARY}"
+    finally:
+        await store.close()
+    all_sealed(store_target, {"agent_runs": ("config", "last_error"), "events": ("payload",)})

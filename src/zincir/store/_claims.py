@@ -96,8 +96,7 @@ def _claimable(gone: bool, pinned: bool, named: bool) -> Sql:
     where += " AND r.name {in_list}" if named else ""
     return sql(
         f"SELECT r.id, r.status, r.attempts, r.last_error FROM agent_runs AS r WHERE {where} "
-        "ORDER BY r.updated_at, r.id LIMIT ?{skip_locked}",
-        opens=(3,),
+        "ORDER BY r.updated_at, r.id LIMIT ?{skip_locked}"
     )
 
 
@@ -137,8 +136,17 @@ def claim(
     ]
     if not rows:
         return []
+    sealer = tx.sealer  # a sealed last error is opened only for a run failed here
     appended = [
-        _fail(tx, run_id, status, attempts, attempt_error(attempts, last_error))
+        _fail(
+            tx,
+            run_id,
+            status,
+            attempts,
+            attempt_error(
+                attempts, last_error if sealer is None else sealer.open_text(last_error, run_id)
+            ),
+        )
         for run_id, status, attempts, last_error in rows
         if attempts_spent(attempts, max_attempts)
     ]
