@@ -1,7 +1,8 @@
 """Encryption at rest, end to end: one canary string put in every kind of payload a user
-stores (a durable agent's prompt, tool argument, tool result, edited approval and answer; a
-workflow's config, step result, message and result; a restart checkpoint) appears nowhere
-in the database, read raw, and every API gives it back decrypted.
+stores (a durable agent's prompt, tool argument, tool result, edited approval, answer and
+streamed items; a workflow's config, step result, checkpoint, message, result and error; a
+restart checkpoint; a LangGraph graph's state) appears nowhere in the database, read raw, and
+every API gives it back decrypted.
 
 The same scenario on a plain store is the control: there the canary shows in each of those
 columns, so a column that stops leaking under encryption is one the test really looks at.
@@ -122,7 +123,7 @@ async def accept(candidate: zincir.CheckpointCandidate) -> zincir.Verification:
     return zincir.Verification(True, {"checked": CANARY})
 
 
-async def graph_with_the_canary(store: Store) -> Any:
+def graph_with_the_canary(store: Store) -> Any:
     """A one-node LangGraph graph on ``store`` whose state and writes hold the canary."""
     from typing import TypedDict
 
@@ -194,7 +195,7 @@ async def put_the_canary_everywhere(store: Store, server: ChatServer) -> Seen:
     async with await WorkflowContext.open(store, FAILED_RUN) as failed:
         await failed.fail(f"broke on {CANARY}")
 
-    graph = await graph_with_the_canary(store)
+    graph = graph_with_the_canary(store)
     thread = {"configurable": {"thread_id": THREAD}}
     seen.values["graph output"] = await graph.ainvoke({"note": CANARY}, thread)
 
@@ -238,7 +239,7 @@ async def read_back(store: Store, server: ChatServer) -> dict[str, Any]:
     loaded = await SQLRestartStore(store).load(WORKFLOW_RUN, "consumer")
     back["restart checkpoint"] = loaded
     back["stream"] = [item.payload async for item in read(store, STREAM_RUN)]
-    graph = await graph_with_the_canary(store)
+    graph = graph_with_the_canary(store)
     snapshot = await graph.aget_state({"configurable": {"thread_id": THREAD}})
     back["graph state"] = snapshot.values
     return back
