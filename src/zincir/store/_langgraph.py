@@ -357,8 +357,9 @@ def _statement(text: str, opens: tuple[int, ...]) -> Sql:
     return sql(text, opens=opens)
 
 
-_SEALED_PAGE: Final = 64
-"""The rows a listing of an encrypted store reads per page while it filters by metadata."""
+_SEALED_PAGE: Final = 512
+"""The most rows a listing of an encrypted store reads per page while it filters by
+metadata (its pages double from what the limit still wants)."""
 
 
 def _list(
@@ -387,6 +388,7 @@ def _list(
     limit = None if query.limit is None or query.limit < 0 else query.limit
     after = query.after
     found: list[tuple[Any, ...]] = []
+    page = 0
     while True:
         page_tests, page_params = list(tests), list(params)
         if after is not None:
@@ -394,7 +396,7 @@ def _list(
             page_params.extend(after)
         wanted = None if limit is None else limit - len(found)
         if judged_here and wanted is not None:
-            wanted = max(wanted, _SEALED_PAGE)
+            wanted = page = max(wanted, min(2 * page, _SEALED_PAGE))
         text = _SELECT
         if page_tests:
             text += f"WHERE {' AND '.join(page_tests)} "
