@@ -326,28 +326,10 @@ def vacuum_sealed(store: object) -> None:
     before it was (re)sealed: SQLite's ``VACUUM`` and a WAL checkpoint that truncates it
     (writers wait meanwhile), PostgreSQL's ``VACUUM FULL`` of each sealed table (each locked
     meanwhile; the server's WAL archive and backups are not touched)."""
-    from .sqlite import SQLiteStore
-
-    if isinstance(store, SQLiteStore):
-        import apsw
-
-        from .sqlite._errors import translating
-
-        with translating(store.path):
-            conn = apsw.Connection(store.path)
-            try:
-                conn.set_busy_timeout(int(store.busy_timeout.total_seconds() * 1000))
-                conn.execute("VACUUM")
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            finally:
-                conn.close()
-        return
-    connect = getattr(store, "_connect", None)
-    if connect is None:
+    vacuum = getattr(store, "_vacuum", None)
+    if vacuum is None:
         raise InvalidInput(f"vacuum takes a zincir store, not {type(store).__name__}")
-    with connect() as conn:  # autocommit, in the store's schema
-        for table in SEALED_COLUMNS:
-            conn.execute(f"VACUUM FULL {table}")
+    vacuum(tuple(SEALED_COLUMNS))
 
 
 async def _reencrypt(

@@ -242,6 +242,13 @@ class PostgresBase(HeldLeases):
             where = f"schema {self.schema!r} of {self.path}"
             return settle_encryption(PostgresTx(conn), encryption, text=True, where=where)
 
+    def _vacuum(self, tables: tuple[str, ...]) -> None:
+        """``VACUUM FULL`` each of ``tables`` (each locked meanwhile), so no dead row keeps an
+        old value; the server's WAL archive and backups are not touched."""
+        with self._connect() as conn, translating(self.path):  # autocommit, in the schema
+            for table in tables:
+                conn.execute(sql.SQL("VACUUM FULL {}").format(sql.Identifier(table)))
+
     def _migrate(self) -> None:
         """Create the schema if needed and apply each missing migration, under an advisory
         lock on the schema so that processes opening it together apply each once."""

@@ -254,6 +254,18 @@ class SQLiteBase(HeldLeases):
                 raise
         return sealer
 
+    def _vacuum(self, tables: tuple[str, ...]) -> None:
+        """Rewrite the file (``VACUUM``) and truncate the WAL, so no freed page keeps an old
+        value; writers wait meanwhile."""
+        with translating(self.path):
+            conn = apsw.Connection(self.path)
+            try:
+                conn.set_busy_timeout(self._busy_ms)
+                conn.execute("VACUUM")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                conn.close()
+
     def _configure(self, conn: Conn) -> None:
         with translating(self.path):
             mode = self._switch_to_wal(conn, self._busy_ms / 1000)
