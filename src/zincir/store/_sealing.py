@@ -212,7 +212,8 @@ def settle_encryption(
         ids = ", ".join(str(key_id) for key_id, _ in tx.all(_KEY_CHECKS)) or "unknown"
         raise EncryptionKeyMissing(
             f"{where} is encrypted (key ids: {ids}); open it with "
-            "encryption=zincir.Encryption(...) holding those keys (or give --key-file)"
+            "encryption=zincir.Encryption(...) holding those keys, or set "
+            "$ZINCIR_ENCRYPTION_KEYS to its key file's JSON (commands take --key-file)"
         )
     sealer = Sealer(encryption, text=text, plain_ok=state == "sealing")
     check_keys(tx, sealer, where)
