@@ -15,9 +15,8 @@ from collections.abc import Collection, Iterable
 from typing import Any, Final, Protocol
 
 from .._encryption import SEALED, Encryption, Sealer, key_id_of
-from .._errors import PayloadTampered
 from ._readonly_rows import Row
-from ._sealing import _CHECK as KEY_CHECK
+from ._sealing import KEY_CHECKS, verify_keys
 from ._sql import Params, Sql, sql
 
 __all__ = [
@@ -30,7 +29,6 @@ __all__ = [
 ]
 
 _STATE: Final = sql("SELECT state FROM store_encryption WHERE id = 1")
-_KEY_CHECKS: Final = sql("SELECT key_id, check_value FROM sealing_keys ORDER BY key_id")
 
 
 class _Reads(Protocol):
@@ -52,18 +50,8 @@ def reader_sealer(
     if encryption is None:
         return Sealer(None, text=text)
     sealer = Sealer(encryption, text=text, plain_ok=str(found[0]) == "sealing")
-    for key_id, check in tx.all(_KEY_CHECKS) if "sealing_keys" in tables else ():
-        if encryption.key(str(key_id)) is None:
-            continue
-        try:
-            opened = sealer.open(check)
-        except PayloadTampered:
-            opened = None
-        if opened != KEY_CHECK:
-            raise PayloadTampered(
-                f"the key given as {key_id!r} is not the key {where} was sealed with under "
-                "that id; give the right key file"
-            )
+    if "sealing_keys" in tables:
+        verify_keys(tx.all(KEY_CHECKS), sealer, where)
     return sealer
 
 

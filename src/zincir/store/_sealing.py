@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Final
+from typing import Any, Final
 
 from .._encryption import Encryption, Sealer
 from .._errors import EncryptionKeyMissing, InvalidInput, PayloadTampered
@@ -25,6 +25,7 @@ from ._sql import Sql, Tx, sql
 
 __all__ = [
     "BYTEA_COLUMNS",
+    "KEY_CHECKS",
     "SEALED_COLUMNS",
     "SEALED_ROWS",
     "check_keys",
@@ -33,6 +34,7 @@ __all__ = [
     "mark_encrypted",
     "sealing_plain",
     "settle_encryption",
+    "verify_keys",
 ]
 
 SEALED_COLUMNS: Final[dict[str, tuple[str, ...]]] = {
@@ -79,7 +81,7 @@ _MARK: Final = sql(
     "INSERT INTO store_encryption (id, state, created_at) VALUES (1, ?, zincir_now()) "
     "ON CONFLICT (id) DO UPDATE SET state = excluded.state"
 )
-_KEY_CHECKS: Final = sql("SELECT key_id, check_value FROM sealing_keys ORDER BY key_id")
+KEY_CHECKS: Final = sql("SELECT key_id, check_value FROM sealing_keys ORDER BY key_id")
 _ADD_KEY_CHECK: Final = sql(
     "INSERT INTO sealing_keys (key_id, check_value, created_at) VALUES (?, ?, zincir_now()) "
     "ON CONFLICT (key_id) DO NOTHING"
@@ -149,12 +151,13 @@ def mark_encrypted(tx: Tx, state: str) -> None:
     tx.execute(_MARK, (state,))
 
 
-def check_keys(tx: Tx, sealer: Sealer, where: str) -> None:
-    """Refuse a key given under an id whose check it does not open; store the active key's."""
+def verify_keys(rows: list[tuple[Any, ...]], sealer: Sealer, where: str) -> set[str]:
+    """The key ids of the stored check ``rows``; PayloadTampered for a key given under one of
+    them that does not open its check (a wrong key, refused before it reads or seals)."""
     encryption = sealer.encryption
     assert encryption is not None
     known: set[str] = set()
-    for key_id, check in tx.all(_KEY_CHECKS):
+    for key_id, check in rows:
         known.add(str(key_id))
         if encryption.key(str(key_id)) is None:
             continue
@@ -167,8 +170,15 @@ def check_keys(tx: Tx, sealer: Sealer, where: str) -> None:
                 f"the key given as {key_id!r} is not the key {where} was sealed with under that "
                 "id; give the right key file"
             )
-    if encryption.active not in known:
-        tx.execute(_ADD_KEY_CHECK, (encryption.active, sealer.seal(_CHECK)))
+    return known
+
+
+def check_keys(tx: Tx, sealer: Sealer, where: str) -> None:
+    """Refuse a key given under an id whose check it does not open; store the active key's."""
+    known = verify_keys(tx.all(KEY_CHECKS), sealer, where)
+    assert sealer.encryption is not None
+    if sealer.encryption.active not in known:
+        tx.execute(_ADD_KEY_CHECK, (sealer.encryption.active, sealer.seal(_CHECK)))
 
 
 _SEAL_PLAIN: ContextVar[bool] = ContextVar("zincir_seal_plain", default=False)
@@ -209,7 +219,7 @@ def settle_encryption(
             )
         mark_encrypted(tx, state)
     elif encryption is None:
-        ids = ", ".join(str(key_id) for key_id, _ in tx.all(_KEY_CHECKS)) or "unknown"
+        ids = ", ".join(str(key_id) for key_id, _ in tx.all(KEY_CHECKS)) or "unknown"
         raise EncryptionKeyMissing(
             f"{where} is encrypted (key ids: {ids}); open it with "
             "encryption=zincir.Encryption(...) holding those keys, or set "
