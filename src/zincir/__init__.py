@@ -64,6 +64,7 @@ from ._errors import (
     ZincirSignal,
 )
 from ._version import __version__ as __version__
+from .agent._queue import Queue
 from .contract import (
     Failure,
     Invocation,
@@ -163,6 +164,7 @@ __all__ = [
     "PayloadTooLarge",
     "PendingCheckpoint",
     "PruneReport",
+    "Queue",
     "ReceivedMessage",
     "Record",
     "RecordFormatError",

@@ -64,6 +64,7 @@ EXPORTS = [
     "PayloadTooLarge",
     "PendingCheckpoint",
     "PruneReport",
+    "Queue",
     "ReceivedMessage",
     "Record",
     "RecordFormatError",

@@ -21,7 +21,7 @@ from .._json import MAX_DOCUMENT_BYTES
 from .._validate import check_count, check_id, check_lease_ttl
 from .._validate import check_positive_duration as _check_interval
 from ..durable import DurableRuntime, HandlerRegistry, LocalRuntime
-from ..runs import AgentContext, ResumeWorker
+from ..runs import AgentContext
 from ..runs._budget import Budget
 from ..runs._spin import SpinRules
 from ..store import Store, as_store, open_store
@@ -30,6 +30,7 @@ from ._binding import DurableBinding, Handlers
 from ._errors import RunNotResumable
 from ._fork import fork_agent_run, new_run_id, rewind_agent_run
 from ._ownership import stored_config
+from ._queue import Queue, QueueWorker, enqueue_run
 from ._result import AgentRunResult
 from ._serve import serve as serve_agent
 from ._stream import discard
@@ -252,14 +253,15 @@ class Runner:
         max_concurrency: int = 10,
         poll_interval: timedelta | float | None = None,
     ) -> None:
-        """Resume every unfinished run of this runner's agents until ``until`` completes.
+        """Resume every unfinished run of this runner's agents until ``until`` completes,
+        and start the runs of its agents waiting in queues, within each queue's limits.
 
         Runs whose owner died on this machine are taken over at once, others once their
         lease lapses; a run paused for a person is claimed once a decision arrives. Then the
         runs in flight finish (or pause) before it returns.
         """
         try:
-            worker = ResumeWorker(self.store, self.lease_ttl, names=list(self._agents))
+            worker = QueueWorker(self.store, self.lease_ttl, names=list(self._agents))
             worker.max_concurrency(check_count(max_concurrency, "max_concurrency"))
             if poll_interval is not None:
                 worker.poll_interval(_check_interval(poll_interval, "poll_interval"))
@@ -268,6 +270,33 @@ class Runner:
                 until.close()  # never started: do not leave it un-awaited
             raise
         await worker.run(self._resume_claimed, until)
+
+    async def enqueue(
+        self,
+        agent: Agent | str,
+        prompt: str,
+        *,
+        queue: Queue,
+        key: str | None = None,
+        priority: int = 0,
+        run_id: str | None = None,
+        dedupe_id: str | None = None,
+    ) -> str:
+        """Store a run of ``agent`` on ``prompt`` waiting in ``queue``; its run id. A
+        serving process (:meth:`serve`) starts it, higher ``priority`` first then oldest,
+        within the queue's limits (``key``: the key ``concurrency_per_key`` counts by). A
+        ``dedupe_id`` already used in that queue returns that run's id and stores nothing.
+        """
+        return await enqueue_run(
+            self.store,
+            self._agent(agent),
+            prompt,
+            queue=queue,
+            key=key,
+            priority=priority,
+            run_id=run_id,
+            dedupe_id=dedupe_id,
+        )
 
     async def _resume_claimed(self, ctx: AgentContext) -> None:
         """A ResumeWorker's handler: the agent loop runs on the lease ``ctx`` holds."""

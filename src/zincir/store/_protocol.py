@@ -32,6 +32,7 @@ from ._operation_records import (
     OperationOutcome,
     OperationRow,
 )
+from ._queues import QueueDepth, QueuedRun, QueueSettings
 from ._records import (
     CheckpointRecord,
     Event,
@@ -403,6 +404,28 @@ class Store(Protocol):
     async def forks_of(self, run_id: str) -> list[RunOrigin]: ...
 
 
+    # -- queues ---------------------------------------------------------------------------
+    # A queued run waits (pending) until a serving process admits it within its queue's
+    # limits; ``queues`` holds each queue's settings.
+
+    async def store_queue(self, settings: QueueSettings) -> None: ...
+    async def enqueue_run(
+        self,
+        run_id: str,
+        settings: QueueSettings,
+        *,
+        name: str,
+        provider: str = "",
+        config_json: str = "{}",
+        key: str | None = None,
+        priority: int = 0,
+        dedupe_id: str | None = None,
+        app_version: str | None = None,
+    ) -> tuple[str, bool]: ...
+    async def admit_queued(self, names: Collection[str], limit: int) -> list[str]: ...
+    async def queue_depths(self) -> list[QueueDepth]: ...
+    async def queued_runs(self, run_ids: Sequence[str]) -> dict[str, QueuedRun]: ...
+
 READS: frozenset[str] = frozenset(
     {
         "get_run",
@@ -429,6 +452,8 @@ READS: frozenset[str] = frozenset(
         "load_trace_context",
         "run_origin",
         "forks_of",
+        "queue_depths",
+        "queued_runs",
     }
 )
 """The operations that only read; every other ``async`` operation of :class:`Store` writes

@@ -17,6 +17,7 @@ from ._langgraph import LangGraphOps
 from ._lifecycle import LifecycleOps
 from ._messages import MessageOps
 from ._operations import OperationOps
+from ._queues import QueueOps
 from ._restart import RestartOps
 from ._runs import RunOps
 from ._steps import StepOps
@@ -42,6 +43,7 @@ class StoreOps(
     ContentOps,
     StreamOps,
     ForkOps,
+    QueueOps,
 ):
     """Runs and leases, the agent log, claims, workflows (steps, timers, messages, child
     runs), operations, restart checkpoints, approvals, LangGraph checkpoints, content and

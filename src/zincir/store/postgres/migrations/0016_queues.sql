@@ -1,0 +1,27 @@
+-- Durable queues: a queue's settings (stored the first time it is used; the newest
+-- declaration wins) and, on a run, the queue it waits in or ran through. A queued run waits
+-- on a message that never comes (wait_ref 'zincir.queue': no claim takes it) until a
+-- serving process admits it under the queue's limits (queue_started_at: when; counted by the queue's rate). Admissions lock the
+-- queue's row, so processes admit one at a time per queue.
+CREATE TABLE queues (
+    name                text PRIMARY KEY,
+    concurrency         integer,
+    concurrency_per_key integer,
+    rate_limit          integer,
+    rate_period_us      bigint,
+    created_at          timestamptz NOT NULL,
+    updated_at          timestamptz NOT NULL
+);
+ALTER TABLE agent_runs ADD COLUMN queue text;
+ALTER TABLE agent_runs ADD COLUMN queue_key text;
+ALTER TABLE agent_runs ADD COLUMN queue_priority integer NOT NULL DEFAULT 0;
+ALTER TABLE agent_runs ADD COLUMN queue_dedupe text;
+ALTER TABLE agent_runs ADD COLUMN queue_started_at timestamptz;
+CREATE INDEX agent_runs_queued ON agent_runs (queue, queue_priority DESC, created_at, id)
+    WHERE wait_kind = 'message' AND queue IS NOT NULL;
+CREATE INDEX agent_runs_queue_live ON agent_runs (queue, queue_key)
+    WHERE queue IS NOT NULL AND status IN ('pending', 'running');
+CREATE INDEX agent_runs_queue_started ON agent_runs (queue, queue_started_at)
+    WHERE queue_started_at IS NOT NULL;
+CREATE UNIQUE INDEX agent_runs_queue_dedupe ON agent_runs (queue, queue_dedupe)
+    WHERE queue_dedupe IS NOT NULL;
