@@ -169,6 +169,7 @@ def runs_list(
 ) -> None:
     """The latest runs, newest first, with the application version each runs on; with
     ``--stuck``, the live runs that made no progress lately and why each is not moving."""
+    from .store._queues import snapshot_places
     from .store.report import format_runs, format_stuck_runs
 
     if app_version is not None:
@@ -178,7 +179,29 @@ def runs_list(
     with _existing(database, key_file).snapshot() as reader:
         found = reader.list_runs(status, limit, app_version=app_version, stuck_before=before)
         arrived = reader.arrived(found) if stuck else set()
-    click.echo(format_stuck_runs(found, now, arrived=arrived) if stuck else format_runs(found))
+        places = snapshot_places(reader, [run["id"] for run in found], now)
+    click.echo(
+        format_stuck_runs(found, now, arrived=arrived, places=places)
+        if stuck
+        else format_runs(found, places)
+    )
+
+
+@main.group()
+def queues() -> None:
+    """Durable queues: their limits and depth."""
+
+
+@queues.command("list")
+@database_option
+@key_file_option
+def queues_list(database: str, key_file: str | None) -> None:
+    """Every queue with its limits, the runs waiting in it and the runs holding a slot."""
+    from .store._queues import snapshot_depths
+    from .store.report import format_queues
+
+    with _existing(database, key_file).snapshot() as reader:
+        click.echo(format_queues(snapshot_depths(reader)))
 
 
 @runs.command("show")

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Final
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, Protocol
 
 from ._log import insert_run
 from ._run_rules import run_exists_error
-from ._sql import Rules, Tx, micros, sql
+from ._sql import Params, Rules, Sql, Tx, micros, sql
 
 __all__ = [
     "QUEUE_TOPIC",
@@ -29,6 +29,10 @@ __all__ = [
     "QueuedRun",
     "admit",
     "enqueue",
+    "read_depths",
+    "read_places",
+    "snapshot_depths",
+    "snapshot_places",
 ]
 
 QUEUE_TOPIC: Final = "zincir.queue"
@@ -126,6 +130,9 @@ _LIVE_BY_KEY: Final = sql(
 )
 _RECENT: Final = sql(
     "SELECT count(*) FROM agent_runs WHERE queue = ? AND queue_started_at > {now_plus}"
+)
+_STARTED_SINCE: Final = sql(
+    "SELECT count(*) FROM agent_runs WHERE queue = ? AND queue_started_at > ?"
 )
 _CANDIDATES: Final = sql(
     "SELECT w.id, w.queue_key FROM (SELECT r.id, r.queue_key, r.queue_priority, r.created_at, "
@@ -254,26 +261,88 @@ def admit(tx: Tx, names: Collection[str], limit: int) -> list[str]:
     return admitted
 
 
-def _held_by(tx: Tx, settings: QueueSettings | None, key: str | None) -> str | None:
-    """The limit of the queue that holds a waiting run of ``key`` now, as a phrase."""
+class _Reads(Protocol):
+    """What the queue reads need of a transaction: a write one, or the read-only view's."""
+
+    def one(self, statement: Sql, params: Params = ()) -> tuple[Any, ...] | None: ...
+    def all(self, statement: Sql, params: Params = ()) -> list[tuple[Any, ...]]: ...
+    def stamp(self, moment: datetime | None) -> object: ...
+    def values(self, items: Sequence[str]) -> object: ...
+
+
+def _count(tx: _Reads, statement: Sql, params: Params) -> int:
+    row = tx.one(statement, params)
+    return 0 if row is None else int(row[0])
+
+
+def _held_by(tx: _Reads, settings: QueueSettings | None, key: str | None, now: datetime) -> str:
+    """Which limit of the queue holds a waiting run of ``key`` at ``now``, as a phrase."""
     if settings is None:
-        return None
+        return "its queue's settings are not stored"
     if settings.concurrency is not None:
-        (live,) = tx.one(_LIVE_COUNT, (settings.name,)) or (0,)
-        if int(live) >= settings.concurrency:
-            return f"its concurrency ({live} of {settings.concurrency} running)"
+        live = _count(tx, _LIVE_COUNT, (settings.name,))
+        if live >= settings.concurrency:
+            return f"concurrency ({live} of {settings.concurrency} running)"
     if settings.concurrency_per_key is not None and key is not None:
-        (live,) = tx.one(_LIVE_OF_KEY, (settings.name, key)) or (0,)
-        if int(live) >= settings.concurrency_per_key:
+        live = _count(tx, _LIVE_OF_KEY, (settings.name, key))
+        if live >= settings.concurrency_per_key:
             return (
-                f"its concurrency per key ({live} of {settings.concurrency_per_key} "
-                f"running for key {key!r})"
+                f"concurrency_per_key ({live} of {settings.concurrency_per_key} running "
+                f"with key {key!r})"
             )
     if settings.rate_limit is not None and settings.rate_period is not None:
-        (recent,) = tx.one(_RECENT, (settings.name, -micros(settings.rate_period))) or (0,)
-        if int(recent) >= settings.rate_limit:
-            return f"its rate ({recent} started in the last {settings.rate_period})"
-    return None
+        since = tx.stamp(now - settings.rate_period)
+        recent = _count(tx, _STARTED_SINCE, (settings.name, since))
+        if recent >= settings.rate_limit:
+            return f"rate ({recent} started in the last {settings.rate_period})"
+    return "no limit: waiting for a process serving its agent (runner.serve)"
+
+
+def read_depths(tx: _Reads) -> list[QueueDepth]:
+    """Every stored queue with how many runs wait in it and hold a slot."""
+    found = []
+    for row in tx.all(_ALL_QUEUES):
+        settings = _settings(row)
+        waiting = _count(tx, _WAITING_COUNT, (settings.name,))
+        live = _count(tx, _LIVE_COUNT, (settings.name,))
+        found.append(QueueDepth(settings, waiting, live))
+    return found
+
+
+def read_places(tx: _Reads, run_ids: Sequence[str], now: datetime) -> dict[str, QueuedRun]:
+    """The queue places of those of ``run_ids`` that were enqueued, by run id; a waiting
+    one names the limit holding it at ``now``."""
+    if not run_ids:
+        return {}
+    settings = {str(row[0]): _settings(row) for row in tx.all(_ALL_QUEUES)}
+    found: dict[str, QueuedRun] = {}
+    for run_id, queue, key, priority, waiting in tx.all(_PLACES, (tx.values(list(run_ids)),)):
+        held = _held_by(tx, settings.get(str(queue)), key, now) if waiting else None
+        found[str(run_id)] = QueuedRun(
+            str(run_id), str(queue), key, int(priority), bool(waiting), held
+        )
+    return found
+
+
+def _snapshot_tx(snapshot: object) -> _Reads | None:
+    """The read transaction of a read-only snapshot whose schema has queues, else None."""
+    tables = getattr(snapshot, "_tables", frozenset())
+    tx: _Reads | None = getattr(snapshot, "_tx", None)
+    return tx if "queues" in tables else None
+
+
+def snapshot_places(
+    snapshot: object, run_ids: Sequence[str], now: datetime
+) -> dict[str, QueuedRun]:
+    """:func:`read_places` in a read-only view's snapshot (none before queues existed)."""
+    tx = _snapshot_tx(snapshot)
+    return {} if tx is None else read_places(tx, run_ids, now)
+
+
+def snapshot_depths(snapshot: object) -> list[QueueDepth]:
+    """:func:`read_depths` in a read-only view's snapshot (none before queues existed)."""
+    tx = _snapshot_tx(snapshot)
+    return [] if tx is None else read_depths(tx)
 
 
 class QueueOps(Rules):
@@ -328,32 +397,10 @@ class QueueOps(Rules):
 
     async def queue_depths(self) -> list[QueueDepth]:
         """Every stored queue with how many runs wait in it and hold a slot."""
-
-        def read(tx: Tx) -> list[QueueDepth]:
-            found = []
-            for row in tx.all(_ALL_QUEUES):
-                settings = _settings(row)
-                (waiting,) = tx.one(_WAITING_COUNT, (settings.name,)) or (0,)
-                (live,) = tx.one(_LIVE_COUNT, (settings.name,)) or (0,)
-                found.append(QueueDepth(settings, int(waiting), int(live)))
-            return found
-
-        return await self._read_tx(read)
+        return await self._read_tx(read_depths)
 
     async def queued_runs(self, run_ids: Sequence[str]) -> dict[str, QueuedRun]:
         """The queue places of those of ``run_ids`` that were enqueued, by run id; a waiting
         one names the limit holding it."""
-
-        def read(tx: Tx) -> dict[str, QueuedRun]:
-            settings = {row[0]: _settings(row) for row in tx.all(_ALL_QUEUES)}
-            found: dict[str, QueuedRun] = {}
-            for run_id, queue, key, priority, waiting in tx.all(
-                _PLACES, (tx.values(list(run_ids)),)
-            ):
-                held = _held_by(tx, settings.get(queue), key) if waiting else None
-                found[str(run_id)] = QueuedRun(
-                    str(run_id), str(queue), key, int(priority), bool(waiting), held
-                )
-            return found
-
-        return await self._read_tx(read)
+        now = datetime.now(UTC)
+        return await self._read_tx(lambda tx: read_places(tx, run_ids, now))

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Final
 
 from .._time import to_db
+from ._queues import QUEUE_TOPIC
 from ._records import TERMINAL_STATUSES, RunRecord
 from ._restart_records import APPROVAL_TOPIC, BUDGET_TOPIC, SPIN_TOPIC
 
@@ -26,6 +27,7 @@ KINDS: Final = (
     "backoff",
     "pending",
     "unclaimed",
+    "queue",
 )
 
 
@@ -39,10 +41,12 @@ class StallReason:
     next_at: str | None = None
 
 
-def stall_reason(run: RunRecord, now: datetime, *, arrived: bool = False) -> StallReason | None:
+def stall_reason(
+    run: RunRecord, now: datetime, *, arrived: bool = False, queued: str | None = None
+) -> StallReason | None:
     """Why run ``run`` is where it is at ``now``; None for a finished run. ``arrived`` says
     the message it waits for is there (a decided approval's among them): it waits for no
-    one, only to be resumed."""
+    one, only to be resumed. ``queued``: the limit holding a run waiting in its queue."""
     if run["status"] in TERMINAL_STATUSES:
         return None
     version = run["app_version"]
@@ -58,6 +62,9 @@ def stall_reason(run: RunRecord, now: datetime, *, arrived: bool = False) -> Sta
         return StallReason("woken", f"{what}: waiting for {worker} to resume it{holder}", None)
     if kind == "timer":
         return StallReason("timer", f"waiting on a timer until {until}{holder}", until)
+    if kind == "message" and ref == QUEUE_TOPIC and run["status"] == "pending":
+        held = f": held by its queue's {queued}" if queued else ""
+        return StallReason("queue", f"waiting in its queue{held}", None)
     if kind == "message" and ref == BUDGET_TOPIC:
         text = f"paused: its budget ran out (zincir.set_budget raises it){holder}"
         return StallReason("budget", text, None)

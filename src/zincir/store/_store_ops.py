@@ -20,6 +20,7 @@ from ._operations import OperationOps
 from ._queues import QueueOps
 from ._restart import RestartOps
 from ._runs import RunOps
+from ._schedules import ScheduleOps
 from ._steps import StepOps
 from ._streams import StreamOps
 from ._timers import TimerOps
@@ -44,6 +45,7 @@ class StoreOps(
     StreamOps,
     ForkOps,
     QueueOps,
+    ScheduleOps,
 ):
     """Runs and leases, the agent log, claims, workflows (steps, timers, messages, child
     runs), operations, restart checkpoints, approvals, LangGraph checkpoints, content and

@@ -15,12 +15,14 @@ from typing import Any
 from .._encryption import SEALED
 from .._errors import RunNotFound
 from ._protocol import Store
+from ._queues import QueueDepth, QueuedRun
 from ._readonly_rows import decode_json
 from ._records import RunRecord
 from ._stall import stall_reason
 
 __all__ = [
     "EventLine",
+    "format_queues",
     "format_run",
     "format_run_log",
     "format_runs",
@@ -91,35 +93,82 @@ def _version(run: RunRecord) -> str:
     return run.get("app_version") or "-"
 
 
-def format_runs(runs: Iterable[RunRecord]) -> str:
-    """One line per run: id, status, events, updated, app version, name."""
+def _place(place: QueuedRun | None) -> str:
+    """A run's queue, key and priority (``queue[key] p=N``), ``-`` for a run not enqueued."""
+    if place is None:
+        return "-"
+    key = "" if place.key is None else f"[{place.key}]"
+    return f"{place.queue}{key} p={place.priority}"
+
+
+def format_runs(runs: Iterable[RunRecord], places: Mapping[str, QueuedRun] | None = None) -> str:
+    """One line per run: id, status, events, updated, app version, name; with ``places``
+    (some run enqueued), its queue, key and priority after the name."""
     found = list(runs)
     if not found:
         return "no runs"
     width = max(len("version"), *(len(_version(run)) for run in found))
+    named = max(len("name"), *(len(run["name"]) for run in found)) if places else 0
+    queue = f"  {'name':<{named}}  queue" if places else "  name"
     lines = [
-        f"{'run id':<36}  {'status':<9}  {'events':>6}  {'updated':<27}  {'version':<{width}}  name"
+        f"{'run id':<36}  {'status':<9}  {'events':>6}  {'updated':<27}  {'version':<{width}}"
+        + queue
     ]
     for run in found:
+        tail = (
+            f"  {run['name']:<{named}}  {_place(places.get(run['id']))}"
+            if places
+            else f"  {run['name']}"
+        )
         lines.append(
             f"{run['id']:<36}  {run['status']:<9}  {run['last_seq']:>6}  "
-            f"{run['updated_at']:<27}  {_version(run):<{width}}  {run['name']}"
+            f"{run['updated_at']:<27}  {_version(run):<{width}}" + tail
         )
     return "\n".join(lines)
 
 
+def format_queues(depths: Iterable[QueueDepth]) -> str:
+    """One line per queue: name, its limits (``-``: none), runs waiting, runs holding a slot."""
+    found = list(depths)
+    if not found:
+        return "no queues"
+    width = max(len("queue"), *(len(depth.settings.name) for depth in found))
+    lines = [
+        f"{'queue':<{width}}  {'concurrency':>11}  {'per key':>7}  {'rate':<16}  waiting  live"
+    ]
+    for depth in found:
+        s = depth.settings
+        rate = "-" if s.rate_limit is None else f"{s.rate_limit}/{s.rate_period}"
+        lines.append(
+            f"{s.name:<{width}}  {_limit(s.concurrency):>11}  {_limit(s.concurrency_per_key):>7}  "
+            f"{rate:<16}  {depth.waiting:>7}  {depth.live:>4}"
+        )
+    return "\n".join(lines)
+
+
+def _limit(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
 def format_stuck_runs(
-    runs: Iterable[RunRecord], now: datetime | None = None, *, arrived: Collection[str] = ()
+    runs: Iterable[RunRecord],
+    now: datetime | None = None,
+    *,
+    arrived: Collection[str] = (),
+    places: Mapping[str, QueuedRun] | None = None,
 ) -> str:
     """One line per live run without progress: id, status, last progress, and why (the
-    runs in ``arrived`` have their awaited message)."""
+    runs in ``arrived`` have their awaited message; ``places``: the enqueued runs' queue
+    places, naming the limit that holds a waiting one)."""
     moment = now or datetime.now(UTC)
     found = list(runs)
     if not found:
         return "no stuck runs"
     lines = [f"{'run id':<36}  {'status':<9}  {'no progress since':<27}  why"]
     for run in found:
-        reason = stall_reason(run, moment, arrived=run["id"] in arrived)
+        place = None if places is None else places.get(run["id"])
+        held = None if place is None else place.held_by
+        reason = stall_reason(run, moment, arrived=run["id"] in arrived, queued=held)
         lines.append(
             f"{run['id']:<36}  {run['status']:<9}  {run['updated_at']:<27}  "
             f"{reason.text if reason else '-'}"
