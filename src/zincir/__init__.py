@@ -65,6 +65,7 @@ from ._errors import (
 )
 from ._version import __version__ as __version__
 from .agent._queue import Queue
+from .agent._rate_limit import RateLimit
 from .contract import (
     Failure,
     Invocation,
@@ -165,6 +166,7 @@ __all__ = [
     "PendingCheckpoint",
     "PruneReport",
     "Queue",
+    "RateLimit",
     "ReceivedMessage",
     "Record",
     "RecordFormatError",

@@ -59,6 +59,7 @@ class ChatServer:
         self.clients: list[openai.AsyncOpenAI] = []
         self.outage_until = 0.0
         self.outage_reply = Reply()
+        self.fallback: Reply | None = None  # served once the script is exhausted
 
     @property
     def base_url(self) -> str:
@@ -69,6 +70,7 @@ class ChatServer:
         self.received.clear()
         self.clients.clear()
         self.outage_until = 0.0
+        self.fallback = None
 
     def outage(self, seconds: float, reply: Reply | None = None) -> None:
         """Answer every request of the next ``seconds`` with ``reply`` (default: a 503)."""
@@ -97,6 +99,8 @@ class ChatServer:
         self.received.append(received)
         if received.at < self.outage_until:
             reply = self.outage_reply
+        elif not self.replies and self.fallback is not None:
+            reply = self.fallback
         elif not self.replies:
             received.status = 500
             return JSONResponse({"error": {"message": "the script is exhausted"}}, 500)

@@ -65,6 +65,7 @@ EXPORTS = [
     "PendingCheckpoint",
     "PruneReport",
     "Queue",
+    "RateLimit",
     "ReceivedMessage",
     "Record",
     "RecordFormatError",

@@ -96,6 +96,7 @@ from ._identity import (
 )
 from ._loop import Deferred, PlannedCall, Refused, Restart
 from ._preflight import ResolvedToolsets, check_route
+from ._rate_limit import model_rate_limit, rate_limit_scope
 from ._stream import Emit, discard
 from ._tools import Tool, ToolErrors, ToolOrigin
 
@@ -530,7 +531,11 @@ class DurableExecutor:
         else:
             if self.stream is not None:  # a dead or failed attempt's deltas are void
                 await self.stream.void_open(number)
-            record, logged = await self._run(invocation, log, calls_ahead)
+            if model_rate_limit(self.agent.model) is None:
+                record, logged = await self._run(invocation, log, calls_ahead)
+            else:  # the handler takes the limit's capacity in the run's store
+                with rate_limit_scope(self._rate_store(), invocation.run_id):
+                    record, logged = await self._run(invocation, log, calls_ahead)
         response = read(success(record))
         if self.stream is not None:
             body = {"request": number, "response": response.to_dict()}
@@ -542,6 +547,14 @@ class DurableExecutor:
             for part in stream_parts(response):
                 await self.emit(part)
         return response
+
+    def _rate_store(self) -> Store | None:
+        """The store holding the run, where its model's rate limit is counted."""
+        if self.ctx is not None:
+            return self.ctx.store
+        with contextlib.suppress(InvalidInput):
+            return self.binding.run_store()
+        return None
 
     async def release_ahead(self) -> None:
         """Release the claims made with the last response for calls that did not run."""

@@ -17,7 +17,11 @@ StreamFunction = Callable[[ModelRequest], AsyncIterator[StreamPart]]
 
 @runtime_checkable
 class Model(Protocol):
-    """A language model seen through the neutral documents of ``zincir.payloads``."""
+    """A language model seen through the neutral documents of ``zincir.payloads``.
+
+    A model may also set ``rate_limit`` (a ``zincir.RateLimit``): the durable path then has
+    each of its requests wait for the limit's capacity, shared through the run's store.
+    """
 
     name: str
 

@@ -53,6 +53,7 @@ from ..contract.payloads import (
     ToolReturnPart,
     Usage,
 )
+from ._rate_limit import RateLimit, check_rate_limit
 from ._tools import call_part
 
 if TYPE_CHECKING:
@@ -113,6 +114,8 @@ class OpenAIChatModel:
     ``client`` defaults to ``AsyncOpenAI()``, created on first use (it reads
     ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL``). ``settings`` are defaults that a request's
     own settings override field by field (headers and ``extra_body`` are merged).
+    ``rate_limit`` (a ``zincir.RateLimit``) makes each request wait for the capacity it
+    shares through the run's store with every process using its key.
     """
 
     def __init__(
@@ -121,6 +124,7 @@ class OpenAIChatModel:
         client: openai.AsyncOpenAI | None = None,
         *,
         settings: ModelSettings | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         try:  # imported here, not with zincir.agent: it takes about half a second
             import openai
@@ -135,6 +139,7 @@ class OpenAIChatModel:
         self.name = model_name
         self.model_name = model_name
         self.settings = settings if settings is not None else ModelSettings()
+        self.rate_limit = check_rate_limit(rate_limit)
         self._client = client
         self._owns_client = client is None
 

@@ -39,6 +39,7 @@ from ._binding import Handlers
 from ._current import ToolCallInfo, serving_call
 from ._identity import ATTEMPT_STRIDE
 from ._models import coerce_response
+from ._rate_limit import limited_request, model_rate_limit
 from ._stream import assemble_stream
 from ._tools import Tool, ToolArgumentsRejected, ToolOrigin, call_tool
 
@@ -84,14 +85,26 @@ def serve(
 def _model_request(agent: Agent) -> _Handler:
     async def handle(invocation: Invocation) -> Any:
         document = ModelRequest.from_json(invocation.input_json)
+        limit = model_rate_limit(agent.model)
         try:
-            answer = await agent.model.request(document)
-            response = coerce_response(answer, model=agent.model.name)
+            if limit is not None:
+                return await limited_request(
+                    limit,
+                    invocation.run_id,
+                    invocation.input_json,
+                    document,
+                    lambda: _answer(agent, document),
+                )
+            return await _answer(agent, document)
         except InvalidDocument as error:
             raise OperationFailed("InvalidModelResponse", False, error.detail) from None
-        return response
 
     return handle
+
+
+async def _answer(agent: Agent, document: ModelRequest) -> ModelResponse:
+    """The model's answer to ``document``, checked."""
+    return coerce_response(await agent.model.request(document), model=agent.model.name)
 
 
 def _model_stream(agent: Agent) -> _Handler:
@@ -101,16 +114,24 @@ def _model_stream(agent: Agent) -> _Handler:
 
     async def handle(invocation: Invocation) -> Any:
         document = ModelRequest.from_json(invocation.input_json)
-        stream = agent.model.stream(document)
-        writer = live_writer(invocation.run_id)
-        if writer is not None:
-            stream = writer.tee(invocation.sequence % ATTEMPT_STRIDE, stream)
-        try:
+
+        async def streamed() -> ModelResponse:
+            stream = agent.model.stream(document)
+            writer = live_writer(invocation.run_id)
+            if writer is not None:
+                stream = writer.tee(invocation.sequence % ATTEMPT_STRIDE, stream)
             parts, usage = await assemble_stream(stream)
-            response = ModelResponse(parts=parts, usage=usage, model_name=agent.model.name)
+            return ModelResponse(parts=parts, usage=usage, model_name=agent.model.name)
+
+        limit = model_rate_limit(agent.model)
+        try:
+            if limit is not None:
+                return await limited_request(
+                    limit, invocation.run_id, invocation.input_json, document, streamed
+                )
+            return await streamed()
         except InvalidDocument as error:
             raise OperationFailed("InvalidModelResponse", False, error.detail) from None
-        return response
 
     return handle
 

@@ -33,6 +33,7 @@ from ._operation_records import (
     OperationRow,
 )
 from ._queues import QueueDepth, QueuedRun, QueueSettings
+from ._rate_limits import BucketRates
 from ._records import (
     CheckpointRecord,
     Event,
@@ -385,6 +386,21 @@ class Store(Protocol):
     async def stream_tail(self, run_id: str) -> StreamItemRow | None: ...
     async def save_trace_context(self, run_id: str, traceparent: str) -> str: ...
     async def load_trace_context(self, run_id: str) -> str | None: ...
+
+    # -- provider rate limits -----------------------------------------------------------
+    # One row per key shared by every process: a request reserves its slot, a 429 blocks.
+
+    async def take_rate_limit(
+        self,
+        key: str,
+        rates: BucketRates,
+        tokens: float,
+        run_id: str | None = None,
+        *,
+        again: bool = False,
+    ) -> float: ...
+    async def settle_rate_limit(self, key: str, tokens_per_second: float, extra: float) -> None: ...
+    async def block_rate_limit(self, key: str, seconds: float) -> datetime: ...
 
     # -- forks ----------------------------------------------------------------------------
     # A fork holds its source's history before ``at_seq`` and nobody owns it; the source is

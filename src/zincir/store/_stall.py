@@ -10,6 +10,7 @@ from typing import Final
 
 from .._time import to_db
 from ._queues import QUEUE_TOPIC
+from ._rate_limits import RATE_LIMIT_REF
 from ._records import TERMINAL_STATUSES, RunRecord
 from ._restart_records import APPROVAL_TOPIC, BUDGET_TOPIC, SPIN_TOPIC
 
@@ -27,6 +28,7 @@ KINDS: Final = (
     "backoff",
     "pending",
     "unclaimed",
+    "rate_limit",
     "queue",
 )
 
@@ -60,6 +62,8 @@ def stall_reason(
     if kind == "message" and arrived:
         what = "a person decided" if ref == APPROVAL_TOPIC else f"a message on {ref!r} arrived"
         return StallReason("woken", f"{what}: waiting for {worker} to resume it{holder}", None)
+    if kind == "timer" and ref is not None and ref.startswith(RATE_LIMIT_REF):
+        return rate_limit_stall(ref, until, holder)
     if kind == "timer":
         return StallReason("timer", f"waiting on a timer until {until}{holder}", until)
     if kind == "message" and ref == QUEUE_TOPIC and run["status"] == "pending":
@@ -94,3 +98,9 @@ def stall_reason(
     if run["status"] == "pending":
         return StallReason("pending", f"not started: waiting for {worker} to claim it", None)
     return StallReason("unclaimed", f"no live owner: waiting for {worker} to claim it", None)
+
+
+def rate_limit_stall(ref: str, until: str | None, holder: str) -> StallReason:
+    """A run whose model request waits for capacity of a shared provider rate limit."""
+    key = ref.removeprefix(RATE_LIMIT_REF)
+    return StallReason("rate_limit", f"waiting for rate limit {key} until {until}{holder}", until)

@@ -18,6 +18,7 @@ from ._lifecycle import LifecycleOps
 from ._messages import MessageOps
 from ._operations import OperationOps
 from ._queues import QueueOps
+from ._rate_limits import RateLimitOps
 from ._restart import RestartOps
 from ._runs import RunOps
 from ._schedules import ScheduleOps
@@ -44,6 +45,7 @@ class StoreOps(
     ContentOps,
     StreamOps,
     ForkOps,
+    RateLimitOps,
     QueueOps,
     ScheduleOps,
 ):
