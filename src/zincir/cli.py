@@ -23,6 +23,7 @@ from ._cli_options import (
     keys_from,
     read_only_database,
 )
+from ._cli_schedules import schedules
 from ._errors import ApprovalMismatch, InvalidInput, RunNotFound, ZincirError
 from ._json import StrictJsonError, loads_strict
 from ._validate import check_id
@@ -923,6 +924,7 @@ def approvals_result(
 main.add_command(worker_command)
 main.add_command(keys)
 main.add_command(reencrypt_command)
+main.add_command(schedules)
 
 
 @main.command("check-compat")

@@ -8,6 +8,7 @@ from the run alone: an agent run stores its agent's name and its prompt in its `
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import os
@@ -32,6 +33,7 @@ from ._fork import fork_agent_run, new_run_id, rewind_agent_run
 from ._ownership import stored_config
 from ._queue import Queue, QueueWorker, enqueue_run
 from ._result import AgentRunResult
+from ._schedule import ScheduleTicker, check_schedule
 from ._serve import serve as serve_agent
 from ._stream import discard
 
@@ -101,6 +103,7 @@ class Runner:
             if runtime is not None
             else LocalRuntime(self.store, self.registry, max_input_bytes=MAX_DOCUMENT_BYTES)
         )
+        self._ticker = ScheduleTicker(self.store, found)
 
     def __repr__(self) -> str:
         return f"Runner(agents={list(self._agents)!r})"
@@ -269,7 +272,50 @@ class Runner:
             if inspect.iscoroutine(until):
                 until.close()  # never started: do not leave it un-awaited
             raise
-        await worker.run(self._resume_claimed, until)
+        stop = asyncio.Event()
+
+        async def watched() -> Any:
+            try:
+                return await until
+            finally:
+                stop.set()
+
+        ticking = asyncio.ensure_future(self._ticker.run(stop))
+        try:
+            await worker.run(self._resume_claimed, watched())
+        finally:
+            stop.set()
+            await ticking
+
+    async def schedule(
+        self,
+        name: str,
+        *,
+        cron: str,
+        agent: Agent | str,
+        prompt: str,
+        timezone: str = "UTC",
+        missed: str = "run_once",
+    ) -> str:
+        """Store schedule ``name``: a run of ``agent`` on ``prompt`` at each tick of ``cron``
+        (five fields, or six with seconds first) in ``timezone``, started by one of the
+        processes serving the agent (:meth:`serve`), with the run id
+        ``schedule-{name}-{tick UTC, %Y%m%dT%H%M%SZ}``.
+
+        A tick missed while nothing served runs once on the next start (``missed="run_once"``,
+        the latest such tick only) or not (``"skip"``). Declaring it again with the same
+        settings changes nothing (``"unchanged"``); other settings replace the stored ones
+        (``"updated"``: ticks start after now). Returns ``"created"``, ``"unchanged"`` or
+        ``"updated"``; InvalidInput, with nothing stored, for an invalid cron expression or
+        time zone.
+        """
+        chosen = self._agent(agent)
+        spec = check_schedule(name, cron, timezone, chosen.name, prompt, missed)
+        declared = await self.store.declare_schedule(spec)
+        if declared != "unchanged":
+            log.info("schedule %s %s: %s in %s", name, declared, cron, timezone)
+            self._ticker.changed.set()
+        return declared
 
     async def enqueue(
         self,

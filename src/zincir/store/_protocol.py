@@ -44,6 +44,7 @@ from ._records import (
     RunState,
 )
 from ._restart_records import ApprovalRow, NewApproval, RestartRow
+from ._schedules import Declared, ScheduleRecord, ScheduleSpec
 from ._streams import NewStreamItem, StreamItemRow
 from ._workflow_records import (
     ChildOutcome,
@@ -442,6 +443,25 @@ class Store(Protocol):
     async def queue_depths(self) -> list[QueueDepth]: ...
     async def queued_runs(self, run_ids: Sequence[str]) -> dict[str, QueuedRun]: ...
 
+    # -- schedules -------------------------------------------------------------------------
+
+    async def declare_schedule(self, spec: ScheduleSpec) -> Declared: ...
+    async def get_schedule(self, name: str) -> ScheduleRecord | None: ...
+    async def list_schedules(self) -> list[ScheduleRecord]: ...
+    async def pause_schedule(self, name: str, paused: bool) -> bool | None: ...
+    async def delete_schedule(self, name: str) -> bool: ...
+    async def start_schedule_tick(
+        self,
+        name: str,
+        *,
+        cron: str,
+        timezone: str,
+        tick: datetime,
+        run_id: str,
+        config_json: str,
+    ) -> bool: ...
+
+
 READS: frozenset[str] = frozenset(
     {
         "get_run",
@@ -470,6 +490,8 @@ READS: frozenset[str] = frozenset(
         "forks_of",
         "queue_depths",
         "queued_runs",
+        "get_schedule",
+        "list_schedules",
     }
 )
 """The operations that only read; every other ``async`` operation of :class:`Store` writes

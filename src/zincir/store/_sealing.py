@@ -50,6 +50,7 @@ SEALED_COLUMNS: Final[dict[str, tuple[str, ...]]] = {
     "stream_items": ("payload",),
     "langgraph_checkpoints": ("checkpoint", "metadata"),
     "langgraph_writes": ("value",),
+    "schedules": ("prompt",),
 }
 """Every column holding a user payload, by table."""
 
@@ -66,6 +67,7 @@ SEALED_ROWS: Final[dict[str, tuple[tuple[str, ...], str | None]]] = {
     "stream_items": (("run_id", "seq"), "run_id"),
     "langgraph_checkpoints": (("thread_id", "checkpoint_ns", "checkpoint_id"), "run_id"),
     "langgraph_writes": (("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"), None),
+    "schedules": (("name",), None),
 }
 """Per table of :data:`SEALED_COLUMNS`: its key (unique on both backends; ``zincir
 reencrypt`` walks the table in its order) and the column naming a row's run (None: content
