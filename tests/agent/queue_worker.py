@@ -1,9 +1,10 @@
 """A serving process for the queue tests: ``python queue_worker.py DB STOP_FILE``.
 
-Serves the ``queued`` agent (``runner.serve``) until STOP_FILE exists. Each run's ``work``
-tool appends ``start LABEL KEY PID TIME`` and ``end LABEL KEY PID TIME`` to
-``$ZINCIR_QUEUE_LOG`` around a sleep of ``$ZINCIR_QUEUE_SLEEP`` seconds (default 0.3); a
-run whose label is ``$ZINCIR_QUEUE_HANG`` prints ``inside`` and sleeps until killed.
+Serves the ``queued`` agent (``runner.serve``, ``$ZINCIR_QUEUE_SLOTS`` runs at a time,
+default 10) until STOP_FILE exists. Each run's ``work`` tool appends ``start LABEL KEY PID
+TIME`` and ``end LABEL KEY PID TIME`` to ``$ZINCIR_QUEUE_LOG`` around a sleep of
+``$ZINCIR_QUEUE_SLEEP`` seconds (default 0.3); a run whose label is ``$ZINCIR_QUEUE_HANG``
+prints ``inside`` and sleeps until killed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from zincir.payloads import ModelRequest, ModelResponse, TextPart  # noqa: E402
 LOG_ENV = "ZINCIR_QUEUE_LOG"
 SLEEP_ENV = "ZINCIR_QUEUE_SLEEP"
 HANG_ENV = "ZINCIR_QUEUE_HANG"
+SLOTS_ENV = "ZINCIR_QUEUE_SLOTS"
 LEASE_TTL = timedelta(seconds=60)
 
 
@@ -73,7 +75,8 @@ async def main(db: str, stop: str) -> None:
     async with Runner(db, [agent], lease_ttl=LEASE_TTL) as runner:
         sys.stdout.write("serving\n")
         sys.stdout.flush()
-        await runner.serve(_stopped(Path(stop)), poll_interval=0.05)
+        slots = int(os.environ.get(SLOTS_ENV, "10"))
+        await runner.serve(_stopped(Path(stop)), max_concurrency=slots, poll_interval=0.05)
 
 
 if __name__ == "__main__":
