@@ -67,8 +67,8 @@ def stall_reason(
     if kind == "timer":
         return StallReason("timer", f"waiting on a timer until {until}{holder}", until)
     if kind == "message" and ref == QUEUE_TOPIC and run["status"] == "pending":
-        held = f": held by its queue's {queued}" if queued else ""
-        return StallReason("queue", f"waiting in its queue{held}", None)
+        limit = f": held by its queue's {queued}" if queued else ""
+        return StallReason("queue", f"waiting in its queue{limit}", None)
     if kind == "message" and ref == BUDGET_TOPIC:
         text = f"paused: its budget ran out (zincir.set_budget raises it){holder}"
         return StallReason("budget", text, None)
