@@ -75,9 +75,7 @@ class Queue:
     def settings(self) -> QueueSettings:
         """The settings the store keeps for this queue."""
         count, period = (None, None) if self.rate is None else self.rate
-        return QueueSettings(
-            self.name, self.concurrency, self.concurrency_per_key, count, period
-        )
+        return QueueSettings(self.name, self.concurrency, self.concurrency_per_key, count, period)
 
 
 def _check_rate(rate: object) -> tuple[int, timedelta]:

@@ -326,7 +326,7 @@ def read_places(tx: _Reads, run_ids: Sequence[str], now: datetime) -> dict[str, 
 
 def _snapshot_tx(snapshot: object) -> _Reads | None:
     """The read transaction of a read-only snapshot whose schema has queues, else None."""
-    tables = getattr(snapshot, "_tables", frozenset())
+    tables: frozenset[str] = getattr(snapshot, "_tables", frozenset())
     tx: _Reads | None = getattr(snapshot, "_tx", None)
     return tx if "queues" in tables else None
 
