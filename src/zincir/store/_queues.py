@@ -43,7 +43,8 @@ _LIVE: Final = (
     "{r}.status IN ('pending', 'running') AND ({r}.wait_kind IS NULL OR {r}.wait_kind <> 'message')"
 )
 _WAITING: Final = (
-    "{r}.status = 'pending' AND {r}.wait_kind = 'message' AND {r}.wait_ref = 'zincir.queue'"
+    "{r}.queue_started_at IS NULL AND {r}.status = 'pending' AND {r}.wait_kind = 'message' "
+    "AND {r}.wait_ref = 'zincir.queue'"
 )
 
 
@@ -151,7 +152,8 @@ _ADMIT: Final = sql(
 )
 _PLACES: Final = sql(
     "SELECT id, queue, queue_key, queue_priority, "
-    "CASE WHEN status = 'pending' AND wait_kind = 'message' AND wait_ref = 'zincir.queue' "
+    "CASE WHEN queue_started_at IS NULL AND status = 'pending' AND wait_kind = 'message' "
+    "AND wait_ref = 'zincir.queue' "
     "THEN 1 ELSE 0 END FROM agent_runs WHERE queue IS NOT NULL AND id {in_list}"
 )
 

@@ -18,7 +18,7 @@ ALTER TABLE agent_runs ADD COLUMN queue_priority integer NOT NULL DEFAULT 0;
 ALTER TABLE agent_runs ADD COLUMN queue_dedupe text;
 ALTER TABLE agent_runs ADD COLUMN queue_started_at timestamptz;
 CREATE INDEX agent_runs_queued ON agent_runs (queue, queue_priority DESC, created_at, id)
-    WHERE wait_kind = 'message' AND queue IS NOT NULL;
+    WHERE queue IS NOT NULL AND queue_started_at IS NULL;
 CREATE INDEX agent_runs_queue_live ON agent_runs (queue, queue_key)
     WHERE queue IS NOT NULL AND status IN ('pending', 'running');
 CREATE INDEX agent_runs_queue_started ON agent_runs (queue, queue_started_at)
