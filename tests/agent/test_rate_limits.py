@@ -3,7 +3,8 @@ key stay within it together, a 429's ``Retry-After`` pauses them all, token usag
 from responses, and a waiting run says why in ``zincir runs list --stuck``.
 
 The issue asks for 30 s of three processes; the suite runs them for ``SECONDS`` (10 s) per
-backend, enough for the bound to bind well past the bucket's burst."""
+backend, enough for the bound to bind well past the bucket's burst
+(``$ZINCIR_TEST_RATE_LIMIT_SECONDS=30`` runs the issue's 30 s)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from zincir.payloads import ModelRequest, ModelResponse, TextPart, Usage
 
 WORKER = Path(__file__).with_name("rate_limit_worker.py")
 REPO = Path(__file__).resolve().parents[2]
-SECONDS = 10.0
+SECONDS = float(os.environ.get("ZINCIR_TEST_RATE_LIMIT_SECONDS", "10"))
 KEY = "shared-key"
 
 
@@ -129,6 +130,9 @@ def test_a_429_pauses_every_process(store_target: str, server: ChatServer) -> No
     # Requests already on their way may still arrive; none is sent while the key is blocked.
     assert not [t for t in others if 0.3 < t < 1.9], sorted(t for t in others if -1 < t < 3)
     assert [t for t in others if 1.9 <= t < 3.0], "the processes went on after the block"
+    # The block emptied the buckets: they resume at the limit's pace (10 a second), not in
+    # a burst of its reserved slots.
+    assert len([t for t in others if 1.9 <= t < 2.5]) <= 8
     assert total == len(others)  # the 429's run was retried after it
 
 
@@ -180,8 +184,7 @@ async def test_a_waiting_run_says_why(store_target: str, server: ChatServer) -> 
             assert len(server.received) == 1  # the second request waits its slot
         finally:
             waiting.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await waiting
+            await asyncio.gather(waiting, return_exceptions=True)
 
 
 async def test_a_plain_model_never_asks_the_store(

@@ -8,7 +8,8 @@ characters of the request document, plus its ``max_tokens``), the process sleeps
 (recorded as the run's wait: ``runs list --stuck`` says "waiting for rate limit KEY until
 T") and checks once more that no 429 blocked the key meanwhile. The response's usage
 corrects the token estimate; a 429 with ``Retry-After`` blocks the key for everyone until
-then, and the agent's retry path retries the request after it.
+then (and empties its buckets: requests resume at the limit's pace), and the agent's retry
+path retries the request after it.
 
 Each bucket holds one second of its limit (at least one request, or the request's tokens):
 requests are spread evenly over the minute, as providers enforce their limits over short
@@ -135,7 +136,7 @@ async def limited_request(
     except OperationFailed as error:
         seconds = provider_retry_after(error) if error.error == "RateLimited" else None
         if seconds:
-            await store.block_rate_limit(limit.key, seconds)
+            await store.block_rate_limit(limit.key, rates, seconds)
         raise
     if rates.tokens_per_second:
         used = response.usage.input_tokens + response.usage.output_tokens

@@ -132,9 +132,20 @@ def settle_rate_limit(tx: Tx, key: str, tokens_per_second: float, extra: float) 
     tx.execute(_WRITE, (tx.stamp(requests_at), tx.stamp(tokens_at), tx.stamp(blocked), key))
 
 
-def block_rate_limit(tx: Tx, key: str, seconds: float) -> datetime:
-    """Let no request on ``key`` start for ``seconds`` from now (a later block stays);
-    the time it is blocked until."""
+def _emptied(
+    full_at: datetime | None, until: datetime, rate: float | None, burst: float
+) -> datetime | None:
+    """A bucket's full time once it is empty at ``until`` (or later, as it was)."""
+    if rate is None:
+        return full_at
+    empty = until + timedelta(seconds=burst / rate)
+    return empty if full_at is None or full_at < empty else full_at
+
+
+def block_rate_limit(tx: Tx, key: str, rates: BucketRates, seconds: float) -> datetime:
+    """Let no request on ``key`` start for ``seconds`` from now (a later block stays), and
+    empty its buckets then: requests resume at the limit's pace, not in a burst. The time
+    it is blocked until."""
     tx.execute(_ENSURE, (key,))
     row = tx.one(_READ, (key,))
     assert row is not None, "the rate limit's row was just ensured"
@@ -143,6 +154,8 @@ def block_rate_limit(tx: Tx, key: str, seconds: float) -> datetime:
         until = tx.time(row[2])
     requests_at = None if row[0] is None else tx.time(row[0])
     tokens_at = None if row[1] is None else tx.time(row[1])
+    requests_at = _emptied(requests_at, until, rates.requests_per_second, rates.requests_burst)
+    tokens_at = _emptied(tokens_at, until, rates.tokens_per_second, rates.tokens_burst)
     tx.execute(_WRITE, (tx.stamp(requests_at), tx.stamp(tokens_at), tx.stamp(until), key))
     return until
 
@@ -172,6 +185,6 @@ class RateLimitOps(Rules):
             lambda tx: settle_rate_limit(tx, key, tokens_per_second, extra), durable=False
         )
 
-    async def block_rate_limit(self, key: str, seconds: float) -> datetime:
+    async def block_rate_limit(self, key: str, rates: BucketRates, seconds: float) -> datetime:
         """Block rate limit ``key`` for everyone for ``seconds`` (a provider's Retry-After)."""
-        return await self._write_tx(lambda tx: block_rate_limit(tx, key, seconds))
+        return await self._write_tx(lambda tx: block_rate_limit(tx, key, rates, seconds))
