@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import zincir
 from tests.agent.runner_agents import KEYS_ENV, agent
 from zincir import InvalidInput
 from zincir.agent import Runner
@@ -76,7 +77,7 @@ async def test_declaring_again_is_a_no_op_and_new_settings_update(store: Store) 
 async def test_ticks_in_a_time_zone(fake_store: Store, clock: FakeClock) -> None:
     runner = Runner(fake_store, [agent])
     await runner.schedule("oslo", cron="0 7 * * *", agent=agent, prompt="p", timezone="Europe/Oslo")
-    ticker = ScheduleTicker(fake_store, ["weather"])
+    ticker = ScheduleTicker(fake_store, {"weather": agent})
     await ticker.look()
     clock.advance(6 * 3600 + 1)  # 06:00:01 UTC is 07:00:01 in Oslo (winter, UTC+1)
     await ticker.look()
@@ -87,7 +88,7 @@ async def test_a_missed_tick_runs_once(fake_store: Store, clock: FakeClock) -> N
     runner = Runner(fake_store, [agent])
     await runner.schedule("every-minute", cron="* * * * *", agent=agent, prompt="p")
     clock.advance(10 * 60 + 0.5)  # nothing served for ten minutes
-    first = ScheduleTicker(fake_store, ["weather"])
+    first = ScheduleTicker(fake_store, {"weather": agent})
     await first.look()
     assert await scheduled(fake_store) == [tick_run_id("every-minute", at(10))]
     record = await fake_store.get_schedule("every-minute")
@@ -96,7 +97,7 @@ async def test_a_missed_tick_runs_once(fake_store: Store, clock: FakeClock) -> N
     clock.advance(59.0)  # 00:10:59.5: it sleeps until the next tick, half a second away
     assert await first.look() == pytest.approx(0.5)
     clock.advance(0.6)
-    second = ScheduleTicker(fake_store, ["weather"])  # another process starting now
+    second = ScheduleTicker(fake_store, {"weather": agent})  # another process starting now
     await second.look()
     await first.look()
     await second.look()
@@ -112,7 +113,7 @@ async def test_a_missed_tick_is_skipped(fake_store: Store, clock: FakeClock) -> 
     runner = Runner(fake_store, [agent])
     await runner.schedule("every-minute", cron="* * * * *", agent=agent, prompt="p", missed="skip")
     clock.advance(10 * 60 + 0.5)
-    ticker = ScheduleTicker(fake_store, ["weather"])
+    ticker = ScheduleTicker(fake_store, {"weather": agent})
     await ticker.look()
     assert await scheduled(fake_store) == []
     clock.advance(60)
@@ -123,7 +124,7 @@ async def test_a_missed_tick_is_skipped(fake_store: Store, clock: FakeClock) -> 
 async def test_a_paused_schedule_starts_nothing(fake_store: Store, clock: FakeClock) -> None:
     runner = Runner(fake_store, [agent])
     await runner.schedule("every-minute", cron="* * * * *", agent=agent, prompt="p")
-    ticker = ScheduleTicker(fake_store, ["weather"])
+    ticker = ScheduleTicker(fake_store, {"weather": agent})
     clock.advance(30)
     await ticker.look()
     assert await fake_store.pause_schedule("every-minute", True) is True
@@ -215,3 +216,21 @@ async def test_three_processes_start_each_tick_once(store_target: str, tmp_path:
     assert {statuses[i] for i in ids} == {"completed"}
     tools = [line.split()[0] for line in keys.read_text().splitlines()]
     assert sorted(tools) == ids  # each run's tool ran exactly once
+
+
+async def test_a_tick_can_wait_in_a_queue(fake_store: Store, clock: FakeClock) -> None:
+    runner = Runner(fake_store, [agent])
+    queue = zincir.Queue("nightly", concurrency=1)
+    await runner.schedule("every-minute", cron="* * * * *", agent=agent, prompt="p", queue=queue)
+    record = await fake_store.get_schedule("every-minute")
+    assert record is not None and record.spec.queue == "nightly"
+    ticker = ScheduleTicker(fake_store, {"weather": agent})
+    await ticker.look()
+    clock.advance(60)
+    await ticker.look()
+    run_id = tick_run_id("every-minute", at(1))
+    assert await scheduled(fake_store) == [run_id]
+    places = await fake_store.queued_runs([run_id])
+    assert (places[run_id].queue, places[run_id].waiting) == ("nightly", True)
+    with pytest.raises(InvalidInput, match="queue must be a zincir.Queue"):
+        await runner.schedule("x", cron="* * * * *", agent=agent, prompt="p", queue="nightly")  # type: ignore[arg-type]

@@ -296,6 +296,7 @@ class Runner:
         prompt: str,
         timezone: str = "UTC",
         missed: str = "run_once",
+        queue: Queue | None = None,
     ) -> str:
         """Store schedule ``name``: a run of ``agent`` on ``prompt`` at each tick of ``cron``
         (five fields, or six with seconds first) in ``timezone``, started by one of the
@@ -307,11 +308,15 @@ class Runner:
         settings changes nothing (``"unchanged"``); other settings replace the stored ones
         (``"updated"``: ticks start after now). Returns ``"created"``, ``"unchanged"`` or
         ``"updated"``; InvalidInput, with nothing stored, for an invalid cron expression or
-        time zone.
+        time zone. With ``queue`` each tick's run waits in that queue (as :meth:`enqueue`).
         """
         chosen = self._agent(agent)
-        spec = check_schedule(name, cron, timezone, chosen.name, prompt, missed)
-        declared = await self.store.declare_schedule(spec)
+        if queue is not None and not isinstance(queue, Queue):
+            raise InvalidInput(f"queue must be a zincir.Queue or None, not {queue!r}")
+        queued = None if queue is None else queue.name
+        spec = check_schedule(name, cron, timezone, chosen.name, prompt, missed, queued)
+        settings = None if queue is None else queue.settings()
+        declared = await self.store.declare_schedule(spec, settings)
         if declared != "unchanged":
             log.info("schedule %s %s: %s in %s", name, declared, cron, timezone)
             self._ticker.changed.set()

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -24,8 +24,12 @@ from cronsim import CronSim, CronSimError
 from .._errors import InvalidInput
 from .._json import dumps
 from .._validate import check_id
+from ..runs._versions import app_version_or_default
 from ..store import Store
 from ..store._schedules import ScheduleRecord, ScheduleSpec
+
+if TYPE_CHECKING:
+    from ._agent import Agent
 
 __all__ = ["MISSED", "ScheduleTicker", "check_schedule", "tick_run_id"]
 
@@ -40,7 +44,13 @@ over several looks)."""
 
 
 def check_schedule(
-    name: str, cron: str, timezone: str, agent: str, prompt: str, missed: str
+    name: str,
+    cron: str,
+    timezone: str,
+    agent: str,
+    prompt: str,
+    missed: str,
+    queue: str | None = None,
 ) -> ScheduleSpec:
     """The spec of a schedule, checked; InvalidInput says what is wrong."""
     check_id(name, "a schedule name")
@@ -59,7 +69,7 @@ def check_schedule(
             f"schedule {name!r}: the cron expression {cron!r} is invalid ({error or 'no tick'}); "
             "give five fields (minute hour day month weekday) or six (seconds first)"
         ) from None
-    return ScheduleSpec(name, cron, timezone, agent, prompt, missed)
+    return ScheduleSpec(name, cron, timezone, agent, prompt, missed, queue)
 
 
 def zone_of(timezone: str) -> ZoneInfo:
@@ -110,9 +120,9 @@ def due_ticks(
 class ScheduleTicker:
     """One serving process's view of the schedules of ``agents`` (by name) in ``store``."""
 
-    def __init__(self, store: Store, agents: Collection[str]) -> None:
+    def __init__(self, store: Store, agents: Mapping[str, Agent]) -> None:
         self.store = store
-        self.agents = frozenset(agents)
+        self.agents = dict(agents)
         self._looked: dict[tuple[str, str, str], datetime] = {}
         self.changed = asyncio.Event()
         """Set to read the schedules again at once (one was declared in this process)."""
@@ -152,6 +162,8 @@ class ScheduleTicker:
             tick=tick,
             run_id=run_id,
             config_json=dumps(config, what="config", run_id=run_id),
+            provider=self.agents[spec.agent].model.name,
+            app_version=app_version_or_default(None, run_id=run_id),
         )
         if started:
             log.info("[run %s] started by schedule %s", run_id, spec.name)

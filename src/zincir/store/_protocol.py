@@ -445,7 +445,9 @@ class Store(Protocol):
 
     # -- schedules -------------------------------------------------------------------------
 
-    async def declare_schedule(self, spec: ScheduleSpec) -> Declared: ...
+    async def declare_schedule(
+        self, spec: ScheduleSpec, queue: QueueSettings | None = None
+    ) -> Declared: ...
     async def get_schedule(self, name: str) -> ScheduleRecord | None: ...
     async def list_schedules(self) -> list[ScheduleRecord]: ...
     async def pause_schedule(self, name: str, paused: bool) -> bool | None: ...
@@ -459,6 +461,8 @@ class Store(Protocol):
         tick: datetime,
         run_id: str,
         config_json: str,
+        provider: str = "",
+        app_version: str | None = None,
     ) -> bool: ...
 
 

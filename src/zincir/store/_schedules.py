@@ -16,6 +16,8 @@ from datetime import datetime
 from typing import Any, Final, Literal
 
 from ._log import insert_run
+from ._queues import QueueSettings, enqueue, store_settings
+from ._queues import _settings as queue_settings
 from ._sql import Rules, Tx, sql
 
 __all__ = [
@@ -55,6 +57,11 @@ _RESUME: Final = sql(
 )
 _EXISTS: Final = sql("SELECT 1 FROM schedules WHERE name = ?")
 _DELETE: Final = sql("DELETE FROM schedules WHERE name = ? RETURNING 1")
+_QUEUE: Final = sql(
+    "SELECT name, concurrency, concurrency_per_key, rate_limit, rate_period_us FROM queues "
+    "WHERE name = ?"
+)
+_RUN_EXISTS: Final = sql("SELECT 1 FROM agent_runs WHERE id = ?")
 _TICKED: Final = sql(
     "UPDATE schedules SET last_tick = ?, last_run_id = ?, updated_at = zincir_now() WHERE name = ?"
 )
@@ -114,9 +121,11 @@ def _record(tx: Tx, row: tuple[Any, ...]) -> ScheduleRecord:
     )
 
 
-def declare_schedule(tx: Tx, spec: ScheduleSpec) -> Declared:
-    """Store ``spec``: created, unchanged (the same settings), or updated (its ticks then
-    start after now; the last tick started is kept)."""
+def declare_schedule(tx: Tx, spec: ScheduleSpec, queue: QueueSettings | None = None) -> Declared:
+    """Store ``spec`` (and its queue's settings): created, unchanged (the same settings), or
+    updated (its ticks then start after now; the last tick started is kept)."""
+    if queue is not None:
+        store_settings(tx, queue)
     params = (spec.cron, spec.timezone, spec.agent, spec.prompt, spec.missed, spec.queue)
     if tx.one(_INSERT, (spec.name, *params)) is not None:
         return "created"
@@ -128,12 +137,20 @@ def declare_schedule(tx: Tx, spec: ScheduleSpec) -> Declared:
 
 
 def start_tick(
-    tx: Tx, name: str, cron: str, timezone: str, tick: datetime, run_id: str, config_json: str
+    tx: Tx,
+    name: str,
+    cron: str,
+    timezone: str,
+    tick: datetime,
+    run_id: str,
+    config_json: str,
+    provider: str = "",
+    app_version: str | None = None,
 ) -> bool:
     """Start tick ``tick`` of schedule ``name`` (computed from ``cron`` in ``timezone``):
-    create its run ``run_id`` pending, unless it exists, and record the tick. False when the
-    schedule is gone, paused, changed, the tick is not after ``since`` and the last tick, or
-    the run already exists."""
+    create its run ``run_id`` pending (waiting in the schedule's queue, if it names one),
+    unless it exists, and record the tick. False when the schedule is gone, paused, changed,
+    the tick is not after ``since`` and the last tick, or the run already exists."""
     row = tx.one(_GET, (name,))
     if row is None:
         return False
@@ -142,7 +159,33 @@ def start_tick(
         return False
     if tick <= record.since or (record.last_tick is not None and tick <= record.last_tick):
         return False
-    created = insert_run(tx, run_id, name=record.spec.agent, config_json=config_json)
+    agent, queue = record.spec.agent, record.spec.queue
+    if tx.one(_RUN_EXISTS, (run_id,)) is not None:
+        created = False
+    elif queue is None:
+        created = insert_run(
+            tx,
+            run_id,
+            name=agent,
+            provider=provider,
+            config_json=config_json,
+            app_version=app_version,
+        )
+    else:
+        row = tx.one(_QUEUE, (queue,))
+        settings = QueueSettings(queue) if row is None else queue_settings(row)
+        _, created = enqueue(
+            tx,
+            run_id,
+            settings,
+            name=agent,
+            provider=provider,
+            config_json=config_json,
+            key=None,
+            priority=0,
+            dedupe_id=None,
+            app_version=app_version,
+        )
     tx.execute(_TICKED, (tx.stamp(tick), run_id, name))
     return created
 
@@ -150,10 +193,12 @@ def start_tick(
 class ScheduleOps(Rules):
     """Schedules: declared, listed, paused, resumed, deleted, and their ticks started."""
 
-    async def declare_schedule(self, spec: ScheduleSpec) -> Declared:
-        """Store schedule ``spec``: ``created``, ``unchanged`` (same settings) or
-        ``updated`` (new settings; ticks start after now)."""
-        return await self._write_tx(lambda tx: declare_schedule(tx, spec))
+    async def declare_schedule(
+        self, spec: ScheduleSpec, queue: QueueSettings | None = None
+    ) -> Declared:
+        """Store schedule ``spec`` (and ``queue``'s settings): ``created``, ``unchanged``
+        (same settings) or ``updated`` (new settings; ticks start after now)."""
+        return await self._write_tx(lambda tx: declare_schedule(tx, spec, queue))
 
     async def get_schedule(self, name: str) -> ScheduleRecord | None:
         """Schedule ``name`` as stored, or None."""
@@ -192,9 +237,13 @@ class ScheduleOps(Rules):
         tick: datetime,
         run_id: str,
         config_json: str,
+        provider: str = "",
+        app_version: str | None = None,
     ) -> bool:
         """Create tick ``tick``'s run ``run_id`` (pending, with ``config_json``) and record
         the tick, once across processes; whether this call created it."""
         return await self._write_tx(
-            lambda tx: start_tick(tx, name, cron, timezone, tick, run_id, config_json)
+            lambda tx: start_tick(
+                tx, name, cron, timezone, tick, run_id, config_json, provider, app_version
+            )
         )
