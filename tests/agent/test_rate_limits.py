@@ -22,7 +22,8 @@ import pytest
 
 import zincir
 from tests.agent.openai_server import ChatServer, Reply, completion, error, usage
-from zincir.agent import Agent, FunctionModel, OpenAIChatModel, Runner
+from tests.agent.reference import call
+from zincir.agent import Agent, Approve, FunctionModel, OpenAIChatModel, Runner, tool
 from zincir.agent._rate_limit import estimate_tokens
 from zincir.payloads import ModelRequest, ModelResponse, TextPart, Usage
 
@@ -202,3 +203,41 @@ async def test_a_plain_model_never_asks_the_store(
         monkeypatch.setattr(type(runner.store), "take_rate_limit", refuse)
         result = await runner.run(agent, "hello", run_id="plain")
     assert result.output == "ok"
+
+
+@tool(requires_approval=True)
+async def refund(order_id: str) -> str:
+    """Refund an order (a person approves it first)."""
+    return f"refunded {order_id}"
+
+
+async def test_replayed_requests_take_no_capacity(
+    store_target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[int] = []
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        asked.append(len(request.messages))
+        if len(asked) == 1:
+            return ModelResponse(parts=[call("call-refund", "refund", order_id="A-17")])
+        return ModelResponse(parts=[TextPart(text="done")])
+
+    model = FunctionModel(answer)
+    model.rate_limit = zincir.RateLimit(KEY, requests_per_minute=6000)  # any Model may set one
+    agent = Agent(model, name="refunds", tools=[refund])
+    async with Runner(store_target, [agent]) as runner:
+        takes: list[str] = []
+        take = type(runner.store).take_rate_limit
+
+        async def counted(self: Any, key: str, *args: Any, **kwargs: Any) -> float:
+            if not kwargs.get("again"):
+                takes.append(key)
+            return await take(self, key, *args, **kwargs)
+
+        monkeypatch.setattr(type(runner.store), "take_rate_limit", counted)
+        paused = await runner.run(agent, "Refund A-17.", run_id="refund")
+        assert paused.paused is not None and takes == [KEY]
+        done = await runner.resume("refund", {"call-refund": Approve()})
+    assert done.output == "done"
+    # The resume replayed the first request from its record: only the second took a slot.
+    assert len(asked) == 2 and takes == [KEY, KEY]
