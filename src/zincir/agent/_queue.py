@@ -9,20 +9,21 @@ need not declare it), then claims them like any other run.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
+from .._crash import crash_point
 from .._errors import InvalidInput
 from .._json import dumps
 from .._validate import check_count, check_id, shown
 from ..runs import ResumeWorker
 from ..runs._versions import app_version_or_default
-from ..store import Lease
+from ..store import Lease, Store
 from ..store._queues import QueueSettings
 from ._fork import new_run_id
 
 if TYPE_CHECKING:
-    from ..store import Store
     from ._agent import Agent
 
 __all__ = ["Queue", "QueueWorker", "enqueue_run"]
@@ -140,13 +141,28 @@ async def enqueue_run(
 
 
 class QueueWorker(ResumeWorker):
-    """A ResumeWorker that, before each claim, admits queued runs of its names within their
-    queues' limits (up to its free slots)."""
+    """A ResumeWorker that admits queued runs of its names within their queues' limits (up
+    to its free slots) in the transaction of each claim."""
+
+    def __init__(self, store: Store, lease_ttl: timedelta | float, *, names: Iterable[str]) -> None:
+        super().__init__(store, lease_ttl, names=names)
+        self._queued_names: tuple[str, ...] = self.names or ()
 
     async def claim(self, limit: int) -> list[Lease]:
-        if limit >= 1 and self.names:
-            try:
-                await self.store.admit_queued(self.names, limit)
-            except Exception as error:  # a busy or broken store: the next poll tries again
-                log.error("admitting queued runs failed: %s", error)
-        return await super().claim(limit)
+        limit = check_count(limit, "limit", minimum=0, maximum=100_000)
+        if limit < 1:
+            return []
+        leases = await self.store.claim_queued_runs(
+            self.owner,
+            self.lease_ttl,
+            limit,
+            max_attempts=self._max_attempts,
+            backoff=self.delay,
+            app_versions=self.served_versions(),
+            names=self._queued_names,
+        )
+        for lease in leases:
+            log.info("[run %s] claimed (lease token %d)", lease.run_id, lease.token)
+        if leases:
+            crash_point("worker.claimed")
+        return leases

@@ -440,6 +440,17 @@ class Store(Protocol):
         app_version: str | None = None,
     ) -> tuple[str, bool]: ...
     async def admit_queued(self, names: Collection[str], limit: int) -> list[str]: ...
+    async def claim_queued_runs(
+        self,
+        owner: str,
+        ttl: timedelta,
+        limit: int,
+        *,
+        max_attempts: int | None,
+        backoff: Callable[[int], timedelta],
+        app_versions: Collection[str] | None = None,
+        names: Collection[str],
+    ) -> list[Lease]: ...
     async def queue_depths(self) -> list[QueueDepth]: ...
     async def queued_runs(self, run_ids: Sequence[str]) -> dict[str, QueuedRun]: ...
 

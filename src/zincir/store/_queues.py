@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
 
+from ._claims import Backoff, claim
 from ._log import insert_run
+from ._records import Lease
 from ._run_rules import run_exists_error
 from ._sql import Params, Rules, Sql, Tx, micros, sql
 
@@ -396,6 +398,32 @@ class QueueOps(Rules):
         if not waiting:
             return []
         return await self._write_tx(lambda tx: admit(tx, listed, limit), durable=False)
+
+    async def claim_queued_runs(
+        self,
+        owner: str,
+        ttl: timedelta,
+        limit: int,
+        *,
+        max_attempts: int | None,
+        backoff: Backoff,
+        app_versions: Collection[str] | None = None,
+        names: Collection[str],
+    ) -> list[Lease]:
+        """``claim_runs`` after admitting up to ``limit`` queued runs with one of ``names``
+        within their queues' limits, in one write transaction (a plain claim when none
+        waits)."""
+        listed = list(names)
+        waiting = await self._read_tx(
+            lambda tx: tx.one(_ANY_WAITING, (tx.values(listed),)) is not None
+        )
+
+        def write(tx: Tx) -> list[Lease]:
+            if waiting:
+                admit(tx, listed, limit)
+            return claim(tx, owner, ttl, limit, max_attempts, backoff, app_versions, listed)
+
+        return await self._write_tx(write)
 
     async def queue_depths(self) -> list[QueueDepth]:
         """Every stored queue with how many runs wait in it and hold a slot."""
