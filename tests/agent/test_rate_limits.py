@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import zincir
-from tests.agent.openai_server import ChatServer, Reply, completion, error, usage
+from tests.agent.openai_server import ChatServer, Reply, chunk, completion, error, usage
 from tests.agent.reference import call
 from zincir.agent import Agent, Approve, FunctionModel, OpenAIChatModel, Runner, tool
 from zincir.agent._rate_limit import estimate_tokens
@@ -241,3 +241,22 @@ async def test_replayed_requests_take_no_capacity(
     assert done.output == "done"
     # The resume replayed the first request from its record: only the second took a slot.
     assert len(asked) == 2 and takes == [KEY, KEY]
+
+
+async def test_streamed_requests_wait_too(store_target: str, server: ChatServer) -> None:
+    server.fallback = Reply(
+        chunks=[
+            chunk({"role": "assistant", "content": "ok"}),
+            chunk(finish_reason="stop"),
+            chunk(usage_=usage(10, 5)),
+        ]
+    )
+    limit = zincir.RateLimit(KEY, requests_per_minute=60)  # one a second, no burst
+    agent = Agent(OpenAIChatModel("gpt-test", server.client(), rate_limit=limit), name="live")
+    async with Runner(store_target, [agent]) as runner:
+        for number in range(3):
+            stream = runner.run_stream(agent, f"q{number}", run_id=f"live-{number}")
+            assert [event async for event in stream] and stream.result.output == "ok"
+    times = [received.at for received in server.received]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert len(times) == 3 and all(gap > 0.9 for gap in gaps), gaps
