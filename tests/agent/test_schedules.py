@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 import zincir
 from tests.agent.runner_agents import KEYS_ENV, agent
+from tests.helpers import select
 from zincir import InvalidInput
 from zincir.agent import Runner
 from zincir.agent._schedule import ScheduleTicker, tick_run_id
@@ -234,3 +235,25 @@ async def test_a_tick_can_wait_in_a_queue(fake_store: Store, clock: FakeClock) -
     assert (places[run_id].queue, places[run_id].waiting) == ("nightly", True)
     with pytest.raises(InvalidInput, match="queue must be a zincir.Queue"):
         await runner.schedule("x", cron="* * * * *", agent=agent, prompt="p", queue="nightly")  # type: ignore[arg-type]
+
+
+async def test_an_encrypted_store_seals_the_prompt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ZINCIR_ENCRYPTION_KEYS", raising=False)
+    keys = zincir.Encryption({"t": zincir.Encryption.generate_key()}, "t")
+    key_file = tmp_path / "keys.json"
+    key_file.write_text(keys.to_json())
+    path = str(tmp_path / "sealed.db")
+    store = zincir.open_store(path, encryption=keys)
+    async with Runner(store, [agent]) as runner:
+        await runner.schedule("daily", cron="0 7 * * *", agent=agent, prompt="secret prompt")
+    record = await store.get_schedule("daily")
+    assert record is not None and record.spec.prompt == "secret prompt"
+    await store.close()
+    (raw,) = select(path, "SELECT prompt FROM schedules")[0]
+    assert b"secret" not in (raw if isinstance(raw, bytes) else str(raw).encode())
+    listed = await asyncio.to_thread(
+        cli, "schedules", "list", "--db", path, "--key-file", str(key_file)
+    )
+    assert listed[0] == 0 and listed[1].splitlines()[1].split()[:2] == ["daily", "active"]
