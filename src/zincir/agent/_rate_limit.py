@@ -46,9 +46,10 @@ _SCOPE: ContextVar[tuple[Store, str] | None] = ContextVar("zincir_rate_limit", d
 
 @dataclass(frozen=True, slots=True)
 class RateLimit:
-    """A provider's limits on key ``key`` (an API key's or a model's name: any label the
-    processes sharing the limit agree on): ``requests_per_minute`` and/or
-    ``tokens_per_minute`` (input and output tokens), shared through the store."""
+    """A provider's limits on key ``key`` (a label the processes sharing the limit agree
+    on, such as an API key's name; never the API key itself: it is stored and shown as
+    is): ``requests_per_minute`` and/or ``tokens_per_minute`` (input and output tokens),
+    shared through the store."""
 
     key: str
     requests_per_minute: float | None = None
