@@ -280,3 +280,38 @@ async def test_a_killed_worker_s_slot_is_freed_once_its_run_is_taken_over_and_fi
     assert found["after"][0] >= found["hang"][1]
     starts = [line.split()[1] for line in lines(log) if line.startswith("start")]
     assert starts == ["hang", "hang", "after"]
+
+
+async def test_a_worker_without_names_admits_queued_runs_of_any_name(store_target: str) -> None:
+    """The store's queue path is not the agents' alone: a run of any name stored waiting in a
+    queue is admitted by a ResumeWorker that claims through it (here without names)."""
+    from zincir.agent._queue import QueueWorker
+
+    queue = zincir.Queue("plain-runs", concurrency=1)
+    spans: list[tuple[float, float]] = []
+
+    async def handler(ctx: zincir.AgentContext) -> None:
+        began = time.monotonic()
+        await asyncio.sleep(0.05)
+        spans.append((began, time.monotonic()))
+        await ctx.complete({"done": True})
+
+    store = zincir.open_store(store_target)
+    try:
+        run_ids = [
+            (await store.enqueue_run(f"job-{i}", queue.settings(), name="job"))[0] for i in range(4)
+        ]
+        worker = QueueWorker(store, timedelta(seconds=30)).poll_interval(0.02).max_concurrency(4)
+        stop = asyncio.Event()
+        working = asyncio.ensure_future(worker.run(handler, stop.wait()))
+        try:
+            deadline = time.monotonic() + 30
+            while not all([await store.run_is_finished(run_id) for run_id in run_ids]):
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+        finally:
+            stop.set()
+            await asyncio.wait_for(working, 30)
+    finally:
+        await store.close()
+    assert len(spans) == 4 and most_at_once(spans) == 1

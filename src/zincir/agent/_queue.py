@@ -9,7 +9,6 @@ need not declare it), then claims them like any other run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
@@ -144,10 +143,6 @@ class QueueWorker(ResumeWorker):
     """A ResumeWorker that admits queued runs of its names within their queues' limits (up
     to its free slots) in the transaction of each claim."""
 
-    def __init__(self, store: Store, lease_ttl: timedelta | float, *, names: Iterable[str]) -> None:
-        super().__init__(store, lease_ttl, names=names)
-        self._queued_names: tuple[str, ...] = self.names or ()
-
     async def claim(self, limit: int) -> list[Lease]:
         limit = check_count(limit, "limit", minimum=0, maximum=100_000)
         if limit < 1:
@@ -159,7 +154,7 @@ class QueueWorker(ResumeWorker):
             max_attempts=self._max_attempts,
             backoff=self.delay,
             app_versions=self.served_versions(),
-            names=self._queued_names,
+            names=self.names,
         )
         for lease in leases:
             log.info("[run %s] claimed (lease token %d)", lease.run_id, lease.token)

@@ -109,14 +109,22 @@ _PLACE: Final = sql(
     "UPDATE agent_runs SET queue = ?, queue_key = ?, queue_priority = ?, queue_dedupe = ?, "
     f"wait_kind = 'message', wait_ref = '{QUEUE_TOPIC}', wait_until = NULL WHERE id = ?"
 )
-_ANY_WAITING: Final = sql(
-    f"SELECT 1 FROM agent_runs AS r WHERE r.queue IS NOT NULL AND {_waiting('r')} "
-    "AND r.name {in_list} LIMIT 1"
-)
-_WAITING_QUEUES: Final = sql(
-    f"SELECT DISTINCT r.queue FROM agent_runs AS r WHERE r.queue IS NOT NULL AND "
-    f"{_waiting('r')} AND r.name {{in_list}}"
-)
+_NAMED: Final = {True: " AND r.name {in_list}", False: ""}
+"""The filter of the runs of a worker's names (a worker without names: every run)."""
+_ANY_WAITING: Final = {
+    named: sql(
+        f"SELECT 1 FROM agent_runs AS r WHERE r.queue IS NOT NULL AND {_waiting('r')}"
+        f"{_NAMED[named]} LIMIT 1"
+    )
+    for named in (True, False)
+}
+_WAITING_QUEUES: Final = {
+    named: sql(
+        f"SELECT DISTINCT r.queue FROM agent_runs AS r WHERE r.queue IS NOT NULL AND "
+        f"{_waiting('r')}{_NAMED[named]}"
+    )
+    for named in (True, False)
+}
 _SETTINGS_COLUMNS: Final = "name, concurrency, concurrency_per_key, rate_limit, rate_period_us"
 _LOCK_QUEUE: Final = sql(f"SELECT {_SETTINGS_COLUMNS} FROM queues WHERE name = ?{{for_update}}")
 _ALL_QUEUES: Final = sql(f"SELECT {_SETTINGS_COLUMNS} FROM queues ORDER BY name")
@@ -137,16 +145,19 @@ _RECENT: Final = sql(
 _STARTED_SINCE: Final = sql(
     "SELECT count(*) FROM agent_runs WHERE queue = ? AND queue_started_at > ?"
 )
-_CANDIDATES: Final = sql(
-    "SELECT w.id, w.queue_key FROM (SELECT r.id, r.queue_key, r.queue_priority, r.created_at, "
-    "ROW_NUMBER() OVER (PARTITION BY r.queue_key "
-    "ORDER BY r.queue_priority DESC, r.created_at, r.id) AS rn "
-    f"FROM agent_runs AS r WHERE r.queue = ? AND {_waiting('r')} AND r.name {{in_list}}) AS w "
-    "WHERE w.queue_key IS NULL OR CAST(? AS integer) IS NULL "
-    "OR w.rn + (SELECT count(*) FROM agent_runs AS l "
-    f"WHERE l.queue = ? AND l.queue_key = w.queue_key AND {_live('l')}) <= CAST(? AS integer) "
-    "ORDER BY w.queue_priority DESC, w.created_at, w.id LIMIT ?"
-)
+_CANDIDATES: Final = {
+    named: sql(
+        "SELECT w.id, w.queue_key FROM (SELECT r.id, r.queue_key, r.queue_priority, "
+        "r.created_at, ROW_NUMBER() OVER (PARTITION BY r.queue_key "
+        "ORDER BY r.queue_priority DESC, r.created_at, r.id) AS rn "
+        f"FROM agent_runs AS r WHERE r.queue = ? AND {_waiting('r')}{_NAMED[named]}) AS w "
+        "WHERE w.queue_key IS NULL OR CAST(? AS integer) IS NULL "
+        "OR w.rn + (SELECT count(*) FROM agent_runs AS l "
+        f"WHERE l.queue = ? AND l.queue_key = w.queue_key AND {_live('l')}) "
+        "<= CAST(? AS integer) ORDER BY w.queue_priority DESC, w.created_at, w.id LIMIT ?"
+    )
+    for named in (True, False)
+}
 _ADMIT: Final = sql(
     "UPDATE agent_runs SET wait_kind = NULL, wait_ref = NULL, wait_until = NULL, "
     f"queue_started_at = zincir_now(), updated_at = zincir_now() WHERE id {{in_list}} "
@@ -231,11 +242,18 @@ def _room(tx: Tx, settings: QueueSettings, budget: int) -> int:
     return free
 
 
-def admit(tx: Tx, names: Collection[str], limit: int) -> list[str]:
-    """Admit up to ``limit`` waiting runs named one of ``names``, queue by queue, each queue's
-    in priority order (higher first) then age, within its limits; their ids."""
-    named = tx.values(list(names))
-    queues = sorted(str(row[0]) for row in tx.all(_WAITING_QUEUES, (named,)))
+def _any_waiting(tx: Tx, names: Collection[str] | None) -> bool:
+    """Whether a run named one of ``names`` (None: any) waits in a queue."""
+    named = () if names is None else (tx.values(list(names)),)
+    return tx.one(_ANY_WAITING[names is not None], named) is not None
+
+
+def admit(tx: Tx, names: Collection[str] | None, limit: int) -> list[str]:
+    """Admit up to ``limit`` waiting runs named one of ``names`` (None: any), queue by queue,
+    each queue's in priority order (higher first) then age, within its limits; their ids."""
+    named = () if names is None else (tx.values(list(names)),)
+    filtered = names is not None
+    queues = sorted(str(row[0]) for row in tx.all(_WAITING_QUEUES[filtered], named))
     admitted: list[str] = []
     for queue in queues:
         budget = limit - len(admitted)
@@ -251,7 +269,8 @@ def admit(tx: Tx, names: Collection[str], limit: int) -> list[str]:
         per_key = settings.concurrency_per_key
         keyed = {str(k): int(n) for k, n in tx.all(_LIVE_BY_KEY, (queue,))} if per_key else {}
         chosen: list[str] = []
-        for run_id, key in tx.all(_CANDIDATES, (queue, named, per_key, queue, per_key, free)):
+        params = (queue, *named, per_key, queue, per_key, free)
+        for run_id, key in tx.all(_CANDIDATES[filtered], params):
             if per_key is not None and key is not None:
                 if keyed.get(key, 0) >= per_key:
                     continue
@@ -386,16 +405,14 @@ class QueueOps(Rules):
             )
         )
 
-    async def admit_queued(self, names: Collection[str], limit: int) -> list[str]:
-        """Admit up to ``limit`` queued runs with one of ``names`` within their queues'
-        limits (checked and admitted atomically); their ids. No write when none waits."""
+    async def admit_queued(self, names: Collection[str] | None, limit: int) -> list[str]:
+        """Admit up to ``limit`` queued runs with one of ``names`` (None: any) within their
+        queues' limits (checked and admitted atomically); their ids. No write when none
+        waits."""
         if limit < 1:
             return []
-        listed = list(names)
-        waiting = await self._read_tx(
-            lambda tx: tx.one(_ANY_WAITING, (tx.values(listed),)) is not None
-        )
-        if not waiting:
+        listed = None if names is None else list(names)
+        if not await self._read_tx(lambda tx: _any_waiting(tx, listed)):
             return []
         return await self._write_tx(lambda tx: admit(tx, listed, limit), durable=False)
 
@@ -408,15 +425,13 @@ class QueueOps(Rules):
         max_attempts: int | None,
         backoff: Backoff,
         app_versions: Collection[str] | None = None,
-        names: Collection[str],
+        names: Collection[str] | None = None,
     ) -> list[Lease]:
         """``claim_runs`` after admitting up to ``limit`` queued runs with one of ``names``
-        within their queues' limits, in one write transaction (a plain claim when none
-        waits)."""
-        listed = list(names)
-        waiting = await self._read_tx(
-            lambda tx: tx.one(_ANY_WAITING, (tx.values(listed),)) is not None
-        )
+        (None: any) within their queues' limits, in one write transaction (a plain claim
+        when none waits)."""
+        listed = None if names is None else list(names)
+        waiting = await self._read_tx(lambda tx: _any_waiting(tx, listed))
 
         def write(tx: Tx) -> list[Lease]:
             if waiting:
