@@ -186,6 +186,12 @@ async def test_a_dedupe_id_returns_the_first_run(store_target: str, log: Path) -
         # the run is stored as runner.run stores one: resume starts it
         result = await runner.resume(first)
         assert result.output == "done a k"
+        place = (await runner.store.queued_runs([first]))[first]
+        assert not place.waiting and place.held_by is None  # started outside the queue
+        [(started,)] = select(
+            store_target, "SELECT queue_started_at FROM agent_runs WHERE id = ?", (first,)
+        )
+        assert started is not None
         # the newest declaration's settings are stored
         await runner.enqueue(agent, "e k", queue=zincir.Queue("dedupe", concurrency=3))
         depths = {depth.settings.name: depth for depth in await runner.store.queue_depths()}

@@ -26,6 +26,7 @@ from ..runs import AgentContext
 from ..runs._budget import Budget
 from ..runs._spin import SpinRules
 from ..store import Store, as_store, open_store
+from ..store._queues import is_queued
 from ._agent import Agent, AgentStream
 from ._binding import DurableBinding, Handlers
 from ._errors import RunNotResumable
@@ -183,9 +184,10 @@ class Runner:
         A finished run returns its stored result. A paused run applies ``decisions`` (call
         id → ``Approve`` / ``Deny`` / ``ExternalResult``) and those recorded with
         ``decide``; calls left undecided pause it again. ``budget`` replaces the one in
-        force (raising it resumes a run its budget paused). RunNotFound for an unknown run;
-        RunNotResumable for a run of an agent this runner does not serve, or one stored
-        without its prompt.
+        force (raising it resumes a run its budget paused). A run waiting in a queue starts at
+        once, outside the queue's limits (it then counts against them). RunNotFound for an
+        unknown run; RunNotResumable for a run of an agent this runner does not serve, or one
+        stored without its prompt.
         """
         check_id(run_id, "a run id")
         agent, prompt, config = await self._stored(run_id)
@@ -447,6 +449,8 @@ class Runner:
                 "kept it); continue it with agent.run(its prompt, durable=DurableBinding(...))",
                 run_id=run_id,
             )
+        if is_queued(row):  # started now, outside its queue's limits
+            await self.store.start_queued_run(run_id)
         return agent, prompt, config
 
 

@@ -12,7 +12,7 @@ dead owner until it is taken over and finishes.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
@@ -31,6 +31,7 @@ __all__ = [
     "QueuedRun",
     "admit",
     "enqueue",
+    "is_queued",
     "read_depths",
     "read_places",
     "snapshot_depths",
@@ -163,12 +164,25 @@ _ADMIT: Final = sql(
     f"queue_started_at = zincir_now(), updated_at = zincir_now() WHERE id {{in_list}} "
     f"AND {_waiting('agent_runs')}"
 )
+_START_ONE: Final = sql(
+    "UPDATE agent_runs SET wait_kind = NULL, wait_ref = NULL, wait_until = NULL, "
+    f"queue_started_at = zincir_now() WHERE id = ? AND {_waiting('agent_runs')} RETURNING 1"
+)
 _PLACES: Final = sql(
     "SELECT id, queue, queue_key, queue_priority, "
     "CASE WHEN queue_started_at IS NULL AND status = 'pending' AND wait_kind = 'message' "
     "AND wait_ref = 'zincir.queue' "
     "THEN 1 ELSE 0 END FROM agent_runs WHERE queue IS NOT NULL AND id {in_list}"
 )
+
+
+def is_queued(run: Mapping[str, Any]) -> bool:
+    """Whether the run (a stored row) still waits in its queue."""
+    return bool(
+        run["status"] == "pending"
+        and run["wait_kind"] == "message"
+        and run["wait_ref"] == QUEUE_TOPIC
+    )
 
 
 def _settings(row: Sequence[object]) -> QueueSettings:
@@ -439,6 +453,11 @@ class QueueOps(Rules):
             return claim(tx, owner, ttl, limit, max_attempts, backoff, app_versions, listed)
 
         return await self._write_tx(write)
+
+    async def start_queued_run(self, run_id: str) -> bool:
+        """Take run ``run_id`` out of its queue as started, outside the queue's limits (it
+        then counts against them); False when it waits in no queue."""
+        return await self._write_tx(lambda tx: tx.one(_START_ONE, (run_id,)) is not None)
 
     async def queue_depths(self) -> list[QueueDepth]:
         """Every stored queue with how many runs wait in it and hold a slot."""
