@@ -50,6 +50,8 @@ async def test_invalid_cron_or_timezone_stores_nothing(store: Store) -> None:
         )
     with pytest.raises(InvalidInput, match="missed must be 'run_once' or 'skip'"):
         await runner.schedule("bad", cron="0 7 * * *", agent=agent, prompt="p", missed="all")
+    with pytest.raises(InvalidInput, match="cron expression '\\* \\* \\*' is invalid"):
+        await runner.schedule("bad", cron="* * *", agent=agent, prompt="p")
     with pytest.raises(InvalidInput, match="serves no agent named 'nobody'"):
         await runner.schedule("bad", cron="0 7 * * *", agent="nobody", prompt="p")
     assert await store.list_schedules() == []
@@ -141,6 +143,18 @@ async def test_a_paused_schedule_starts_nothing(fake_store: Store, clock: FakeCl
     assert await fake_store.pause_schedule("nothing", True) is None
 
 
+async def test_a_process_starts_only_the_schedules_of_its_agents(
+    fake_store: Store, clock: FakeClock
+) -> None:
+    runner = Runner(fake_store, [agent])
+    await runner.schedule("every-minute", cron="* * * * *", agent=agent, prompt="p")
+    other = ScheduleTicker(fake_store, {})  # a process serving other agents
+    await other.look()
+    clock.advance(90)
+    await other.look()
+    assert await scheduled(fake_store) == []
+
+
 def cli(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(main, list(args))
     return result.exit_code, result.output
@@ -148,6 +162,8 @@ def cli(*args: str) -> tuple[int, str]:
 
 async def test_cli_lists_pauses_resumes_and_deletes(store_target: str) -> None:
     async with Runner(store_target, [agent]) as runner:
+        empty = await asyncio.to_thread(cli, "schedules", "list", "--db", store_target)
+        assert empty == (0, "no schedules\n")
         await runner.schedule("daily", cron="0 7 * * *", agent=agent, prompt="p")
         await runner.schedule("hourly", cron="0 * * * *", agent=agent, prompt="p")
     listed = await asyncio.to_thread(cli, "schedules", "list", "--db", store_target)
