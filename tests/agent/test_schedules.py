@@ -20,6 +20,7 @@ from tests.agent.runner_agents import KEYS_ENV, agent
 from tests.helpers import select
 from zincir import InvalidInput
 from zincir.agent import Runner
+from zincir.agent import _schedule as schedule_module
 from zincir.agent._schedule import ScheduleTicker, tick_run_id
 from zincir.cli import main
 from zincir.store import Store
@@ -273,3 +274,18 @@ async def test_an_encrypted_store_seals_the_prompt(
         cli, "schedules", "list", "--db", path, "--key-file", str(key_file)
     )
     assert listed[0] == 0 and listed[1].splitlines()[1].split()[:2] == ["daily", "active"]
+
+
+async def test_a_stalled_process_catches_up_in_batches(
+    fake_store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(schedule_module, "_MAX_TICKS", 5)
+    runner = Runner(fake_store, [agent])
+    await runner.schedule("every-second", cron="* * * * * *", agent=agent, prompt="p")
+    ticker = ScheduleTicker(fake_store, {"weather": agent})
+    await ticker.look()
+    clock.advance(12.5)  # the process stalled for twelve ticks: it was serving all along
+    delays = [await ticker.look() for _ in range(3)]
+    assert delays[:2] == [0.0, 0.0] and delays[2] == pytest.approx(0.5)
+    expected = [tick_run_id("every-second", at(0, second)) for second in range(1, 13)]
+    assert await scheduled(fake_store, "every-second") == expected

@@ -141,6 +141,8 @@ class ScheduleTicker:
             starts, following = due_ticks(record, previous, now)
             for tick in starts:
                 await self._start(record, tick)
+            if following is not None and following <= now:  # capped: go on from the last
+                self._looked[key] = starts[-1]
             if following is not None:
                 wake = min(wake, following)
         return max(0.0, (wake - self.store.now()).total_seconds())
