@@ -262,8 +262,9 @@ class Runner:
         and start the runs of its agents waiting in queues, within each queue's limits.
 
         Runs whose owner died on this machine are taken over at once, others once their
-        lease lapses; a run paused for a person is claimed once a decision arrives. Then the
-        runs in flight finish (or pause) before it returns.
+        lease lapses; a run paused for a person is claimed once a decision arrives. It starts
+        the ticks of its agents' schedules (:meth:`schedule`), waking at the next one. Then
+        the runs in flight finish (or pause) before it returns.
         """
         try:
             worker = QueueWorker(self.store, self.lease_ttl, names=list(self._agents))
