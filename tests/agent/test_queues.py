@@ -93,9 +93,14 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
     return most
 
 
-async def wait_finished(target: str, run_ids: list[str], timeout: float = 90) -> None:
+async def wait_finished(
+    target: str,
+    run_ids: list[str],
+    timeout: float = 90,
+    agents: list[zincir.agent.Agent] | None = None,
+) -> None:
     deadline = time.monotonic() + timeout
-    async with Runner(target, [agent]) as runner:
+    async with Runner(target, agents or [agent]) as runner:
         while True:
             statuses = [
                 (await runner.store.get_run(run_id) or {}).get("status") for run_id in run_ids
@@ -321,3 +326,30 @@ async def test_a_worker_without_names_admits_queued_runs_of_any_name(store_targe
     finally:
         await store.close()
     assert len(spans) == 4 and most_at_once(spans) == 1
+
+
+async def test_a_run_parked_on_a_person_does_not_hold_its_slot(
+    store_target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.agent.runner_agents import LOG_ENV as REFUNDS_LOG
+    from tests.agent.runner_agents import refunds
+    from zincir.agent import Approve, decide, pending_approvals
+
+    monkeypatch.setenv(REFUNDS_LOG, str(tmp_path / "refunds.log"))
+    queue = zincir.Queue("refunds", concurrency=1)
+    async with Runner(store_target, [refunds]) as runner:
+        first = await runner.enqueue(refunds, "Refund A-1.", queue=queue)
+        second = await runner.enqueue(refunds, "Refund A-2.", queue=queue)
+        stop = asyncio.Event()
+        serving = asyncio.ensure_future(runner.serve(stop.wait(), poll_interval=0.02))
+        try:
+            deadline = time.monotonic() + 30
+            while len(await pending_approvals(runner.store)) < 2:  # both paused: one slot
+                assert time.monotonic() < deadline, "the paused run held the queue's slot"
+                await asyncio.sleep(0.05)
+            for approval in await pending_approvals(runner.store):
+                await decide(runner.store, approval.approval_id, Approve())
+            await wait_finished(store_target, [first, second], timeout=30, agents=[refunds])
+        finally:
+            stop.set()
+            await asyncio.wait_for(serving, 30)
