@@ -420,7 +420,6 @@ class Store(Protocol):
     async def run_origin(self, run_id: str) -> RunOrigin | None: ...
     async def forks_of(self, run_id: str) -> list[RunOrigin]: ...
 
-
     # -- queues ---------------------------------------------------------------------------
     # A queued run waits (pending) until a serving process admits it within its queue's
     # limits; ``queues`` holds each queue's settings.
