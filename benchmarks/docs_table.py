@@ -44,6 +44,7 @@ GROUPS: list[tuple[str, tuple[str, ...]]] = [
     ("Resume, claims and the inspector", ("resume_", "claims_", "inspector_")),
     ("Durable streams", ("stream_",)),
     ("Encryption at rest", ("encryption_",)),
+    ("Queues", ("queue_",)),
     ("Retention", ("prune_", "compact_")),
     ("PostgreSQL", ("pg_", "dbos_pg_", "sqlite_4proc_")),
     ("Temporal", ("temporal_",)),

@@ -1,18 +1,21 @@
-"""A durable queue's cost: enqueue-to-start latency and throughput with 4 serving processes,
-against the plain ResumeWorker claiming the same runs.
+"""A durable queue's cost for ``make bench``: enqueue-to-start latency and throughput with 4
+serving processes, against the plain ResumeWorker claiming the same runs, in the same run.
 
-    python benchmarks/queue_bench.py [--quick] [--postgres]
+    python benchmarks/queue_bench.py [--quick] [--postgres]     (this section alone)
 
 The run is one model request answered at once (a ``FunctionModel``: the figure is zincir's
-own cost). ``queue`` runs are enqueued (``Runner.enqueue`` into a ``Queue`` with
-``concurrency=40``, the 4 processes' slots) and started by ``Runner.serve``; ``plain`` runs
-are stored pending (the same row and config, no queue) and claimed by a plain
-``ResumeWorker`` running the same handler. Both poll every 50 ms (SQLite has no
-notifications).
+own cost). Queued runs are enqueued (``Runner.enqueue`` into a ``Queue`` with
+``concurrency=40``, the 4 processes' slots) and started by ``Runner.serve``; plain runs are
+stored pending (the same row and config, no queue) and claimed by a plain ``ResumeWorker``
+running the same handler. Both poll every 50 ms. Each round starts 4 fresh processes of one
+mode, then of the other (the order swapped each round; 5 rounds, 3 with ``--quick``); a
+figure is the median of the rounds, a ratio (queued over plain) the median of the rounds'.
 
-- ``queue_start_ms`` / ``plain_start_ms``: the median time from storing a run to its model
-  request, one run at a time with the processes idle.
-- ``queue_runs_per_s`` / ``plain_runs_per_s``: N runs stored at once, until all completed.
+- ``queue_plain_start_ms`` / ``queue_queued_start_ms``: the median time from storing a run
+  to its model request, one run at a time with the processes idle (40 runs; 10 quick).
+- ``queue_plain_runs_per_s`` / ``queue_queued_runs_per_s``: 400 runs (50 quick) stored one
+  after another, until all completed, over the time from the first stored.
+- ``queue_pg_...``: the same on a PostgreSQL server of its own (``--postgres``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ PROCESSES = 4
 SLOTS = 10
 POLL = 0.05
 STARTS_ENV = "ZINCIR_BENCH_STARTS"
+MODES = ("plain", "queue")
+RATIOS = ("start_queued_over_plain", "runs_per_s_queued_over_plain")
 
 
 def _prompt(request: ModelRequest) -> str:
@@ -114,10 +119,12 @@ async def _drive(target: str, mode: str, single: int, batch: int) -> tuple[float
     return took, batch / took
 
 
-def measure_mode(target: str, mode: str, single: int, batch: int, work: Path) -> dict[str, float]:
-    """Start the processes, drive them, stop them: the mode's two figures."""
-    starts = work / f"{mode}-starts"
-    stop = work / f"{mode}-stop"
+def measure_mode(
+    target: str, mode: str, single: int, batch: int, work: Path, label: str
+) -> tuple[float, float]:
+    """Start the mode's processes, drive them, stop them: (median store-to-start ms, runs/s)."""
+    starts = work / f"{label}-starts"
+    stop = work / f"{label}-stop"
     env = {**os.environ, STARTS_ENV: str(starts), "PYTHONPATH": str(REPO / "src")}
     children = [
         subprocess.Popen(
@@ -137,18 +144,54 @@ def measure_mode(target: str, mode: str, single: int, batch: int, work: Path) ->
         for child in children:
             child.communicate(timeout=120)
     latencies = [float(line) * 1000 for line in starts.read_text().split()]
-    return {f"{mode}_start_ms": statistics.median(latencies[:single]), f"{mode}_runs_per_s": per_s}
+    return statistics.median(latencies[:single]), per_s
 
 
-def measure(quick: bool = False, postgres: bool = False) -> dict[str, float]:
-    """Both modes on SQLite (and, ``postgres``, on a PostgreSQL server of its own: figures
-    prefixed ``pg_``)."""
+def rounds_of(
+    targets: dict[str, str], single: int, batch: int, rounds: int, work: Path
+) -> dict[str, float]:
+    """Plain and queued alternately (the order swapped each round), each on its own database
+    with fresh processes: the medians of the rounds and of the adjacent pairs' ratios."""
+    found: dict[str, dict[str, list[float]]] = {m: {"start": [], "per_s": []} for m in MODES}
+    for index in range(rounds):
+        for mode in MODES if index % 2 == 0 else MODES[::-1]:
+            start, per_s = measure_mode(targets[mode], mode, single, batch, work, f"{mode}-{index}")
+            found[mode]["start"].append(start)
+            found[mode]["per_s"].append(per_s)
+    median = statistics.median
+
+    def ratio(kind: str) -> float:
+        pairs = zip(found["plain"][kind], found["queue"][kind], strict=True)
+        return median([queued / plain for plain, queued in pairs])
+
+    return {
+        "plain_start_ms": median(found["plain"]["start"]),
+        "queued_start_ms": median(found["queue"]["start"]),
+        "plain_runs_per_s": median(found["plain"]["per_s"]),
+        "queued_runs_per_s": median(found["queue"]["per_s"]),
+        "start_queued_over_plain": ratio("start"),
+        "runs_per_s_queued_over_plain": ratio("per_s"),
+    }
+
+
+def measure(
+    quick: bool = False, postgres: bool = False, rounds: int | None = None
+) -> tuple[dict[str, float], dict[str, float]]:
+    """(figures, ratios) named ``queue_...`` on SQLite and, ``postgres``, ``queue_pg_...`` on a
+    PostgreSQL server of its own."""
     single, batch = (10, 50) if quick else (40, 400)
+    rounds = rounds or (3 if quick else 5)
     figures: dict[str, float] = {}
+    ratios: dict[str, float] = {}
+
+    def add(prefix: str, found: dict[str, float]) -> None:
+        for name, value in found.items():
+            (ratios if name in RATIOS else figures)[f"{prefix}{name}"] = value
+
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for mode in ("plain", "queue"):
-            figures.update(measure_mode(str(work / f"{mode}.db"), mode, single, batch, work))
+        targets = {mode: str(work / f"{mode}.db") for mode in MODES}
+        add("queue_", rounds_of(targets, single, batch, rounds, work))
         if postgres:
             sys.path.insert(0, str(REPO))
             from tests.postgres_server import PostgresServer
@@ -156,21 +199,20 @@ def measure(quick: bool = False, postgres: bool = False) -> dict[str, float]:
             server = PostgresServer().start()
             try:
                 (work / "pg").mkdir()
-                for mode in ("plain", "queue"):
-                    url = server.new_schema_url(f"bench_{mode}")
-                    found = measure_mode(url, mode, single, batch, work / "pg")
-                    figures.update({f"pg_{name}": value for name, value in found.items()})
+                targets = {mode: server.new_schema_url(f"bench_{mode}") for mode in MODES}
+                add("queue_pg_", rounds_of(targets, single, batch, rounds, work / "pg"))
             finally:
                 server.stop()
-    return figures
+    return figures, ratios
 
 
 def main() -> None:
     if sys.argv[1:2] == ["--serve"]:
         asyncio.run(_serve(*sys.argv[2:5]))
         return
-    for name, value in measure("--quick" in sys.argv, "--postgres" in sys.argv).items():
-        print(f"{name:<24} {value:10.1f}")
+    figures, ratios = measure("--quick" in sys.argv, "--postgres" in sys.argv)
+    for name, value in {**figures, **ratios}.items():
+        print(f"{name:<40} {value:10.2f}")
 
 
 if __name__ == "__main__":

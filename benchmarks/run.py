@@ -33,6 +33,10 @@ deltas.
 Encryption at rest (benchmarks/encryption_bench.py): a step (FULL and NORMAL) and the durable
 agent turn on a plain store and on one sealing its payloads (``encryption=``), alternately.
 
+Queues (benchmarks/queue_bench.py): enqueue-to-start latency and throughput of 4 serving
+processes taking runs from a ``Queue``, against 4 plain ``ResumeWorker`` processes, rounds
+alternating; on SQLite and (unless ``--no-postgres``) on PostgreSQL.
+
 Long runs (benchmarks/long_run.py): one durable agent run of ``--long-run-turns`` turns
 (1,000; 100 with ``--quick``), each adding about 2 KB: its database bytes at turns 50, 150,
 300 and 1,000, bytes per turn early and late, turn time early and late, a new process's
@@ -844,12 +848,21 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     )
     figures.update(encryption_figures)
 
+    from queue_bench import measure as queue_measure
+
+    queue_figures, queue_ratios = timed(
+        "queued and plain runs, 4 processes",
+        lambda: queue_measure(bench.quick, postgres=not args.no_postgres),
+    )
+    figures.update(queue_figures)
+
     long = timed("long run", lambda: long_run_section(bench, args))
     figures.update(long["figures"])
 
     ratios: dict[str, float] = {
         **stream_ratios,
         **encryption_ratios,
+        **queue_ratios,
         "step_full_over_raw_full": pair_ratios["step_full_us"],
         "step_normal_over_raw_normal": pair_ratios["step_normal_us"],
         "step_normal_single_over_raw_normal": pair_ratios["step_normal_single_us"],
