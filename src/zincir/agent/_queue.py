@@ -12,13 +12,12 @@ import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
-from .._crash import crash_point
 from .._errors import InvalidInput
 from .._json import dumps
 from .._validate import check_count, check_id, shown
 from ..runs import ResumeWorker
 from ..runs._versions import app_version_or_default
-from ..store import Lease, Store
+from ..store import Store
 from ..store._queues import QueueSettings
 from ._fork import new_run_id
 
@@ -102,6 +101,13 @@ def _check_key(value: object, what: str) -> str | None:
     return value
 
 
+def check_place(key: object, priority: object, dedupe_id: object) -> tuple[str | None, str | None]:
+    """A queued run's ``key`` and ``dedupe_id``, checked, once ``priority`` is checked."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > _PRIORITY:
+        raise InvalidInput(f"priority must be an int in ±{_PRIORITY}, not {shown(priority)}")
+    return _check_key(key, "key"), _check_key(dedupe_id, "dedupe_id")
+
+
 async def enqueue_run(
     store: Store,
     agent: Agent,
@@ -119,8 +125,7 @@ async def enqueue_run(
         raise InvalidInput(f"queue must be a zincir.Queue, not {shown(queue)}")
     if not isinstance(prompt, str):
         raise InvalidInput("prompt must be a str")
-    if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > _PRIORITY:
-        raise InvalidInput(f"priority must be an int in ±{_PRIORITY}, not {shown(priority)}")
+    key, dedupe_id = check_place(key, priority, dedupe_id)
     chosen = new_run_id(agent.name) if run_id is None else check_id(run_id)
     config = {"agent": agent.name, "prompt": prompt, "stream": False}
     found, created = await store.enqueue_run(
@@ -129,9 +134,9 @@ async def enqueue_run(
         name=agent.name,
         provider=agent.model.name,
         config_json=dumps(config),
-        key=_check_key(key, "key"),
+        key=key,
         priority=priority,
-        dedupe_id=_check_key(dedupe_id, "dedupe_id"),
+        dedupe_id=dedupe_id,
         app_version=app_version_or_default(None, run_id=chosen),
     )
     if created:
@@ -140,24 +145,6 @@ async def enqueue_run(
 
 
 class QueueWorker(ResumeWorker):
-    """A ResumeWorker that admits queued runs of its names within their queues' limits (up
-    to its free slots) in the transaction of each claim."""
-
-    async def claim(self, limit: int) -> list[Lease]:
-        limit = check_count(limit, "limit", minimum=0, maximum=100_000)
-        if limit < 1:
-            return []
-        leases = await self.store.claim_queued_runs(
-            self.owner,
-            self.lease_ttl,
-            limit,
-            max_attempts=self._max_attempts,
-            backoff=self.delay,
-            app_versions=self.served_versions(),
-            names=self.names,
-        )
-        for lease in leases:
-            log.info("[run %s] claimed (lease token %d)", lease.run_id, lease.token)
-        if leases:
-            crash_point("worker.claimed")
-        return leases
+    """A ResumeWorker serving agents: like every ResumeWorker, it admits queued runs of its
+    names within their queues' limits (up to its free slots) in the transaction of each
+    claim."""

@@ -28,16 +28,19 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from .._crash import crash_point
 from .._errors import InvalidInput, ZincirSignal
+from .._json import dumps
 from .._validate import (
     DEFAULT_POLL_INTERVAL,
     check_count,
     check_duration,
+    check_id,
     check_lease_ttl,
     check_positive_duration,
     printable,
@@ -46,6 +49,9 @@ from ..durable import RetryPolicy
 from ..store import Lease, Store, new_owner_id
 from ._context import DEFAULT_LEASE_TTL, AgentContext
 from ._versions import VersionMigrations, app_version_or_default
+
+if TYPE_CHECKING:
+    from ..agent._queue import Queue
 
 __all__ = ["Handler", "ResumeWorker"]
 
@@ -71,6 +77,7 @@ class ResumeWorker:
     """Polls for claimable runs and runs ``handler(ctx)`` on each, a bounded number at a time.
 
     With ``names`` it claims only runs with one of those names (a worker serving some agents).
+    Runs waiting in a queue (:meth:`enqueue`) are started within the queue's limits.
     """
 
     def __init__(
@@ -173,18 +180,58 @@ class ResumeWorker:
         """The backoff after attempt number ``attempt`` (1-based)."""
         return self._backoff.delay(attempt)
 
+    # -- queueing ---------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        name: str,
+        config: Any = None,
+        *,
+        queue: Queue,
+        key: str | None = None,
+        priority: int = 0,
+        run_id: str | None = None,
+        dedupe_id: str | None = None,
+    ) -> str:
+        """Store a run named ``name`` waiting in ``queue`` (its handler reads ``config`` as
+        ``(await ctx.state()).config``); its id. Every ResumeWorker serving ``name`` starts it
+        within the queue's limits, higher ``priority`` first, then older; a ``dedupe_id``
+        already used in that queue returns that run's id."""
+        from ..agent._queue import Queue, check_place
+
+        if not isinstance(queue, Queue):
+            raise InvalidInput(f"queue must be a zincir.Queue, not {type(queue).__name__}")
+        chosen = str(uuid.uuid4()) if run_id is None else check_id(run_id, "a run id")
+        check_id(name, "a run name", run_id=chosen)
+        key, dedupe_id = check_place(key, priority, dedupe_id)
+        found, created = await self.store.enqueue_run(
+            chosen,
+            queue.settings(),
+            name=name,
+            config_json=dumps({} if config is None else config, what="config", run_id=chosen),
+            key=key,
+            priority=priority,
+            dedupe_id=dedupe_id,
+            app_version=app_version_or_default(None, run_id=chosen),
+        )
+        if created:
+            log.info("[run %s] enqueued in %s", found, queue.name)
+        return found
+
     # -- claiming ---------------------------------------------------------------------
 
     async def claim(self, limit: int) -> list[Lease]:
         """Claim up to ``limit`` runs in one transaction; the caller owns the returned leases.
 
-        Runs that already used ``max_attempts`` attempts are marked failed instead.
-        Low-level: :meth:`run` and :meth:`run_once` adopt each lease into an AgentContext.
+        Queued runs it serves are admitted first, within their queues' limits, in the same
+        transaction. Runs that already used ``max_attempts`` attempts are marked failed
+        instead. Low-level: :meth:`run` and :meth:`run_once` adopt each lease into an
+        AgentContext.
         """
         limit = check_count(limit, "limit", minimum=0, maximum=100_000)
         if limit < 1:
             return []
-        leases = await self.store.claim_runs(
+        leases = await self.store.claim_queued_runs(
             self.owner,
             self.lease_ttl,
             limit,
