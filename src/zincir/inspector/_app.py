@@ -34,6 +34,7 @@ from .._errors import (
 )
 from .._validate import MAX_SEQUENCE
 from ..store import RunRecord
+from ..store._queue_reads import QueuePlace
 from ..store._stall import stall_reason
 from ..store.sqlite import EventRow, TimerRow, decode_json
 from ..streams._sse import stream_endpoint
@@ -68,6 +69,7 @@ MAX_CURSOR_DIGITS = 18  # ?page= and ?after_seq= beyond this are refused (400), 
 MAX_OPERATION_TEXT = 1_000_000  # characters of an input or record on an operation's own page
 MAX_STEP_ID = 1_024  # ?step_id= longer than this is refused (400)
 PARTS = ("input", "record")
+QUEUE_RUNS = 100  # runs listed per queue on the queues page (holding a slot, then waiting)
 Row = Mapping[str, Any]
 _SEALED: ContextVar[bool] = ContextVar("zincir_inspector_sealed", default=False)
 """Whether the snapshot a request reads is of an encrypted store without its keys."""
@@ -218,13 +220,22 @@ def lease_of(run: Row, now: datetime) -> dict[str, Any]:
     }
 
 
-def run_summary(run: RunRecord, now: datetime, arrived: Collection[str] = ()) -> dict[str, Any]:
+def run_summary(
+    run: RunRecord,
+    now: datetime,
+    arrived: Collection[str] = (),
+    places: Mapping[str, QueuePlace] | None = None,
+) -> dict[str, Any]:
     """The list/API view of an ``agent_runs`` row (stored config and result left out); the
-    runs in ``arrived`` have the message they wait for."""
+    runs in ``arrived`` have the message they wait for; ``places``: the enqueued runs' queue
+    places (``queue``: None for a run never enqueued)."""
     summary = {key: value for key, value in run.items() if key not in ("config", "result")}
     lease = lease_of(run, now)
-    reason = stall_reason(run, now, arrived=run["id"] in arrived)
+    place = None if places is None else places.get(run["id"])
+    held = None if place is None or not place.waiting else place.held_by
+    reason = stall_reason(run, now, arrived=run["id"] in arrived, queued=held)
     summary.update(
+        queue=None if place is None else dataclasses.asdict(place),
         event_count=int(run.get("last_seq") or 0),
         stall=None if reason is None else dataclasses.asdict(reason),
         budget=decode_json(run.get("budget")),
@@ -402,7 +413,8 @@ class Pages:
         def build(reader: Reader, now: datetime) -> Response:
             found = reader.list_runs(status, LIST_LIMIT)
             arrived = reader.arrived(found)  # one query for the page
-            runs = [run_summary(run, now, arrived) for run in found]
+            places = reader.queue_places([run["id"] for run in found], now)
+            runs = [run_summary(run, now, arrived, places) for run in found]
             return self.html(
                 "runs.html", runs=runs, status=status, statuses=STATUSES, limit=LIST_LIMIT, now=now
             )
@@ -415,7 +427,8 @@ class Pages:
         def build(reader: Reader, now: datetime) -> Response:
             found = reader.list_runs(status, LIST_LIMIT)
             arrived = reader.arrived(found)  # one query for the page
-            runs = [run_summary(run, now, arrived) for run in found]
+            places = reader.queue_places([run["id"] for run in found], now)
+            runs = [run_summary(run, now, arrived, places) for run in found]
             return json_response(
                 {"runs": runs, "status": status, "limit": LIST_LIMIT, "sealed": reader.sealed}
             )
@@ -524,7 +537,7 @@ class Pages:
         }
         detail = {
             "run": {
-                **run_summary(run, now, reader.arrived([run])),
+                **run_summary(run, now, reader.arrived([run]), reader.queue_places([run_id], now)),
                 "result": decode_json(run["result"]),
             },
             "config": decode_json(run["config"]),
@@ -762,6 +775,41 @@ class Pages:
 
         return self._with_operation(request, render)
 
+    # -- queues and schedules -------------------------------------------------------------
+
+    def _queues(self, reader: Reader) -> dict[str, Any]:
+        """Each queue's limits, depth and runs (holding a slot, then waiting), and the
+        schedules."""
+        queues = [
+            {
+                "name": depth.settings.name,
+                "concurrency": depth.settings.concurrency,
+                "concurrency_per_key": depth.settings.concurrency_per_key,
+                "rate_limit": depth.settings.rate_limit,
+                "rate_period_s": None
+                if depth.settings.rate_period is None
+                else depth.settings.rate_period.total_seconds(),
+                "waiting": depth.waiting,
+                "live": depth.live,
+                "runs": [
+                    {**dataclasses.asdict(entry), "url": run_url(entry.run_id)}
+                    for entry in reader.queue_entries(depth.settings.name, QUEUE_RUNS)
+                ],
+            }
+            for depth in reader.queue_depths()
+        ]
+        schedules = [dataclasses.asdict(row) for row in reader.schedules(ROW_LIMIT)]
+        return {"queues": queues, "schedules": schedules, "runs_per_queue": QUEUE_RUNS}
+
+    def list_queues(self, request: Request) -> Response:
+        def build(reader: Reader, now: datetime) -> Response:
+            return self.html("queues.html", now=now, section="queues", **self._queues(reader))
+
+        return self.guarded(request, build)
+
+    def api_queues(self, request: Request) -> Response:
+        return self.guarded(request, lambda reader, now: json_response(self._queues(reader)))
+
     # -- LangGraph threads --------------------------------------------------------------
 
     def list_threads(self, request: Request) -> Response:
@@ -905,6 +953,8 @@ def create_app(
             Route("/api/event/{run_id:path}", pages.api_event, methods=["GET"]),
             Route("/api/operation/{run_id:path}", pages.api_operation, methods=["GET"]),
             Route("/api/stream/{run_id:path}", stream_endpoint(ReadOnlyStreams(db))),
+            Route("/queues", pages.list_queues, methods=["GET"]),
+            Route("/api/queues", pages.api_queues, methods=["GET"]),
             Route("/threads", pages.list_threads, methods=["GET"]),
             Route("/threads/{thread_id:path}", pages.show_thread, methods=["GET"]),
             Route("/api/threads", pages.api_threads, methods=["GET"]),

@@ -18,6 +18,8 @@ from typing import Protocol
 from .._encryption import Encryption
 from .._errors import InvalidInput
 from ._forks import RunOrigin
+from ._queue_reads import QueueEntry, QueuePlace, ScheduleRow
+from ._queues import QueueDepth
 from ._readonly_rows import (
     CheckpointRow,
     EventRow,
@@ -162,6 +164,13 @@ class ReadOnlySnapshot(Protocol):
 
     def run_origin(self, run_id: str) -> RunOrigin | None: ...
     def forks_of(self, run_id: str, limit: int = 500) -> list[RunOrigin]: ...
+
+    # -- queues and schedules -------------------------------------------------------------
+
+    def queue_places(self, run_ids: Sequence[str], now: datetime) -> dict[str, QueuePlace]: ...
+    def queue_depths(self) -> list[QueueDepth]: ...
+    def queue_entries(self, queue: str, limit: int = 100) -> list[QueueEntry]: ...
+    def schedules(self, limit: int = 500) -> list[ScheduleRow]: ...
 
 
 class ReadOnlyView(Protocol):

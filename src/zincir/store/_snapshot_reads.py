@@ -4,6 +4,7 @@ its own read transaction (a new family of reads is added here, not in both backe
 from __future__ import annotations
 
 from ._forks import ForkReads
+from ._queue_reads import QueueReads
 from ._readonly_queries import SnapshotQueries
 from ._streams import StreamReads
 from ._thread_reads import ThreadReads
@@ -11,5 +12,6 @@ from ._thread_reads import ThreadReads
 __all__ = ["SnapshotReads"]
 
 
-class SnapshotReads(SnapshotQueries, ThreadReads, StreamReads, ForkReads):
-    """The runs, threads, streams and forks a read-only snapshot answers."""
+class SnapshotReads(SnapshotQueries, ThreadReads, StreamReads, ForkReads, QueueReads):
+    """The runs, threads, streams, forks, queues and schedules a read-only snapshot
+    answers."""
