@@ -23,6 +23,8 @@ from click.testing import CliRunner
 
 import zincir
 from tests.inspector.conftest import ADDRESS, BASE_URL
+from tests.inspector.html_audit import assert_inert
+from tests.inspector.seed import XSS_PAYLOADS
 from zincir._encryption import KEYS_ENV
 from zincir.cli import main as cli
 from zincir.inspector import create_app
@@ -53,6 +55,8 @@ async def fill(store: Store) -> None:
         config_json="{}",
     )
     assert await store.pause_schedule("nightly", True)
+    for i, payload in enumerate(XSS_PAYLOADS):  # keys are a caller's text, shown inert
+        await store.enqueue_run(f"x-{i}", QueueSettings("odd"), name="odd", key=payload)
 
 
 def seed(target: str, encryption: zincir.Encryption | None = None) -> None:
@@ -76,7 +80,10 @@ def text_of(html: str) -> str:
 
 
 def check(client: TestClient) -> None:
+    for page in ("/", "/queues", f"/runs/{HIGH}", "/runs/x-0"):
+        assert_inert(client.get(page).text)
     runs = {run["id"]: run for run in client.get("/api/runs").json()["runs"]}
+    assert runs["x-0"]["queue"]["key"] == XSS_PAYLOADS[0]
     assert runs[LIVE]["queue"]["queue"] == "mail" and runs[LIVE]["queue"]["waiting"] is False
     assert runs[LIVE]["queue"]["started_at"] is not None
     high, low = runs[HIGH], runs[LOW]
@@ -99,7 +106,8 @@ def check(client: TestClient) -> None:
     assert "Queue mail [ acme ] p=9 started from the queue" in page
 
     queues = client.get("/api/queues").json()
-    (mail,) = queues["queues"]
+    mail, odd = sorted(queues["queues"], key=lambda queue: queue["name"] != "mail")
+    assert (odd["name"], odd["waiting"], odd["live"]) == ("odd", len(XSS_PAYLOADS), 0)
     assert {k: mail[k] for k in ("name", "concurrency", "concurrency_per_key", "rate_limit")} == {
         "name": "mail",
         "concurrency": 1,
