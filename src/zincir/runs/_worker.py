@@ -14,6 +14,11 @@ its backoff. A handler error records ``last_error`` and an ``attempt_failed`` ev
 backs off; after ``max_attempts`` the run is marked ``failed`` with the last error. A
 handler that leaves the run waiting (a workflow wait) resets the count: waiting is progress.
 
+Queues: :meth:`ResumeWorker.enqueue` stores a run waiting in a ``zincir.Queue``; every
+claim first admits the waiting runs the worker serves (its ``names``; without names, any
+run's), within their queues' stored limits, in the claim's transaction, so any number of
+worker processes together never exceed a queue's concurrency, globally or per key.
+
 Versions: a worker has an ``app_version`` (default ``$ZINCIR_APP_VERSION``). Unpinned (the
 default) it claims runs of every version, and unversioned ones. Pinned (:meth:`pin_version`)
 it claims only runs of its own version, and runs of a version that its registered
