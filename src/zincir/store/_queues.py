@@ -445,10 +445,9 @@ class QueueOps(Rules):
         (None: any) within their queues' limits, in one write transaction (a plain claim
         when none waits)."""
         listed = None if names is None else list(names)
-        waiting = await self._read_tx(lambda tx: _any_waiting(tx, listed))
 
         def write(tx: Tx) -> list[Lease]:
-            if waiting:
+            if _any_waiting(tx, listed):  # here, not in a read first: one round trip less
                 admit(tx, listed, limit)
             return claim(tx, owner, ttl, limit, max_attempts, backoff, app_versions, listed)
 
