@@ -8,7 +8,7 @@ own cost). Queued runs are enqueued (``Runner.enqueue`` into a ``Queue`` with
 ``concurrency=40``, the 4 processes' slots) and started by ``Runner.serve``; plain runs are
 stored pending (the same row and config, no queue) and claimed by a plain ``ResumeWorker``
 running the same handler. Both poll every 50 ms. Each round starts 4 fresh processes of one
-mode, then of the other (the order swapped each round; 5 rounds, 3 with ``--quick``); a
+mode, then of the other (the order swapped each round; 7 rounds, 3 with ``--quick``); a
 figure is the median of the rounds, a ratio (queued over plain) the median of the rounds'.
 
 - ``queue_plain_start_ms`` / ``queue_queued_start_ms``: the median time from storing a run
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -108,9 +109,13 @@ async def _finished(runner: Runner, run_ids: list[str]) -> None:
 
 
 async def _drive(target: str, mode: str, single: int, batch: int) -> tuple[float, float]:
-    """(median store-to-start ms one run at a time, runs per second of a batch)."""
+    """(seconds the batch took, its runs per second); before the batch, ``single`` runs one
+    at a time, each stored after a random pause under one poll interval (a run stored just as
+    the last one finished would meet the processes' polls at the same phase every time)."""
+    pauses = random.Random(0)
     async with Runner(target, [agent]) as runner:
         for _ in range(single):
+            await asyncio.sleep(pauses.uniform(0, POLL))
             await _finished(runner, [await _store(runner, mode)])
         began = time.perf_counter()
         run_ids = [await _store(runner, mode) for _ in range(batch)]
@@ -180,7 +185,7 @@ def measure(
     """(figures, ratios) named ``queue_...`` on SQLite and, ``postgres``, ``queue_pg_...`` on a
     PostgreSQL server of its own."""
     single, batch = (10, 50) if quick else (40, 400)
-    rounds = rounds or (3 if quick else 5)
+    rounds = rounds or (3 if quick else 7)
     figures: dict[str, float] = {}
     ratios: dict[str, float] = {}
 
