@@ -851,7 +851,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from queue_bench import measure as queue_measure
 
     queue_figures, queue_ratios = timed(
-        "queued and plain runs, 4 processes",
+        "queues, 4 processes",
         lambda: queue_measure(bench.quick, postgres=not args.no_postgres),
     )
     figures.update(queue_figures)
