@@ -64,7 +64,6 @@ from ._errors import (
     ZincirSignal,
 )
 from ._version import __version__ as __version__
-from .agent._queue import Queue
 from .agent._rate_limit import RateLimit
 from .contract import (
     Failure,
@@ -106,6 +105,7 @@ from .runs import (
     prune_runs,
     set_budget,
 )
+from .runs._queue import Queue
 from .store import CompactReport, Event, PruneReport, SQLiteStore, open_store
 from .workflow import ChildResult, ReceivedMessage, WorkflowContext, send_message
 

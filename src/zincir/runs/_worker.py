@@ -36,7 +36,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from .._crash import crash_point
 from .._errors import InvalidInput, ZincirSignal
@@ -53,10 +53,8 @@ from .._validate import (
 from ..durable import RetryPolicy
 from ..store import Lease, Store, new_owner_id
 from ._context import DEFAULT_LEASE_TTL, AgentContext
+from ._queue import Queue, store_queued
 from ._versions import VersionMigrations, app_version_or_default
-
-if TYPE_CHECKING:
-    from ..agent._queue import Queue
 
 __all__ = ["Handler", "ResumeWorker"]
 
@@ -202,26 +200,19 @@ class ResumeWorker:
         ``(await ctx.state()).config``); its id. Every ResumeWorker serving ``name`` starts it
         within the queue's limits, higher ``priority`` first, then older; a ``dedupe_id``
         already used in that queue returns that run's id."""
-        from ..agent._queue import Queue, check_place
-
-        if not isinstance(queue, Queue):
-            raise InvalidInput(f"queue must be a zincir.Queue, not {type(queue).__name__}")
         chosen = str(uuid.uuid4()) if run_id is None else check_id(run_id, "a run id")
         check_id(name, "a run name", run_id=chosen)
-        key, dedupe_id = check_place(key, priority, dedupe_id)
-        found, created = await self.store.enqueue_run(
+        config_json = dumps({} if config is None else config, what="config", run_id=chosen)
+        return await store_queued(
+            self.store,
             chosen,
-            queue.settings(),
+            queue,
             name=name,
-            config_json=dumps({} if config is None else config, what="config", run_id=chosen),
+            config_json=config_json,
             key=key,
             priority=priority,
             dedupe_id=dedupe_id,
-            app_version=app_version_or_default(None, run_id=chosen),
         )
-        if created:
-            log.info("[run %s] enqueued in %s", found, queue.name)
-        return found
 
     # -- claiming ---------------------------------------------------------------------
 
