@@ -34,8 +34,10 @@ __all__ = [
     "is_queued",
     "read_depths",
     "read_places",
+    "settings_of",
     "snapshot_depths",
     "snapshot_places",
+    "store_settings",
 ]
 
 QUEUE_TOPIC: Final = "zincir.queue"
@@ -185,7 +187,7 @@ def is_queued(run: Mapping[str, Any]) -> bool:
     )
 
 
-def _settings(row: Sequence[object]) -> QueueSettings:
+def settings_of(row: Sequence[object]) -> QueueSettings:
     name, concurrency, per_key, rate, period = row
     return QueueSettings(
         str(name),
@@ -276,7 +278,7 @@ def admit(tx: Tx, names: Collection[str] | None, limit: int) -> list[str]:
         row = tx.one(_LOCK_QUEUE, (queue,))
         if row is None:
             continue
-        settings = _settings(row)
+        settings = settings_of(row)
         free = _room(tx, settings, budget)
         if free <= 0:
             continue
@@ -339,7 +341,7 @@ def read_depths(tx: _Reads) -> list[QueueDepth]:
     """Every stored queue with how many runs wait in it and hold a slot."""
     found = []
     for row in tx.all(_ALL_QUEUES):
-        settings = _settings(row)
+        settings = settings_of(row)
         waiting = _count(tx, _WAITING_COUNT, (settings.name,))
         live = _count(tx, _LIVE_COUNT, (settings.name,))
         found.append(QueueDepth(settings, waiting, live))
@@ -351,7 +353,7 @@ def read_places(tx: _Reads, run_ids: Sequence[str], now: datetime) -> dict[str, 
     one names the limit holding it at ``now``."""
     if not run_ids:
         return {}
-    settings = {str(row[0]): _settings(row) for row in tx.all(_ALL_QUEUES)}
+    settings = {str(row[0]): settings_of(row) for row in tx.all(_ALL_QUEUES)}
     found: dict[str, QueuedRun] = {}
     for run_id, queue, key, priority, waiting in tx.all(_PLACES, (tx.values(list(run_ids)),)):
         held = _held_by(tx, settings.get(str(queue)), key, now) if waiting else None

@@ -16,8 +16,7 @@ from datetime import datetime
 from typing import Any, Final, Literal
 
 from ._log import insert_run
-from ._queues import QueueSettings, enqueue, store_settings
-from ._queues import _settings as queue_settings
+from ._queues import QueueSettings, enqueue, settings_of, store_settings
 from ._sql import Rules, Tx, sql
 
 __all__ = [
@@ -173,7 +172,7 @@ def start_tick(
         )
     else:
         row = tx.one(_QUEUE, (queue,))
-        settings = QueueSettings(queue) if row is None else queue_settings(row)
+        settings = QueueSettings(queue) if row is None else settings_of(row)
         _, created = enqueue(
             tx,
             run_id,
