@@ -33,7 +33,17 @@ from ._records import Lease, NewEvent
 if TYPE_CHECKING:
     from .._encryption import Sealer
 
-__all__ = ["Params", "Rules", "Sql", "Tx", "micros", "opened_row", "sealed_params", "sql"]
+__all__ = [
+    "Params",
+    "Rules",
+    "Sql",
+    "Tx",
+    "micros",
+    "opened_row",
+    "opened_rows",
+    "sealed_params",
+    "sql",
+]
 
 T = TypeVar("T")
 Params = Sequence[object]
@@ -254,6 +264,16 @@ def sealed_params(sealer: Sealer, statement: Sql, params: Params) -> Params:
         if value is not None:
             values[index] = sealer.seal(value)  # type: ignore[arg-type]
     return values
+
+
+def opened_rows(
+    sealer: Sealer | None, statement: Sql, rows: list[tuple[Any, ...]], params: Params
+) -> list[tuple[Any, ...]]:
+    """``rows`` of ``statement`` as read, with its payload columns opened when the store is
+    encrypted (every backend's transactions and read-only views read through this)."""
+    if sealer is None or not statement.opens:
+        return rows
+    return [opened_row(sealer, statement, row, params) for row in rows]
 
 
 def opened_row(

@@ -29,7 +29,7 @@ from .._readonly_queries import READ_COLUMNS
 from .._readonly_rows import REQUIRED_TABLES, Row, UsageCache, sum_usage
 from .._readonly_sealing import open_indexed, reader_sealer, still_sealed
 from .._snapshot_reads import SnapshotReads
-from .._sql import Params, Sql, opened_row
+from .._sql import Params, Sql, opened_row, opened_rows
 from ._base import Conn, migrations, split_schema
 from ._errors import DRIVER_ERRORS, translate
 from ._log import text_time
@@ -99,11 +99,9 @@ class _PostgresRead:
         return row
 
     def all(self, statement: Sql, params: Params = ()) -> list[tuple[Any, ...]]:
-        found = self.text_all(statement.postgres, params)
-        sealer = self.sealer
-        if statement.opens and sealer is not None:
-            return [opened_row(sealer, statement, row, params) for row in found]
-        return found
+        return opened_rows(
+            self.sealer, statement, self.text_all(statement.postgres, params), params
+        )
 
     def text_all(self, text: str, params: Params = ()) -> list[tuple[Any, ...]]:
         """Every row of the psycopg statement ``text``."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from psycopg import errors
 
 from .._records import Lease, NewEvent
-from .._sql import Params, Rules, Sql, Tx, micros, opened_row, sealed_params
+from .._sql import Params, Rules, Sql, Tx, micros, opened_row, opened_rows, sealed_params
 from ._base import Conn, PostgresBase
 from ._log import append, insert_events
 
@@ -59,10 +59,7 @@ class PostgresTx:
 
     def all(self, statement: Sql, params: Params = ()) -> list[tuple[Any, ...]]:
         rows = self.conn.execute(statement.postgres, params).fetchall()
-        sealer = self.sealer
-        if statement.opens and sealer is not None:
-            return [opened_row(sealer, statement, row, params) for row in rows]
-        return rows
+        return opened_rows(self.sealer, statement, rows, params)
 
     def stamp(self, moment: datetime | None) -> object:
         return moment

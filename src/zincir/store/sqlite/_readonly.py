@@ -29,7 +29,7 @@ from .._readonly_queries import READ_COLUMNS
 from .._readonly_rows import REQUIRED_TABLES, Row, UsageCache
 from .._readonly_sealing import open_indexed, reader_sealer, still_sealed
 from .._snapshot_reads import SnapshotReads
-from .._sql import Params, Sql, opened_row
+from .._sql import Params, Sql, opened_row, opened_rows
 from .._thread_rows import PREVIEW_BYTES
 from ._base import check_zincir_file, migrations, refuse_directory
 from ._content import unpacked
@@ -95,10 +95,7 @@ class _SqliteRead:
     def all(self, statement: Sql, params: Params = ()) -> list[tuple[Any, ...]]:
         with _reading(self.path):
             found = [tuple(row) for row in self.conn.execute(statement.sqlite, params)]
-        sealer = self.sealer
-        if statement.opens and sealer is not None:
-            return [opened_row(sealer, statement, row, params) for row in found]
-        return found
+        return opened_rows(self.sealer, statement, found, params)
 
     def rows(self, statement: Sql, params: Params = ()) -> list[Row]:
         with _reading(self.path):

@@ -16,7 +16,7 @@ import apsw
 from ..._json import encode_checked
 from ..._time import from_db, to_db
 from .._records import Lease, NewEvent
-from .._sql import Params, Rules, Sql, Tx, opened_row, sealed_params
+from .._sql import Params, Rules, Sql, Tx, opened_row, opened_rows, sealed_params
 from ._base import SQLiteBase
 from ._content import pack_rows, unpacked
 from ._log import NOW, append, insert_events
@@ -61,13 +61,8 @@ class SqliteTx:
         return row  # APSW's rows are tuples
 
     def all(self, statement: Sql, params: Params = ()) -> list[tuple[Any, ...]]:
-        sealer = self.sealer
-        if statement.opens and sealer is not None:
-            return [
-                opened_row(sealer, statement, tuple(row), params)
-                for row in self.conn.execute(statement.sqlite, params)
-            ]
-        return [tuple(row) for row in self.conn.execute(statement.sqlite, params)]
+        found = [tuple(row) for row in self.conn.execute(statement.sqlite, params)]
+        return opened_rows(self.sealer, statement, found, params)
 
     def stamp(self, moment: datetime | None) -> object:
         return None if moment is None else to_db(moment)
