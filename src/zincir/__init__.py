@@ -64,6 +64,7 @@ from ._errors import (
     ZincirSignal,
 )
 from ._version import __version__ as __version__
+from .agent._policies import ToolPolicy
 from .agent._rate_limit import RateLimit
 from .contract import (
     Failure,
@@ -190,6 +191,7 @@ __all__ = [
     "SuspendReason",
     "Suspended",
     "ToolCall",
+    "ToolPolicy",
     "UnknownField",
     "UnknownToolCall",
     "UnsupportedVersion",

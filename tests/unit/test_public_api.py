@@ -89,6 +89,7 @@ EXPORTS = [
     "SuspendReason",
     "Suspended",
     "ToolCall",
+    "ToolPolicy",
     "UnknownField",
     "UnknownToolCall",
     "UnsupportedVersion",

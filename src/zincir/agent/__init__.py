@@ -29,12 +29,18 @@ from ._approval import (
 )
 from ._binding import DurableBinding, Handlers
 from ._current import ToolCallInfo, current_tool_call
-from ._errors import DurableOperationFailed, RunNotResumable, ToolRetriesExhausted
+from ._errors import (
+    DurableOperationFailed,
+    RunNotResumable,
+    ToolPolicyFailed,
+    ToolRetriesExhausted,
+)
 from ._events import deliver_event
 from ._hooks import AgentHooks
 from ._models import FunctionModel, Model
 from ._openai import OpenAIChatModel, ProviderError
 from ._pending import PendingApproval, decide, pending_approvals
+from ._policies import ToolPolicy
 from ._result import AgentRunResult
 from ._retry import DEFAULT_MODEL_RETRY, DEFAULT_TOOL_RETRY
 from ._runner import Runner
@@ -74,6 +80,8 @@ __all__ = [
     "ToolCallInfo",
     "ToolErrors",
     "ToolOrigin",
+    "ToolPolicy",
+    "ToolPolicyFailed",
     "ToolRetriesExhausted",
     "Toolset",
     "args_sha256",

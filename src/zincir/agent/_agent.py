@@ -28,6 +28,7 @@ from ._identity import MAX_RETRIES, MODEL_REQUEST, MODEL_STREAM
 from ._loop import Proposal, run_loop
 from ._models import Model
 from ._ownership import check_prompt, run_config, stored_config, take_run
+from ._policies import ToolPolicy, check_policies
 from ._preflight import ResolvedToolsets, check_route
 from ._result import AgentRunResult, result_from_stored, stored_result
 from ._retry import DEFAULT_MODEL_RETRY, DEFAULT_TOOL_RETRY
@@ -62,7 +63,8 @@ class Agent:
     tool's ordinary exception does: ``"report"`` it to the model as the call's error result
     (the default) or ``"fail"`` the run (a tool's own ``tool_errors`` wins); ``tool_retry``
     is the policy for a tool that raises ``RetryTool`` (default ``DEFAULT_TOOL_RETRY``).
-    ``hooks`` observe.
+    ``tool_policies`` (``ToolPolicy``) rewrite every tool's arguments, refuse calls and
+    rewrite results, around each tool's own ``policies``. ``hooks`` observe.
     ``capabilities`` (name → toolset) are offered only once the model loads them with the
     built-in ``load_capability`` tool; preflight checks their handlers from the start.
     ``approval_timeout`` bounds how long a durable run's paused call waits for a person's
@@ -85,6 +87,7 @@ class Agent:
         approval_timeout: timedelta | float | None = None,
         tool_errors: ToolErrors = "report",
         tool_retry: RetryPolicy | None = None,
+        tool_policies: Iterable[ToolPolicy] = (),
     ) -> None:
         if not isinstance(getattr(model, "name", None), str) or not callable(
             getattr(model, "request", None)
@@ -117,6 +120,7 @@ class Agent:
         self.retry = retry if retry is not None else DEFAULT_MODEL_RETRY
         self.tool_retry = tool_retry if tool_retry is not None else DEFAULT_TOOL_RETRY
         self.tool_errors = check_tool_errors(tool_errors)
+        self.tool_policies = check_policies(tool_policies, "Agent(tool_policies=...)")
         self.hooks: tuple[AgentHooks, ...] = tuple(hooks)
         self.tool_retries = check_count(tool_retries, "tool_retries")
         self.event_sink = event_sink
@@ -153,7 +157,7 @@ class Agent:
         if durable is None:
             return await run_loop(self, prompt, DirectExecutor(self.model, emit))
         _check_binding(durable)
-        return await self._run_durable(prompt, durable, emit=emit)
+        return await self._run_durable(prompt, durable._in_graph_node(), emit=emit)
 
     async def resume(
         self,

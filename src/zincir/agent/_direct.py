@@ -92,9 +92,11 @@ class DirectExecutor:
         approval: ApprovalDecision | None = None,
         attempt: int = 0,
         errors: ToolErrors = "report",
+        returns: Callable[[ToolOutput], ToolOutput] | None = None,
     ) -> ToolOutput | Deferred:
         """Call the tool function with its validated arguments; its ordinary exception is
-        reported (or raised as ``ToolFailed``, per ``errors``)."""
+        reported (or raised as ``ToolFailed``, per ``errors``); ``returns`` shapes the
+        output (the tool policies)."""
         try:
             info = ToolCallInfo(None, call.tool_call_id, call.tool_name, call.tool_call_id)
             with approved(approval), serving_call(info):
@@ -103,12 +105,13 @@ class DirectExecutor:
             return Deferred("approval")
         except CallDeferred:
             return Deferred("external")
-        return ToolOutput(
+        output = ToolOutput(
             tool_call_id=call.tool_call_id,
             tool_name=call.tool_name,
             content=content,
             is_error=is_error,
         )
+        return output if returns is None else returns(output)
 
     async def record_response(self, number: int, response: ModelResponse) -> None:
         """Nothing is recorded on the direct path."""

@@ -612,11 +612,14 @@ class DurableExecutor:
         approval: ApprovalDecision | None = None,
         attempt: int = 0,
         errors: ToolErrors = "report",
+        returns: Callable[[ToolOutput], ToolOutput] | None = None,
     ) -> ToolOutput | Deferred:
         """The call as ``tool.call`` (or ``mcp.request``) #number*1000+position; a later
         attempt (an approved call whose tool first asked for approval, a retry) adds its
         stride, and so does each decision round before the one that approved it. ``errors``
-        is decided by the worker, which serves the same agent."""
+        is decided by the worker, which serves the same agent; ``returns`` (the tool
+        policies) shapes the output read from the record (which keeps the tool's own)
+        before it is logged and returned."""
         run_id = self.binding.run_id
         if approval is not None:
             attempt += self.logged.rounds.get(call.tool_call_id, 0)
@@ -627,8 +630,10 @@ class DurableExecutor:
 
         def read(output: str) -> ToolOutput:
             if route is not None:
-                return route.output(call, output)
-            return _read(ToolOutput, output, where, "tool", run_id)
+                shown = route.output(call, output)
+            else:
+                shown = _read(ToolOutput, output, where, "tool", run_id)
+            return shown if returns is None else returns(shown)
 
         def log(record: Record) -> list[LogEntry]:
             outcome = record.outcome

@@ -4,6 +4,7 @@ OperationFailed
 └── DurableOperationFailed   a persisted failure record ended the run (``.record``)
 ZincirError
 ├── ToolRetriesExhausted     the model kept calling a tool wrongly past the retry bound
+├── ToolPolicyFailed         a tool policy raised or returned what cannot be used
 └── RunNotResumable          a Runner cannot resume this run (another agent's, no prompt)
 """
 
@@ -13,7 +14,12 @@ from .._errors import OperationFailed, ZincirError
 from ..contract import Failure, Record
 from ._describe import describe_operation, failure_advice
 
-__all__ = ["DurableOperationFailed", "RunNotResumable", "ToolRetriesExhausted"]
+__all__ = [
+    "DurableOperationFailed",
+    "RunNotResumable",
+    "ToolPolicyFailed",
+    "ToolRetriesExhausted",
+]
 
 
 class DurableOperationFailed(OperationFailed):
@@ -40,6 +46,17 @@ class DurableOperationFailed(OperationFailed):
 
 class ToolRetriesExhausted(ZincirError):
     """The model called an unknown tool, or a tool with invalid arguments, too many times."""
+
+
+class ToolPolicyFailed(ZincirError):
+    """A tool policy raised, or returned arguments or a result that cannot be used; names
+    the ``tool`` and the ``policy``. A policy is the application's code, so the run stops
+    instead of telling the model."""
+
+    def __init__(self, message: str, *, run_id: str | None = None, tool: str, policy: str) -> None:
+        super().__init__(message, run_id=run_id)
+        self.tool = tool
+        self.policy = policy
 
 
 class RunNotResumable(ZincirError):

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .._crash import crash_point
-from .._errors import ApprovalMismatch, InvalidInput, OperationFailed
+from .._errors import ApprovalMismatch, InputDrift, InvalidInput, OperationFailed
 from ..contract import Failure
 from ..contract.payloads import (
     ApprovalDecision,
@@ -32,8 +32,9 @@ from ..store import grouped_writes
 from ._approval import Execution, PausedCall, PausedRun, args_sha256
 from ._capabilities import loaded_capabilities
 from ._conversation import Conversation, add_usage, response_text, tool_calls
-from ._errors import DurableOperationFailed, ToolRetriesExhausted
+from ._errors import DurableOperationFailed, ToolPolicyFailed, ToolRetriesExhausted
 from ._identity import tool_retry_attempt, tool_sequence
+from ._policies import Policies, ToolPolicy
 from ._preflight import ResolvedToolsets
 from ._result import AgentRunResult
 from ._retry import retry_document
@@ -98,6 +99,7 @@ class Executor(Protocol):
         approval: ApprovalDecision | None = None,
         attempt: int = 0,
         errors: ToolErrors = "report",
+        returns: Callable[[ToolOutput], ToolOutput] | None = None,
     ) -> ToolOutput | Deferred: ...
     async def decide(
         self,
@@ -183,7 +185,8 @@ class Proposal:
 
 @dataclass(frozen=True, slots=True)
 class _Planned:
-    """One tool call with its identity fixed: a tool and arguments, or a retry prompt."""
+    """One tool call with its identity fixed: a tool and arguments (after its policies), a
+    retry prompt (``rejection``) or a policy's ``refusal``."""
 
     position: int
     call: ToolCallPart
@@ -191,6 +194,8 @@ class _Planned:
     arguments: dict[str, Any]
     retry: int
     rejection: str | None
+    refusal: str | None = None
+    policies: Policies | None = None
 
 
 _Done = tuple[ToolReturnPart, Sequence[Message]]
@@ -265,7 +270,10 @@ async def _conversation(
                 executor,
                 number,
                 request,
-                None if paused or decisions else _runs_as_planned(tools, failures, executor),
+                None
+                if paused or decisions
+                else _runs_as_planned(tools, failures, executor, agent.tool_policies),
+                policed=bool(agent.tool_policies) or any(t.policies for t in tools.values()),
             )
             for hook in agent.hooks:
                 await hook.on_model_response(number, response)
@@ -277,7 +285,7 @@ async def _conversation(
         if not calls:
             return AgentRunResult(response_text(response), tuple(conversation.messages), usage)
         plans = [
-            _plan(position, call, tools, failures, executor.run_id)
+            _plan(position, call, tools, failures, executor.run_id, agent.tool_policies)
             for position, call in enumerate(calls)
         ]
         exhausted = sorted(
@@ -341,21 +349,31 @@ async def _conversation(
 
 
 def _runs_as_planned(
-    tools: dict[str, Tool], failures: Mapping[str, int], executor: Executor
+    tools: dict[str, Tool],
+    failures: Mapping[str, int],
+    executor: Executor,
+    policies: Sequence[ToolPolicy] = (),
 ) -> Callable[[ModelResponse], list[PlannedCall]]:
     """What the loop will run from a new response, planned as the loop plans it (on a copy
-    of the failure counts): each valid call of a tool that needs no approval."""
+    of the failure counts): each valid, unrefused call of a tool that needs no approval (a
+    response whose tool policy fails is planned by the loop itself, which raises)."""
 
     def planned(response: ModelResponse) -> list[PlannedCall]:
         counts = dict(failures)
-        plans = [
-            _plan(position, call, tools, counts, executor.run_id)
-            for position, call in enumerate(tool_calls(response))
-        ]
+        try:
+            plans = [
+                _plan(position, call, tools, counts, executor.run_id, policies)
+                for position, call in enumerate(tool_calls(response))
+            ]
+        except ToolPolicyFailed:
+            return []
         return [
             PlannedCall(plan.position, plan.tool, plan.call, plan.arguments, plan.retry)
             for plan in plans
-            if plan.rejection is None and plan.tool is not None and not plan.tool.requires_approval
+            if plan.rejection is None
+            and plan.refusal is None
+            and plan.tool is not None
+            and not plan.tool.requires_approval
         ]
 
     return planned
@@ -374,14 +392,26 @@ async def _ask(
     number: int,
     request: ModelRequest,
     ahead: Callable[[ModelResponse], Sequence[PlannedCall]] | None = None,
+    *,
+    policed: bool = False,
 ) -> ModelResponse:
     """Model request ``number``; a retryable failure waits its delay and tries again, until
-    the agent's ``retry`` policy is exhausted (attempts, or delays waited), then is raised."""
+    the agent's ``retry`` policy is exhausted (attempts, or delays waited), then is raised.
+    ``policed``: tools have policies, which the drift error names as a possible cause."""
     cumulative = 0.0
     attempt = 0
     while True:
         try:
             return await executor.model_request(number, request, attempt=attempt, ahead=ahead)
+        except InputDrift as error:
+            if not policed:
+                raise
+            raise InputDrift(
+                f"{error.detail}. The tools have tool policies: a policy that rewrites results "
+                "must rewrite a replayed result as it did when the model first read it (it "
+                "must be pure); keep the policies as they were for this run",
+                run_id=error.run_id,
+            ) from error
         except OperationFailed as error:
             if not error.retryable or agent.retry.exhausted(
                 attempt + 1, timedelta(seconds=cumulative)
@@ -406,8 +436,10 @@ def _plan(
     tools: dict[str, Tool],
     failures: dict[str, int],
     run_id: str | None,
+    agent_policies: Sequence[ToolPolicy] = (),
 ) -> _Planned:
-    """Validate one call before anything runs; a bad call counts as a failure of its name."""
+    """Validate one call before anything runs, then apply its tool policies (arguments,
+    then refusals); a bad call counts as a failure of its name, a refused one does not."""
     name = call.tool_name
     tool = tools.get(name)
     rejection: str | None = None
@@ -428,7 +460,15 @@ def _plan(
             rejection = error.message
     if rejection is not None:
         failures[name] = failures.get(name, 0) + 1
-    return _Planned(position, call, tool, arguments, failures.get(name, 0), rejection)
+    refusal: str | None = None
+    policies: Policies | None = None
+    if tool is not None and rejection is None and (agent_policies or tool.policies):
+        policies = Policies.of(agent_policies, tool, run_id)
+        arguments = policies.arguments(call, arguments)
+        refusal = policies.refusal(call, arguments)
+    return _Planned(
+        position, call, tool, arguments, failures.get(name, 0), rejection, refusal, policies
+    )
 
 
 def _rejected(call: ToolCallPart, message: str) -> ToolReturnPart:
@@ -454,6 +494,8 @@ async def _execute(
         part = known[call.tool_call_id]
     elif plan.rejection is not None or plan.tool is None:
         part = _rejected(call, plan.rejection or "")
+    elif plan.refusal is not None:  # a tool policy's: told to the model as a denial is
+        part = _returned_part(call, plan.refusal, is_error=True)
     elif plan.tool.origin is ToolOrigin.WORKFLOW:
         errors = plan.tool.tool_errors or agent.tool_errors
         try:
@@ -463,6 +505,8 @@ async def _execute(
                 raise
             # an in-process tool has no durable timer: its retry request ends its attempts
             content, is_error = _exhausted(plan.tool, error, errors, executor.run_id), True
+        if plan.policies is not None and not is_error:
+            content = plan.policies.returns(call, plan.arguments, content)
         part = _returned_part(call, content, is_error=is_error)
     else:
         outcome = await _decided(agent, executor, number, plan, decisions, deferred, edits)
@@ -582,9 +626,10 @@ async def _run_tool(
     run_id = executor.run_id
     waited = 0.0
     retry = 0
+    shaped = _Returns(plan.policies, call, arguments)
     while True:
         try:
-            return await executor.run_tool(
+            output = await executor.run_tool(
                 number,
                 plan.position,
                 tool,
@@ -594,7 +639,19 @@ async def _run_tool(
                 approval=approval,
                 attempt=tool_retry_attempt(attempt, retry),
                 errors=errors,
+                returns=None if plan.policies is None else shaped,
             )
+            shaped.check()
+            return output
+        except InputDrift as error:
+            if plan.policies is None or not plan.policies.chain:
+                raise
+            raise InputDrift(
+                f"{error.detail}. Tool {tool.name!r} has tool policies: a policy that rewrites "
+                "arguments must give the same arguments on every replay (it must be pure); "
+                "keep the policies as they were for this run",
+                run_id=error.run_id,
+            ) from error
         except OperationFailed as error:
             if not (error.retryable or error.error == RETRY_TOOL):
                 raise
@@ -625,6 +682,33 @@ async def _run_tool(
                 approval=approval,
                 attempt=tool_retry_attempt(attempt, retry),
             )
+
+
+class _Returns:
+    """A call's return policies as the executor applies them to the tool's output, before
+    it is logged: total (a failing policy leaves the output as it is, for ``check`` to
+    raise once the record is safely stored)."""
+
+    def __init__(
+        self, policies: Policies | None, call: ToolCallPart, arguments: dict[str, Any]
+    ) -> None:
+        self.policies, self.call, self.arguments = policies, call, arguments
+        self.failed: ToolPolicyFailed | None = None
+
+    def __call__(self, output: ToolOutput) -> ToolOutput:
+        if self.policies is None or output.is_error:
+            return output
+        try:
+            content = self.policies.returns(self.call, self.arguments, output.content)
+        except ToolPolicyFailed as error:
+            self.failed = error
+            return output
+        return output.model_copy(update={"content": content})
+
+    def check(self) -> None:
+        """Raise the policy failure met while shaping the output, if any."""
+        if self.failed is not None:
+            raise self.failed
 
 
 def _exhausted(tool: Tool, error: OperationFailed, errors: ToolErrors, run_id: str | None) -> str:

@@ -33,6 +33,7 @@ from .._errors import (
 from .._json import StrictJsonError, json_form, loads_strict
 from .._validate import name_problem
 from ..contract.payloads import McpRequest, RunContext, ToolCallPart, ToolDefinition, ToolOutput
+from ._policies import ToolPolicy, check_policies
 
 __all__ = [
     "DynamicTools",
@@ -93,11 +94,14 @@ class Tool:
     """A function the model may call, with its name, description and JSON Schema.
 
     ``tool_errors`` says what an ordinary exception of the function does (``"report"`` it
-    to the model, ``"fail"`` the run); None takes the agent's ``tool_errors``.
+    to the model, ``"fail"`` the run); None takes the agent's ``tool_errors``. ``policies``
+    (``ToolPolicy``) rewrite its arguments, refuse calls and rewrite its results, inside
+    the agent's ``tool_policies``.
     """
 
     mcp_route: McpRoute | None = None
     tool_errors: ToolErrors | None = None
+    policies: tuple[ToolPolicy, ...] = ()
     _definition: ToolDefinition | None = None
 
     def __init__(
@@ -110,6 +114,7 @@ class Tool:
         requires_approval: bool = False,
         origin: ToolOrigin | str = ToolOrigin.APPLICATION,
         tool_errors: ToolErrors | None = None,
+        policies: Iterable[ToolPolicy] = (),
     ) -> None:
         if not callable(fn):
             raise InvalidInput(f"a tool needs a callable, not {type(fn).__name__}")
@@ -127,6 +132,7 @@ class Tool:
         self.description = description if description is not None else _summary(fn)
         self.requires_approval = bool(requires_approval)
         self.tool_errors = None if tool_errors is None else check_tool_errors(tool_errors)
+        self.policies = check_policies(policies, f"the policies of tool {self.name!r}")
         self._parameters, self._arguments = _arguments_model(fn, self.name)
         self.schema = dict(schema) if schema is not None else _schema(self._arguments)
 
@@ -190,6 +196,7 @@ def tool(
     requires_approval: bool = False,
     origin: ToolOrigin | str = ToolOrigin.APPLICATION,
     tool_errors: ToolErrors | None = None,
+    policies: Iterable[ToolPolicy] = (),
 ) -> Callable[[ToolFunction], Tool]: ...
 def tool(
     fn: ToolFunction | None = None,
@@ -201,10 +208,12 @@ def tool(
     requires_approval: bool = False,
     origin: ToolOrigin | str = ToolOrigin.APPLICATION,
     tool_errors: ToolErrors | None = None,
+    policies: Iterable[ToolPolicy] = (),
 ) -> Tool | Callable[[ToolFunction], Tool]:
     """Make a ``Tool`` of a function: ``@tool`` or ``@tool(requires_approval=True)``.
 
-    ``tool_errors`` overrides the agent's ``tool_errors`` for this tool (None: the agent's).
+    ``tool_errors`` overrides the agent's ``tool_errors`` for this tool (None: the agent's);
+    ``policies`` are its own ``ToolPolicy`` list.
     """
 
     def make(function: ToolFunction) -> Tool:
@@ -216,6 +225,7 @@ def tool(
             requires_approval=requires_approval,
             origin=origin,
             tool_errors=tool_errors,
+            policies=policies,
         )
 
     return make if fn is None else make(fn)
