@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import sys
+from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 from typing import Any, Final
 
@@ -15,7 +16,15 @@ from ..runs._spin import SpinRules
 from ..runs._versions import app_version_or_default
 from ..store import Store, as_store
 
-__all__ = ["DEFAULT_RETRY_DELAY_HANDLER", "DurableBinding", "Handlers"]
+__all__ = [
+    "DEFAULT_RETRY_DELAY_HANDLER",
+    "DurableBinding",
+    "Handlers",
+    "escape_node_id",
+    "in_graph_node",
+]
+
+_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 DEFAULT_RETRY_DELAY_HANDLER: Final = "zincir.retry-delay"
 """The ``retry_delay`` handler id unless ``Handlers(retry_delay=...)`` names another (or
@@ -116,6 +125,38 @@ class DurableBinding:
         version = app_version_or_default(self.app_version, run_id=self.run_id)
         object.__setattr__(self, "app_version", version)
 
+    def for_graph_node(self, node_id: str, step: int) -> DurableBinding:
+        """This binding for graph node ``node_id`` at super-step ``step``: the same run, its
+        step ids under ``<namespace>.graph.<node-id>.step.<step>`` (``graph.<node-id>.step.
+        <step>`` without a namespace).
+
+        A node id is escaped so that every node gets its own namespace: characters other
+        than ASCII letters, digits, ``-`` and ``_`` become ``%XX`` per UTF-8 byte (``"plan
+        v2.1"`` -> ``plan%20v2%2E1``). InvalidInput for an empty node id or a negative step.
+        """
+        if not isinstance(node_id, str) or not node_id:
+            raise InvalidInput(
+                f"a graph node id must be a non-empty str, got {node_id!r}", run_id=self.run_id
+            )
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise InvalidInput(
+                f"a graph step must be an int >= 0, got {step!r}", run_id=self.run_id
+            )
+        part = f"graph.{escape_node_id(node_id)}.step.{step}"
+        namespace = part if self.step_namespace is None else f"{self.step_namespace}.{part}"
+        check_id(namespace, "the graph node's step namespace", run_id=self.run_id)
+        return replace(self, step_namespace=namespace)
+
+    def _in_graph_node(self) -> DurableBinding:
+        """The binding an agent run started inside a running LangGraph node uses (see
+        ``zincir.integrations.langgraph``); this binding anywhere else. Free when LangGraph
+        was never imported."""
+        if "langgraph.config" not in sys.modules:
+            return self
+        from ..integrations.langgraph._nodes import agent_run_binding
+
+        return agent_run_binding(self)
+
     def step_id(self, step: str) -> str:
         """``step`` under the binding's namespace."""
         return step if self.step_namespace is None else f"{self.step_namespace}.{step}"
@@ -132,3 +173,28 @@ class DurableBinding:
                 run_id=self.run_id,
             )
         return as_store(store)
+
+
+def escape_node_id(node_id: str) -> str:
+    """``node_id`` as one part of a step id: ASCII letters, digits, ``-`` and ``_`` kept,
+    every other character ``%XX`` per UTF-8 byte (lone surrogates too), so distinct node ids
+    never share a namespace and none adds a ``.`` level."""
+    if all(char in _PLAIN for char in node_id):
+        return node_id
+    out: list[str] = []
+    for char in node_id:
+        if char in _PLAIN:
+            out.append(char)
+        else:
+            out.extend(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
+    return "".join(out)
+
+
+def in_graph_node() -> bool:
+    """Whether this code runs inside a LangGraph node (False at no cost when LangGraph was
+    never imported)."""
+    if "langgraph.config" not in sys.modules:
+        return False
+    from ..integrations.langgraph._nodes import running_node
+
+    return running_node() is not None

@@ -28,7 +28,7 @@ from ..runs._spin import SpinRules
 from ..store import Store, as_store, open_store
 from ..store._queues import is_queued
 from ._agent import Agent, AgentStream
-from ._binding import DurableBinding, Handlers
+from ._binding import DurableBinding, Handlers, in_graph_node
 from ._errors import RunNotResumable
 from ._fork import fork_agent_run, new_run_id, rewind_agent_run
 from ._ownership import stored_config
@@ -414,7 +414,7 @@ class Runner:
     ) -> DurableBinding:
         return DurableBinding(
             self.runtime,
-            new_run_id(agent.name) if run_id is None else run_id,
+            _default_run_id(agent) if run_id is None else run_id,
             self._handlers[agent.name],
             step_namespace=namespace,
             lease_ttl=self.lease_ttl,
@@ -453,6 +453,13 @@ class Runner:
         if is_queued(row):  # started now, outside its queue's limits
             await self.store.start_queued_run(run_id)
         return agent, prompt, config
+
+
+def _default_run_id(agent: Agent) -> str:
+    """A new run id; inside a LangGraph node the agent's name, which the agent run derives
+    its node's run id from (``<name>.graph.<node>.step.<n>.<task-id>``), so the node run
+    again after a crash continues the same run."""
+    return agent.name if in_graph_node() else new_run_id(agent.name)
 
 
 def _one_line(text: str, width: int = 80) -> str:

@@ -11,6 +11,10 @@ Values are stored as JSON where they are plain JSON and as LangGraph's msgpack o
 (``ZincirSerializer``), never pickled. Any number of processes may share one file. A thread
 can be fenced (``saver.fenced(thread_id)``): a writer whose lease was taken over gets
 FencedOut and stores nothing.
+
+A zincir agent run started inside a node gets a run and step ids of that node and super-step
+(graph namespaces, see ``_nodes``); ``node_binding(binding)`` gives other zincir work in a
+node (a durable MCP client's requests, ``deliver_event``) the node's namespace.
 """
 
 from __future__ import annotations
@@ -23,7 +27,16 @@ except ImportError as error:  # pragma: no cover - exercised without the extra
     ) from error
 
 from ...store import ThreadLease
+from ._nodes import GraphNode, node_binding, running_node
 from ._saver import AsyncZincirSaver, ZincirSaver
 from ._serde import ZincirSerializer
 
-__all__ = ["AsyncZincirSaver", "ThreadLease", "ZincirSaver", "ZincirSerializer"]
+__all__ = [
+    "AsyncZincirSaver",
+    "GraphNode",
+    "ThreadLease",
+    "ZincirSaver",
+    "ZincirSerializer",
+    "node_binding",
+    "running_node",
+]
