@@ -5,6 +5,7 @@ SIGKILL and resumed), on SQLite and PostgreSQL with the real ``openai`` SDK."""
 from __future__ import annotations
 
 import json
+import operator
 import os
 import signal
 import subprocess
@@ -12,7 +13,7 @@ import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 from unittest import mock
 
 import pytest
@@ -20,6 +21,7 @@ import pytest
 pytest.importorskip("langgraph", reason="LangGraph is in the dev extra")
 
 from langgraph.graph import END, START, StateGraph  # noqa: E402
+from langgraph.types import Send  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import Response  # noqa: E402
 
@@ -37,6 +39,7 @@ from zincir.agent import (  # noqa: E402
     Runner,
     serve,
 )
+from zincir.integrations.langgraph import node_binding, running_node  # noqa: E402
 from zincir.store import OperationKey, Store  # noqa: E402
 
 WORKER = Path(__file__).with_name("graph_nodes_worker.py")
@@ -277,3 +280,101 @@ def test_a_graph_killed_mid_node_resumes_without_calling_anything_twice(
     assert Counter(effects.read_text().splitlines()) == Counter(
         {"charge apple": 1, "charge pear": 1, "hold apple": 2, "hold pear": 2}
     )
+
+
+class Fanned(TypedDict, total=False):
+    cities: list[str]
+    done: Annotated[list[str], operator.add]
+
+
+async def test_sends_to_one_node_and_an_explicit_namespace(
+    store: Store, server: ChatServer, effects: Path
+) -> None:
+    agent = Agent(OpenAIChatModel("gpt-test", server.client()), name="scout", tools=[charge])
+    registry = zincir.HandlerRegistry()
+    serve(registry, agent, HANDLERS)
+    shared = DurableBinding(
+        zincir.LocalRuntime(store, registry), "fan", HANDLERS, step_namespace="outer"
+    )
+    ran: list[str] = []
+
+    async def visit(state: dict[str, Any]) -> dict[str, Any]:
+        result = await agent.run(state["city"], durable=shared)
+        assert result.run_id is not None
+        ran.append(result.run_id)
+        return {"done": [result.output]}
+
+    def fan_out(state: Fanned) -> list[Send]:
+        return [Send("visit", {"city": city}) for city in state["cities"]]
+
+    builder: Any = StateGraph(Fanned)
+    builder.add_node("visit", visit)
+    builder.add_conditional_edges(START, fan_out, ["visit"])
+    builder.add_edge("visit", END)
+    state = await builder.compile().ainvoke({"cities": ["oslo", "rome"]})
+    assert sorted(state["done"]) == ["oslo -> charged oslo", "rome -> charged rome"]
+    assert len(set(ran)) == 2  # one super-step, one node, two tasks: two runs
+    for run_id in ran:
+        assert run_id.startswith("fan.graph.visit.step.1.")
+        key = OperationKey(run_id, "outer.graph.visit.step.1.model.request", 0)
+        assert await store.get_operation(key) is not None
+
+
+async def test_a_binding_derived_by_hand_is_used_as_it_is(
+    store: Store, server: ChatServer, effects: Path
+) -> None:
+    agent = Agent(OpenAIChatModel("gpt-test", server.client()), name="scout", tools=[charge])
+    registry = zincir.HandlerRegistry()
+    serve(registry, agent, HANDLERS)
+    base = DurableBinding(zincir.LocalRuntime(store, registry), "mine", HANDLERS)
+
+    async def node(state: dict[str, Any]) -> dict[str, Any]:
+        where = running_node()
+        assert where is not None and (where.node, where.step) == ("only", 1)
+        assert node_binding(base).step_namespace == "graph.only.step.1"
+        result = await agent.run("fig", durable=base.for_graph_node(where.node, where.step))
+        return {"a": f"{result.run_id}: {result.output}"}
+
+    builder: Any = StateGraph(Pair)
+    builder.add_node("only", node)
+    builder.add_edge(START, "only")
+    builder.add_edge("only", END)
+    assert await builder.compile().ainvoke({}) == {"a": "mine: fig -> charged fig"}
+    assert running_node() is None and node_binding(base) is base
+
+
+def test_importing_zincir_imports_no_langgraph() -> None:
+    code = (
+        "import sys, zincir, zincir.agent; "
+        "assert not [m for m in sys.modules if m.startswith('langgraph')], 'langgraph imported'"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+async def test_a_subgraph_node_is_named_under_its_parent(
+    store: Store, server: ChatServer, effects: Path
+) -> None:
+    agent = Agent(OpenAIChatModel("gpt-test", server.client()), name="scout", tools=[charge])
+    runner = Runner(store, [agent])
+    ran: list[str] = []
+
+    async def inner(state: Pair) -> Pair:
+        result = await runner.run(agent, "kiwi")
+        assert result.run_id is not None
+        ran.append(result.run_id)
+        return {"a": result.output}
+
+    sub: Any = StateGraph(Pair)
+    sub.add_node("inner", inner)
+    sub.add_edge(START, "inner")
+    sub.add_edge("inner", END)
+    parent: Any = StateGraph(Pair)
+    parent.add_node("outer", sub.compile())
+    parent.add_edge(START, "outer")
+    parent.add_edge("outer", END)
+    assert await parent.compile().ainvoke({}) == {"a": "kiwi -> charged kiwi"}
+    (run_id,) = ran
+    assert run_id.startswith("scout.graph.outer.graph.inner.step.1."), run_id
+    key = OperationKey(run_id, "graph.outer.graph.inner.step.1.model.request", 0)
+    assert await store.get_operation(key) is not None

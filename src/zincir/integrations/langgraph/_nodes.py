@@ -69,18 +69,17 @@ def node_binding(binding: DurableBinding) -> DurableBinding:
     where = running_node()
     if where is None:
         return binding
-    scoped = binding
-    for parent in where.parents:
-        part = f"graph.{escape_node_id(parent)}"
-        namespace = part if scoped.step_namespace is None else f"{scoped.step_namespace}.{part}"
-        scoped = replace(scoped, step_namespace=namespace)
-    derived = scoped.for_graph_node(where.node, where.step)
-    if binding.step_namespace is not None and (
-        binding.step_namespace == derived.step_namespace
-        or binding.step_namespace.endswith(f".{derived.step_namespace}")
-    ):
+    part = _part(where)
+    namespace = binding.step_namespace
+    if namespace is not None and (namespace == part or namespace.endswith(f".{part}")):
         return binding  # already derived for this node (by the caller)
-    return derived
+    scoped = binding
+    if where.parents:
+        levels = ".".join(f"graph.{escape_node_id(parent)}" for parent in where.parents)
+        scoped = replace(
+            binding, step_namespace=levels if namespace is None else f"{namespace}.{levels}"
+        )
+    return scoped.for_graph_node(where.node, where.step)
 
 
 def agent_run_binding(binding: DurableBinding) -> DurableBinding:
@@ -94,10 +93,7 @@ def agent_run_binding(binding: DurableBinding) -> DurableBinding:
     derived = node_binding(binding)
     if derived is binding:
         return binding
-    suffix = f"graph.{escape_node_id(where.node)}.step.{where.step}"
-    if where.parents:
-        suffix = ".".join(f"graph.{escape_node_id(p)}" for p in where.parents) + "." + suffix
-    run_id = f"{binding.run_id}.{suffix}"
+    run_id = f"{binding.run_id}.{_part(where)}"
     if where.task_id:
         run_id += f".{where.task_id}"
     data = run_id.encode("utf-8", "surrogatepass")
@@ -106,3 +102,11 @@ def agent_run_binding(binding: DurableBinding) -> DurableBinding:
         short = len(binding.run_id.encode("utf-8", "surrogatepass")) <= _MAX_RUN_ID - 40
         run_id = f"{binding.run_id}.graph.{digest}" if short else f"graph.{digest}"
     return replace(derived, run_id=run_id)
+
+
+def _part(where: GraphNode) -> str:
+    """The namespace levels of ``where``: ``graph.<parent>.`` per parent graph's node, then
+    ``graph.<node>.step.<n>``."""
+    levels = [f"graph.{escape_node_id(parent)}" for parent in where.parents]
+    levels.append(f"graph.{escape_node_id(where.node)}.step.{where.step}")
+    return ".".join(levels)
