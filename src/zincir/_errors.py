@@ -524,3 +524,8 @@ class CallDeferred(ZincirSignal):
     def __init__(self, reason: str = "") -> None:
         self.reason = reason
         super().__init__(f"call deferred{': ' + reason if reason else ''}")
+
+
+class McpInputRoundsExceeded(OperationFailed):
+    """An MCP server asked for input more rounds than the request's ``max_round_trips``;
+    the failure is recorded, so the same run id fails the same way."""

@@ -205,7 +205,7 @@ async def test_requests_need_an_identity_and_keep_event_semantics(
             "slow", {"n": 1}, durable=DurableRequest("slow", 0), events=lambda e: None
         )
     with pytest.raises(zincir.InvalidInput, match=r"\[run mcp-run\] .*not an MCP operation"):
-        await bound.request("tasks/get", {"taskId": "t"}, durable=DurableRequest("x", 0))
+        await bound.request("resources/subscribe", {"uri": "x"}, durable=DurableRequest("x", 0))
     direct = DurableMCPClient(stdio_connect)
     with pytest.raises(zincir.InvalidInput, match="durable delivery on a direct request"):
         await direct.listen_durable("tools/call", {"name": "slow", "arguments": {"n": 1}})
@@ -250,16 +250,20 @@ def test_the_mcp_exports_are_pinned_and_the_agent_does_not_import_the_sdk() -> N
     exports = [
         "CLIENT_STEP",
         "DEFAULT_MAX_PAGES",
+        "DEFAULT_MAX_POLLS",
         "DEFAULT_TIMEOUT",
         "EVENT_STRIDE",
         "LISTEN_META",
         "MAX_EVENTS",
+        "TASKS_EXTENSION",
+        "TASK_META",
         "Connect",
         "DurableMCPClient",
         "DurableRequest",
         "DurableRequestSequence",
         "MCPTool",
         "MCPToolset",
+        "McpInputRoundsExceeded",
         "McpReply",
         "Target",
         "serve_mcp",

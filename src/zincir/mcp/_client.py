@@ -6,10 +6,16 @@ A request of a client bound to a run is durable: it needs an identity, explicit
 public headers, client identity, capabilities, round-trip bound). The worker registered by
 ``serve_mcp`` opens the session; a replay returns the stored record without connecting.
 A client without a binding sends direct requests through ``session_factory`` instead.
+
+MCP tasks: ``create_task`` is one operation (its record holds the task id), each
+``get_task`` poll is its own operation, and ``task_result``/``cancel_task`` one each;
+``run_task`` chains them on consecutive identities, so a re-run after a crash replays the
+creation and the polls already made, and goes on polling the same task id.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Mapping
 from datetime import timedelta
@@ -18,22 +24,41 @@ from typing import Any, Final, TypeVar
 import mcp_types
 from mcp.client import advertise
 
-from .._errors import InvalidDocument, InvalidInput, OperationFailed
+from .._errors import InvalidDocument, InvalidInput, McpInputRoundsExceeded, OperationFailed
 from .._validate import check_count, check_id, check_positive_duration
 from .._version import __version__
 from ..agent import DurableBinding, EventSink, deliver_event
 from ..agent._durable import success
+from ..agent._errors import DurableOperationFailed
 from ..agent._preflight import check_handlers
 from ..contract import Invocation, OperationKind
 from ..contract.payloads import ClientIdentity, EventDelivery, McpRequest
 from ._connect import Connect
 from ._identity import MAX_EVENTS, DurableRequest, DurableRequestSequence, event_identity
-from ._reply import McpReply, notification_events, read_result
-from ._worker import DEFAULT_TIMEOUT, LISTEN_META, check_params, perform
+from ._reply import McpReply, notification_events, read_result, short_reason
+from ._worker import (
+    DEFAULT_TIMEOUT,
+    INPUT_CAPABILITIES,
+    LISTEN_META,
+    TASK_META,
+    TaskCreated,
+    check_params,
+    perform,
+)
 
-__all__ = ["DEFAULT_MAX_PAGES", "DurableMCPClient"]
+__all__ = ["DEFAULT_MAX_PAGES", "DEFAULT_MAX_POLLS", "DurableMCPClient"]
 
 DEFAULT_MAX_PAGES: Final = 100
+DEFAULT_MAX_POLLS: Final = 10_000
+"""How many ``tasks/get`` polls ``run_task`` makes before giving up (each one a record)."""
+_TASK_RESULTS: Final[Mapping[str, type[mcp_types.Result]]] = {
+    "tasks/get": mcp_types.GetTaskResult,
+    "tasks/result": mcp_types.CallToolResult,
+    "tasks/cancel": mcp_types.CancelTaskResult,
+    "tasks/list": mcp_types.ListTasksResult,
+}
+"""The task methods (an extension on the modern wire): their results, read with the SDK's
+models rather than its per-version tables, which leave tasks out."""
 R = TypeVar("R", bound=mcp_types.Result)
 
 
@@ -45,8 +70,10 @@ class DurableMCPClient:
     ``session_factory`` opens sessions for direct requests (a client without a binding, or
     an agent's direct run). ``client`` names the client to the server; ``headers`` are
     public headers (a credential raises ``SensitiveHeader``: configure it on the worker's
-    transport); ``capabilities`` may advertise extensions; ``max_round_trips`` bounds a
-    request's input round trips; ``timeout`` bounds a direct request.
+    transport); ``capabilities`` may advertise extensions and declare ``elicitation``,
+    ``sampling`` or ``roots`` (answered by the worker's ``serve_mcp`` callbacks);
+    ``max_round_trips`` bounds a request's input round trips (``McpInputRoundsExceeded``
+    past it); ``timeout`` bounds a direct request.
     """
 
     def __init__(
@@ -207,7 +234,17 @@ class DurableMCPClient:
         )
         invocation.validate()
         record = await binding.runtime.execute(invocation)
-        output = success(record)
+        try:
+            output = success(record)
+        except DurableOperationFailed as error:
+            if error.error != "McpInputRoundsExceeded":
+                raise
+            raise McpInputRoundsExceeded(
+                error.error,
+                False,
+                f"{self._where(identity)}: {error.message}",
+                run_id=binding.run_id,
+            ) from None
         try:
             return McpReply.from_json(output)
         except InvalidDocument as error:
@@ -262,6 +299,8 @@ class DurableMCPClient:
         self, method: str, reply: McpReply, identity: DurableRequest | None, expected: type[R]
     ) -> R:
         where = self._where(identity)
+        if method in _TASK_RESULTS or expected is TaskCreated:
+            return self._task_typed(method, reply, where, expected)
         result = read_result(method, reply, where, self.run_id or "")
         if not isinstance(result, expected):
             raise InvalidDocument(
@@ -269,6 +308,16 @@ class DurableMCPClient:
                 run_id=self.run_id,
             )
         return result
+
+    def _task_typed(self, method: str, reply: McpReply, where: str, expected: type[R]) -> R:
+        try:
+            return expected.model_validate(reply.result, by_name=False)
+        except ValueError as error:
+            raise InvalidDocument(
+                f"the record of {where} holds no valid {method} result "
+                f"({expected.__name__}): {short_reason(error)}",
+                run_id=self.run_id,
+            ) from None
 
     # -- the generic request and the typed helpers ------------------------------------------
 
@@ -396,6 +445,109 @@ class DurableMCPClient:
         reply, identity = await self.send(document, durable)
         return self._typed("prompts/get", reply, identity, mcp_types.GetPromptResult)
 
+    # -- MCP tasks ------------------------------------------------------------------------
+
+    async def create_task(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        ttl: int | None = None,
+        durable: DurableRequest | None = None,
+        meta: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> mcp_types.Task:
+        """Call tool ``name`` as a task (``ttl`` in ms asked of the server); one operation,
+        whose record holds the task, so a replay never creates a second one."""
+        routing = {**(meta or {}), TASK_META: {} if ttl is None else {"ttl": ttl}}
+        document = self.document(
+            "tools/call", _tool_params(name, arguments), meta=routing, headers=headers
+        )
+        reply, identity = await self.send(document, durable)
+        return self._typed("tools/call", reply, identity, TaskCreated).task
+
+    async def get_task(
+        self, task_id: str, *, durable: DurableRequest | None = None
+    ) -> mcp_types.GetTaskResult:
+        """One poll of task ``task_id``: its status as the server reports it now."""
+        reply, identity = await self.send(self.document("tasks/get", {"taskId": task_id}), durable)
+        return self._typed("tasks/get", reply, identity, mcp_types.GetTaskResult)
+
+    async def task_result(
+        self, task_id: str, *, durable: DurableRequest | None = None
+    ) -> mcp_types.CallToolResult:
+        """The result of the tool call task ``task_id`` ran (``tasks/result``)."""
+        document = self.document("tasks/result", {"taskId": task_id})
+        reply, identity = await self.send(document, durable)
+        return self._typed("tasks/result", reply, identity, mcp_types.CallToolResult)
+
+    async def cancel_task(
+        self, task_id: str, *, durable: DurableRequest | None = None
+    ) -> mcp_types.CancelTaskResult:
+        """Ask the server to cancel task ``task_id``; the task as it stands after."""
+        document = self.document("tasks/cancel", {"taskId": task_id})
+        reply, identity = await self.send(document, durable)
+        return self._typed("tasks/cancel", reply, identity, mcp_types.CancelTaskResult)
+
+    async def list_tasks(self, *, durable: DurableRequest | None = None) -> list[mcp_types.Task]:
+        """Every task the server lists, page by page (each page its own request)."""
+        return await self._listing("tasks/list", "tasks", mcp_types.ListTasksResult, durable)
+
+    async def run_task(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        ttl: int | None = None,
+        durable: DurableRequest | None = None,
+        poll_interval: timedelta | float | None = None,
+        max_polls: int = DEFAULT_MAX_POLLS,
+    ) -> mcp_types.CallToolResult:
+        """Create a task, poll it until it ends, and return its result.
+
+        Each step is its own operation on consecutive identities (``durable``,
+        ``durable.next()``, … or claimed from the sequence): the creation, every
+        ``tasks/get`` poll, then ``tasks/result``. A task may run for an hour; a process
+        killed meanwhile re-runs by replaying the creation (never a second task) and the
+        polls already recorded, then polls the same task id live. Polls are
+        ``poll_interval`` apart (default: the server's suggestion, else 1 s).
+        """
+        check_count(max_polls, "max_polls", minimum=1, run_id=self.run_id)
+        fixed = (
+            None
+            if poll_interval is None
+            else check_positive_duration(poll_interval, "poll_interval", run_id=self.run_id)
+        )
+        task = await self.create_task(name, arguments, ttl=ttl, durable=durable)
+        identity = None if durable is None else durable.next()
+        status: mcp_types.Task = task
+        for _ in range(max_polls):
+            if status.status in ("completed", "failed"):
+                return await self.task_result(task.task_id, durable=identity)
+            if status.status == "cancelled":
+                raise OperationFailed(
+                    "McpTaskCancelled",
+                    False,
+                    f"MCP task {task.task_id!r} of tool {name!r} was cancelled before it "
+                    "finished; start the work again under a new identity or run id",
+                    run_id=self.run_id,
+                )
+            wait = (
+                fixed.total_seconds()
+                if fixed is not None
+                else (status.poll_interval or 1000) / 1000
+            )
+            await asyncio.sleep(wait)
+            status = await self.get_task(task.task_id, durable=identity)
+            identity = None if identity is None else identity.next()
+        raise OperationFailed(
+            "McpTaskTooLong",
+            False,
+            f"MCP task {task.task_id!r} of tool {name!r} was still {status.status} after "
+            f"{max_polls} polls; raise run_task(max_polls=...) or poll_interval",
+            run_id=self.run_id,
+        )
+
     # -- durable subscriptions ----------------------------------------------------------
 
     async def listen_json_durable(
@@ -469,15 +621,19 @@ def _tool_params(name: str, arguments: Mapping[str, Any] | None) -> dict[str, An
 
 
 def _capabilities(capabilities: Mapping[str, Any] | None, run_id: str | None) -> dict[str, Any]:
-    """Only extensions can be advertised: the worker serves no sampling or elicitation."""
+    """Extensions, and the input capabilities the worker answers with its callbacks."""
     chosen = dict(capabilities or {})
-    unknown = sorted(set(chosen) - {"extensions"})
+    unknown = sorted(set(chosen) - {"extensions", *INPUT_CAPABILITIES})
     if unknown:
         raise InvalidInput(
             f"capabilities {unknown} cannot be served by an MCP worker; only "
-            '{"extensions": {identifier: settings}} is advertised',
+            '{"extensions": {identifier: settings}} and "elicitation", "sampling", "roots" '
+            "(answered by serve_mcp's callbacks of those names) are advertised",
             run_id=run_id,
         )
+    for name in INPUT_CAPABILITIES:
+        if name in chosen and not isinstance(chosen[name], Mapping):
+            raise InvalidInput(f"capabilities[{name!r}] must be an object ({{}})", run_id=run_id)
     extensions = chosen.get("extensions", {})
     if not isinstance(extensions, Mapping):
         raise InvalidInput("capabilities['extensions'] must be an object", run_id=run_id)

@@ -20,7 +20,8 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client import Transport, advertise
 from mcp.client._transport import TransportStreams
-from mcp.client.session import MessageHandlerFnT
+from mcp.client.extension import ClientExtension
+from mcp.client.session import ElicitationFnT, ListRootsFnT, MessageHandlerFnT, SamplingFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server import Server
 from mcp.server.mcpserver import MCPServer
@@ -121,19 +122,29 @@ def open_client(
     *,
     timeout: float,
     message_handler: MessageHandlerFnT | None = None,
+    elicitation: ElicitationFnT | None = None,
+    sampling: SamplingFnT | None = None,
+    roots: ListRootsFnT | None = None,
+    tasks: ClientExtension | None = None,
 ) -> Client:
     """The SDK client for one request: its identity, capabilities and round-trip bound are
-    the document's; nothing is cached between requests."""
+    the document's (an input capability is advertised only with its callback); nothing is
+    cached between requests."""
     extensions = request.capabilities.get("extensions") or {}
     assert isinstance(extensions, dict)
+    chosen = [advertise(name, _settings(value)) for name, value in extensions.items()]
+    if tasks is not None:
+        chosen = [ext for ext in chosen if ext.identifier != tasks.identifier] + [tasks]
     return Client(
         connect(request),
         client_info=Implementation(name=request.client.name, version=request.client.version),
         input_required_max_rounds=request.max_round_trips,
         read_timeout_seconds=timeout,
         message_handler=message_handler,
-        extensions=[advertise(name, _settings(value)) for name, value in extensions.items()]
-        or None,
+        extensions=chosen or None,
+        elicitation_callback=elicitation,
+        sampling_callback=sampling,
+        list_roots_callback=roots,
         cache=None,
     )
 
