@@ -145,10 +145,12 @@ class Runner:
     ) -> AgentRunResult:
         """Run ``agent`` (or the agent of that name) on ``prompt`` as a durable run.
 
-        Without ``run_id`` the run gets a new id (``result.run_id``). A run id that exists
-        continues that run: a finished one returns its stored result and calls nothing; a
-        different prompt raises ``InputDrift``. ``app_version``, ``budget`` and ``spin`` are
-        those of ``DurableBinding``.
+        Without ``run_id`` the run gets a new id (``result.run_id``). Inside a LangGraph
+        node the run is ``<run_id or agent name>.graph.<node>.step.<n>.<task-id>``, so the
+        node run again after a crash continues it (the LangGraph guide's graph namespaces).
+        A run id that exists continues that run: a finished one returns its stored result
+        and calls nothing; a different prompt raises ``InputDrift``. ``app_version``,
+        ``budget`` and ``spin`` are those of ``DurableBinding``.
         """
         chosen = self._agent(agent)
         if not isinstance(prompt, str):
