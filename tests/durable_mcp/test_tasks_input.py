@@ -183,6 +183,9 @@ async def test_more_input_rounds_than_the_bound_is_a_typed_recorded_error(
     with pytest.raises(McpInputRoundsExceeded):  # the failure is the record: no fourth ask
         await client.call_tool("pester", {}, durable=DurableRequest("pester", 0))
     assert len(ledger_lines(ledger)) == 4 and connect.opened == ["tools/call"]
+    direct = DurableMCPClient(streamable_http(task_server.url), max_round_trips=0)
+    with pytest.raises(McpInputRoundsExceeded, match="after 0 round trips"):
+        await direct.call_tool("pester", {})
 
 
 async def test_a_task_is_created_once_polled_and_replayed_from_its_records(

@@ -288,9 +288,12 @@ class DurableMCPClient:
                 notified=None if events is None else notified,
             )
         except OperationFailed as error:
-            raise OperationFailed(
-                error.error, error.retryable, error.message, run_id=self.run_id
-            ) from None
+            kind = (
+                McpInputRoundsExceeded
+                if error.error == "McpInputRoundsExceeded"
+                else OperationFailed
+            )
+            raise kind(error.error, error.retryable, error.message, run_id=self.run_id) from None
         if raised:
             raise raised[0]
         return reply
