@@ -132,7 +132,8 @@ class DurableBinding:
 
         A node id is escaped so that every node gets its own namespace: characters other
         than ASCII letters, digits, ``-`` and ``_`` become ``%XX`` per UTF-8 byte (``"plan
-        v2.1"`` -> ``plan%20v2%2E1``). InvalidInput for an empty node id or a negative step.
+        v2.1"`` -> ``plan%20v2%2E1``). InvalidInput for an empty node id or a step that is
+        not an int >= 0. An agent run inside a LangGraph node applies it by itself.
         """
         if not isinstance(node_id, str) or not node_id:
             raise InvalidInput(
