@@ -92,7 +92,7 @@ class DirectExecutor:
         approval: ApprovalDecision | None = None,
         attempt: int = 0,
         errors: ToolErrors = "report",
-        returns: Callable[[ToolOutput], ToolOutput] | None = None,
+        returns: Callable[[ToolOutput], ToolOutput | None] | None = None,
     ) -> ToolOutput | Deferred:
         """Call the tool function with its validated arguments; its ordinary exception is
         reported (or raised as ``ToolFailed``, per ``errors``); ``returns`` shapes the
@@ -111,7 +111,7 @@ class DirectExecutor:
             content=content,
             is_error=is_error,
         )
-        return output if returns is None else returns(output)
+        return output if returns is None else (returns(output) or output)
 
     async def record_response(self, number: int, response: ModelResponse) -> None:
         """Nothing is recorded on the direct path."""
@@ -140,6 +140,10 @@ class DirectExecutor:
         model_digest: str | None = None,
     ) -> None:
         """Nothing is recorded on the direct path."""
+
+    def shown(self, call_id: str) -> str | None:
+        """Never: nothing was logged before."""
+        return None
 
     def shows_edit(self, call_id: str) -> bool:
         """The model's next request shows an edited call as it ran."""

@@ -95,6 +95,7 @@ from ._identity import (
     tool_sequence,
 )
 from ._loop import Deferred, PlannedCall, Refused, Restart
+from ._policies import result_digest
 from ._preflight import ResolvedToolsets, check_route
 from ._rate_limit import model_rate_limit, rate_limit_scope
 from ._stream import Emit, discard
@@ -130,6 +131,7 @@ class Logged:
     bound: dict[str, str] = field(default_factory=dict)
     rounds: dict[str, int] = field(default_factory=dict)
     unshown: set[str] = field(default_factory=set)
+    shown: dict[str, str] = field(default_factory=dict)  # call id → digest of its result
     paused: PausedRun | None = None
     conversation: OperationKey | None = None
     recorded: Recorded = field(default_factory=Recorded)
@@ -143,6 +145,9 @@ class Logged:
                 logged.responses += 1
             elif event.type == "tool_result" and isinstance(payload, dict):
                 logged.results.add(str(payload.get("id")))
+                logged.shown[str(payload.get("id"))] = result_digest(
+                    payload.get("result"), bool(payload.get("is_error"))
+                )
             elif event.type == PAUSED_EVENT and isinstance(payload, dict):
                 logged.paused, logged.conversation = _read_pause(payload, event.run_id)
             elif event.type == DECIDED_EVENT and isinstance(payload, dict):
@@ -612,7 +617,7 @@ class DurableExecutor:
         approval: ApprovalDecision | None = None,
         attempt: int = 0,
         errors: ToolErrors = "report",
-        returns: Callable[[ToolOutput], ToolOutput] | None = None,
+        returns: Callable[[ToolOutput], ToolOutput | None] | None = None,
     ) -> ToolOutput | Deferred:
         """The call as ``tool.call`` (or ``mcp.request``) #number*1000+position; a later
         attempt (an approved call whose tool first asked for approval, a retry) adds its
@@ -630,16 +635,20 @@ class DurableExecutor:
 
         def read(output: str) -> ToolOutput:
             if route is not None:
-                shown = route.output(call, output)
-            else:
-                shown = _read(ToolOutput, output, where, "tool", run_id)
-            return shown if returns is None else returns(shown)
+                return route.output(call, output)
+            return _read(ToolOutput, output, where, "tool", run_id)
+
+        def shown(output: str) -> ToolOutput | None:
+            """What the model reads; None when a tool policy failed (the loop raises it)."""
+            return read(output) if returns is None else returns(read(output))
 
         def log(record: Record) -> list[LogEntry]:
             outcome = record.outcome
             if call.tool_call_id in self.logged.results or not isinstance(outcome, Success):
                 return []
-            output = read(outcome.output_json)
+            output = shown(outcome.output_json)
+            if output is None:
+                return []
             return [
                 tool_result_entry(
                     run_id, call.tool_call_id, output.content, is_error=output.is_error
@@ -677,7 +686,7 @@ class DurableExecutor:
         deferred = _deferral(outcome)
         if deferred is not None:
             return deferred
-        output = read(success(outcome))
+        output = shown(success(outcome)) or read(success(outcome))
         if logged:
             self.logged.results.add(call.tool_call_id)
         return output
@@ -764,6 +773,11 @@ class DurableExecutor:
         self.logged.proposals[call_id] = proposed
         self.logged.bound[call_id] = digest
         return None
+
+    def shown(self, call_id: str) -> str | None:
+        """The digest of the result the run's log held for ``call_id`` when it was opened
+        (``_policies.result_digest``), or None."""
+        return self.logged.shown.get(call_id)
 
     def shows_edit(self, call_id: str) -> bool:
         """Whether the model's next request shows the call with its edited arguments: not

@@ -34,7 +34,7 @@ from ._capabilities import loaded_capabilities
 from ._conversation import Conversation, add_usage, response_text, tool_calls
 from ._errors import DurableOperationFailed, ToolPolicyFailed, ToolRetriesExhausted
 from ._identity import tool_retry_attempt, tool_sequence
-from ._policies import Policies, ToolPolicy
+from ._policies import Policies, ToolPolicy, result_digest
 from ._preflight import ResolvedToolsets
 from ._result import AgentRunResult
 from ._retry import retry_document
@@ -99,7 +99,7 @@ class Executor(Protocol):
         approval: ApprovalDecision | None = None,
         attempt: int = 0,
         errors: ToolErrors = "report",
-        returns: Callable[[ToolOutput], ToolOutput] | None = None,
+        returns: Callable[[ToolOutput], ToolOutput | None] | None = None,
     ) -> ToolOutput | Deferred: ...
     async def decide(
         self,
@@ -119,6 +119,7 @@ class Executor(Protocol):
         model_digest: str | None = None,
     ) -> Refused | None: ...
     def set_aside(self, call: ToolCallPart, bound: str, digest: str, problem: str) -> Refused: ...
+    def shown(self, call_id: str) -> str | None: ...
     def shows_edit(self, call_id: str) -> bool: ...
     async def record_response(self, number: int, response: ModelResponse) -> None: ...
     async def record_return(self, part: ToolReturnPart) -> None: ...
@@ -513,6 +514,8 @@ async def _execute(
         if isinstance(outcome, PausedCall | _Refusal):
             return outcome
         part, follow_up = outcome
+    if plan.policies is not None:
+        _check_shown(executor, plan.policies, part)
     for hook in agent.hooks:
         await hook.on_tool_return(part)
     await executor.record_return(part)
@@ -684,10 +687,26 @@ async def _run_tool(
             )
 
 
+def _check_shown(executor: Executor, policies: Policies, part: ToolReturnPart) -> None:
+    """InputDrift when the run's log holds another result for this call than its policies
+    now give (a policy changed between runs): the log holds what the model was shown."""
+    logged = executor.shown(part.tool_call_id)
+    if logged is None or logged == result_digest(part.content, part.is_error):
+        return
+    raise InputDrift(
+        f"tool call {part.tool_call_id!r} ({part.tool_name}) was logged with another result "
+        f"than tool {policies.tool.name!r} and its tool policies give it now: a policy "
+        "(arguments, refuse or returns) changed since the run logged it. A run replays what "
+        "it recorded and a policy must be pure; keep the policies as they were for this run, "
+        "or start a new run id",
+        run_id=executor.run_id,
+    )
+
+
 class _Returns:
     """A call's return policies as the executor applies them to the tool's output, before
-    it is logged: total (a failing policy leaves the output as it is, for ``check`` to
-    raise once the record is safely stored)."""
+    it is logged. Never raises: a failing policy gives None (nothing is logged) and
+    ``check`` raises its error once the tool's record is safely stored."""
 
     def __init__(
         self, policies: Policies | None, call: ToolCallPart, arguments: dict[str, Any]
@@ -695,14 +714,14 @@ class _Returns:
         self.policies, self.call, self.arguments = policies, call, arguments
         self.failed: ToolPolicyFailed | None = None
 
-    def __call__(self, output: ToolOutput) -> ToolOutput:
+    def __call__(self, output: ToolOutput) -> ToolOutput | None:
         if self.policies is None or output.is_error:
             return output
         try:
             content = self.policies.returns(self.call, self.arguments, output.content)
         except ToolPolicyFailed as error:
             self.failed = error
-            return output
+            return None
         return output.model_copy(update={"content": content})
 
     def check(self) -> None:

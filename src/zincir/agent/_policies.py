@@ -15,6 +15,8 @@ and the last word on what it reads.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,7 +29,7 @@ from ._errors import ToolPolicyFailed
 if TYPE_CHECKING:
     from ._tools import Tool
 
-__all__ = ["Policies", "ToolPolicy", "check_policies"]
+__all__ = ["Policies", "ToolPolicy", "check_policies", "result_digest"]
 
 ArgumentsHook = Callable[[ToolCallPart], Mapping[str, Any]]
 RefuseHook = Callable[[ToolCallPart], str | None]
@@ -165,6 +167,17 @@ class Policies:
             tool=self.tool.name,
             policy=policy.name,
         )
+
+
+def result_digest(content: Any, is_error: bool) -> str:
+    """SHA-256 hex of a tool result as the model reads it (canonical JSON)."""
+    text = json.dumps(
+        {"content": content, "is_error": is_error},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _with(call: ToolCallPart, arguments: dict[str, Any]) -> ToolCallPart:
