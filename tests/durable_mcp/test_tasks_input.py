@@ -238,9 +238,9 @@ async def test_a_task_is_cancelled_and_listed(
 
 
 def test_a_process_killed_while_polling_resumes_the_same_task(
-    store_url: str, task_server: HttpServer, ledger: Path
+    store_target: str, task_server: HttpServer, ledger: Path
 ) -> None:
-    command = [sys.executable, "-m", "tests.durable_mcp.task_worker", store_url]
+    command = [sys.executable, "-m", "tests.durable_mcp.task_worker", store_target]
     command += [task_server.url, "2"]
     env = {"PATH": "", "PYTHONPATH": server_env(ledger)["PYTHONPATH"]}
     first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
