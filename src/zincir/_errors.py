@@ -49,7 +49,8 @@
     ├── ApprovalDecided              the approval already has its (single-use) decision
     ├── ApprovalExpired              the approval expired before its decision: the call is denied
     ├── OperationFailed              raised by a handler to persist a failure record
-    │   └── RetryTool                raised by a tool: run the call again after a durable delay
+    │   ├── RetryTool                raised by a tool: run the call again after a durable delay
+    │   └── McpInputRoundsExceeded   an MCP server asked for input past max_round_trips
     ├── OperationInProgress
     └── WorkerError
 
