@@ -33,6 +33,7 @@ from ..agent._errors import DurableOperationFailed
 from ..agent._preflight import check_handlers
 from ..contract import Invocation, OperationKind
 from ..contract.payloads import ClientIdentity, EventDelivery, McpRequest
+from ..store import OperationKey
 from ._connect import Connect
 from ._identity import MAX_EVENTS, DurableRequest, DurableRequestSequence, event_identity
 from ._reply import McpReply, notification_events, read_result, short_reason
@@ -512,8 +513,9 @@ class DurableMCPClient:
         ``durable.next()``, … or claimed from the sequence): the creation, every
         ``tasks/get`` poll, then ``tasks/result``. A task may run for an hour; a process
         killed meanwhile re-runs by replaying the creation (never a second task) and the
-        polls already recorded, then polls the same task id live. Polls are
-        ``poll_interval`` apart (default: the server's suggestion, else 1 s).
+        polls already recorded (without waiting between them), then polls the same task id
+        live. Live polls are ``poll_interval`` apart (default: the server's suggestion, else
+        1 s).
         """
         check_count(max_polls, "max_polls", minimum=1, run_id=self.run_id)
         fixed = (
@@ -540,7 +542,8 @@ class DurableMCPClient:
                 if fixed is not None
                 else (status.poll_interval or 1000) / 1000
             )
-            await asyncio.sleep(wait)
+            if not await self._recorded(identity):
+                await asyncio.sleep(wait)
             status = await self.get_task(task.task_id, durable=identity)
             identity = None if identity is None else identity.next()
         raise OperationFailed(
@@ -550,6 +553,19 @@ class DurableMCPClient:
             f"{max_polls} polls; raise run_task(max_polls=...) or poll_interval",
             run_id=self.run_id,
         )
+
+    async def _recorded(self, identity: DurableRequest | None) -> bool:
+        """Whether ``identity``'s request finished before (a replayed poll need not wait)."""
+        binding = self.binding
+        if identity is None or binding is None:
+            return False
+        try:
+            store = binding.run_store()
+        except InvalidInput:  # a runtime without a store of its own: wait as when live
+            return False
+        key = OperationKey(binding.run_id, binding.step_id(identity.step_id), identity.sequence)
+        row = await store.get_operation(key)
+        return row is not None and row.status == "completed"
 
     # -- durable subscriptions ----------------------------------------------------------
 
