@@ -29,6 +29,7 @@ from zincir.store import OperationKey, Store
 
 WORKER = Path(__file__).with_name("policy_agents.py")
 LONG = 5000
+NO_RETRY = zincir.RetryPolicy.no_retry()  # a script run out fails the test at once
 
 
 def script(server: ChatServer, arguments: str = '{"query": "zincir", "limit": 500}') -> None:
@@ -37,6 +38,10 @@ def script(server: ChatServer, arguments: str = '{"query": "zincir", "limit": 50
         Reply(completion(None, [tool_call("c1", "search", arguments)], finish_reason="tool_calls")),
         Reply(completion("done")),
     )
+
+
+def model_of(server: ChatServer) -> OpenAIChatModel:
+    return OpenAIChatModel("gpt-test", server.client())
 
 
 def tool_message(body: dict[str, Any]) -> dict[str, Any]:
@@ -110,7 +115,7 @@ async def test_a_refused_call_never_runs_and_the_model_reads_why(
         ),
         Reply(completion("I may not delete it.")),
     )
-    agent = Agent(OpenAIChatModel("gpt-test", server.client()), tools=[delete])
+    agent = Agent(model_of(server), retry=NO_RETRY, tools=[delete])
     result = await agent.run("Delete /etc/passwd.", durable=durable.binding(agent))
 
     assert result.output == "I may not delete it."
@@ -164,7 +169,8 @@ async def test_a_plain_run_honours_policies_in_order(server: ChatServer) -> None
         Reply(completion("ok")),
     )
     agent = Agent(
-        OpenAIChatModel("gpt-test", server.client()),
+        model_of(server),
+        retry=NO_RETRY,
         tools=[echo, local_echo],
         tool_policies=[tag("agent")],
     )
@@ -182,7 +188,7 @@ async def test_approval_binds_the_rewritten_arguments(server: ChatServer) -> Non
         return f"{limit} hits"
 
     script(server)
-    agent = Agent(OpenAIChatModel("gpt-test", server.client()), tools=[search])
+    agent = Agent(model_of(server), retry=NO_RETRY, tools=[search])
     paused = (await agent.run(PROMPT)).paused
     assert paused is not None
     [call] = paused.calls
@@ -218,7 +224,7 @@ async def test_a_policy_that_raises_stops_the_run_with_a_typed_error(
             )
         )
     )
-    agent = Agent(OpenAIChatModel("gpt-test", server.client()), tools=[search])
+    agent = Agent(model_of(server), retry=NO_RETRY, tools=[search])
     with pytest.raises(ToolPolicyFailed) as caught:
         await agent.run(PROMPT, durable=durable.binding(agent, "broken-1"))
     error = caught.value
@@ -243,7 +249,7 @@ async def test_a_policy_that_raises_stops_the_run_with_a_typed_error(
             )
         )
     )
-    agent = Agent(OpenAIChatModel("gpt-test", server.client()), tools=[lookup])
+    agent = Agent(model_of(server), retry=NO_RETRY, tools=[lookup])
     with pytest.raises(ToolPolicyFailed, match="fail the tool's schema"):
         await agent.run("Look up q.")
 
