@@ -2,6 +2,7 @@
 
     .venv-peers/bin/python benchmarks/peers_child.py SYSTEM DB_PATH N
     SYSTEM: dbos | dbos_pg | langgraph | langgraph_graph | pydantic_ai_dbos
+            | sqlitesaver_{ring|messages}_{full|normal}
 
 DBOS runs on a SQLite file switched to WAL before DBOS opens it (DBOS leaves the rollback
 journal otherwise), or with ``dbos_pg`` on the PostgreSQL database whose URL is DB_PATH.
@@ -161,11 +162,109 @@ def graph_steps_us(graph: Any, n: int) -> float:
     return (time.perf_counter() - started) / n * 1e6
 
 
-def langgraph_graph_us(path: str, n: int) -> float:
+CHAT_STEPS = 100
+CHAT_TEXT = "word " * 40
+
+
+def messages_graph(checkpointer: Any) -> Any:
+    """A chat agent's state: a list of messages (``add_messages``) that grows by one message
+    a super-step, human and AI in turn, until it holds ``stop``; compiled on
+    ``checkpointer``."""
+    from typing import Annotated
+
+    from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.graph.message import add_messages
+
+    chat_state = TypedDict(  # type: ignore[misc]  # noqa: UP013  (LangGraph is imported late)
+        "chat_state", {"messages": Annotated[list[AnyMessage], add_messages], "stop": int}
+    )
+
+    def speak(state: Any) -> dict[str, Any]:
+        count = len(state["messages"])
+        kind = AIMessage if count % 2 else HumanMessage
+        return {"messages": [kind(content=f"{count}: {CHAT_TEXT}", id=f"m{count}")]}
+
+    def route(state: Any) -> str:
+        return "speak" if len(state["messages"]) < state["stop"] else END
+
+    builder = StateGraph(chat_state)
+    builder.add_node("speak", speak)
+    builder.add_edge(START, "speak")
+    builder.add_conditional_edges("speak", route, ["speak", END])
+    return builder.compile(checkpointer=checkpointer)
+
+
+def messages_steps_us(graph: Any, n: int) -> float:
+    """µs per super-step of ``n`` super-steps in threads of ``CHAT_STEPS`` (each thread a
+    conversation growing to ``CHAT_STEPS`` messages), after a warm-up thread."""
+
+    def run(thread: str) -> None:
+        config = {"configurable": {"thread_id": thread}, "recursion_limit": CHAT_STEPS + 10}
+        result = graph.invoke({"messages": [], "stop": CHAT_STEPS}, config, durability="sync")
+        assert len(result["messages"]) == CHAT_STEPS
+
+    run("warm-up")
+    threads = max(1, n // CHAT_STEPS)
+    started = time.perf_counter()
+    for index in range(threads):
+        run(f"chat-{index}")
+    return (time.perf_counter() - started) / (threads * CHAT_STEPS) * 1e6
+
+
+def stored_bytes(conn: Any, tables: dict[str, tuple[str, ...]]) -> int:
+    """The bytes of the named columns over the named tables (what a saver stored)."""
+    total = 0
+    for table, columns in tables.items():
+        sizes = " + ".join(f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in columns)
+        total += conn.execute(f"SELECT coalesce(sum({sizes}), 0) FROM {table}").fetchone()[0]
+    return int(total)
+
+
+SQLITESAVER_COLUMNS = {
+    "checkpoints": (
+        "thread_id",
+        "checkpoint_ns",
+        "checkpoint_id",
+        "parent_checkpoint_id",
+        "type",
+        "checkpoint",
+        "metadata",
+    ),
+    "writes": (
+        "thread_id",
+        "checkpoint_ns",
+        "checkpoint_id",
+        "task_id",
+        "idx",
+        "channel",
+        "type",
+        "value",
+        "task_path",
+    ),
+}
+
+
+def sqlitesaver_us(path: str, n: int, graph: str, synchronous: str) -> tuple[float, int]:
+    """µs per super-step on SqliteSaver at ``synchronous`` (FULL: sqlite3's default), and
+    the bytes it stored."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    with SqliteSaver.from_conn_string(path) as saver:
-        return graph_steps_us(step_graph(saver), n)
+    conn = sqlite3.connect(path, check_same_thread=False)
+    conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+    saver = SqliteSaver(conn)
+    try:
+        if graph == "messages":
+            us = messages_steps_us(messages_graph(saver), n)
+        else:
+            us = graph_steps_us(step_graph(saver), n)
+        return us, stored_bytes(conn, SQLITESAVER_COLUMNS)
+    finally:
+        conn.close()
+
+
+def langgraph_graph_us(path: str, n: int) -> float:
+    return sqlitesaver_us(path, n, "ring", "full")[0]
 
 
 def pydantic_ai_dbos_us(path: str, n: int) -> float:
@@ -247,6 +346,11 @@ def pydantic_ai_dbos_us(path: str, n: int) -> float:
 
 def main() -> None:
     system, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    if system.startswith("sqlitesaver_"):  # sqlitesaver_{ring|messages}_{full|normal}
+        _, graph, synchronous = system.split("_")
+        us, stored = sqlitesaver_us(path, n, graph, synchronous)
+        print(json.dumps({"system": system, "n": n, "us_per_step": us, "bytes": stored}))
+        return
     measure = {
         "dbos": dbos_us,
         "dbos_pg": dbos_us,

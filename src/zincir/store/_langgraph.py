@@ -452,6 +452,31 @@ class LangGraphOps(Rules):
         rows = write_params(thread_id, checkpoint_ns, checkpoint_id, writes)
         await self._write_tx(lambda tx: _put_writes(tx, thread_id, rows, lease))
 
+    def put_graph_checkpoint_here(
+        self, checkpoint: NewGraphCheckpoint, *, lease: ThreadLease | None = None
+    ) -> None:
+        """Blocking :meth:`put_graph_checkpoint` on the calling thread (``blocking_tx``)."""
+        self._write_tx_here(lambda tx: _put_checkpoint(tx, checkpoint, lease))
+
+    def put_graph_writes_here(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        writes: Sequence[GraphWrite],
+        *,
+        lease: ThreadLease | None = None,
+    ) -> None:
+        """Blocking :meth:`put_graph_writes` on the calling thread (``blocking_tx``)."""
+        rows = write_params(thread_id, checkpoint_ns, checkpoint_id, writes)
+        self._write_tx_here(lambda tx: _put_writes(tx, thread_id, rows, lease))
+
+    def get_graph_checkpoint_here(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None = None
+    ) -> GraphCheckpointRow | None:
+        """Blocking :meth:`get_graph_checkpoint` on the calling thread (``blocking_tx``)."""
+        return self._read_tx_here(lambda tx: _get(tx, thread_id, checkpoint_ns, checkpoint_id))
+
     async def get_graph_checkpoint(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None = None
     ) -> GraphCheckpointRow | None:

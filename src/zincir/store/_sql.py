@@ -368,6 +368,18 @@ class Rules:
         """Run ``fn`` in one read snapshot; ``offload`` a read that may scan."""
         raise NotImplementedError
 
+    blocking_tx = False
+    """Whether :meth:`_write_tx_here` and :meth:`_read_tx_here` run (SQLite)."""
+
+    def _write_tx_here(self, fn: Callable[[Tx], T], *, durable: bool = True) -> T:
+        """:meth:`_write_tx` for a blocking caller, on its own thread: no event loop, no
+        hand-off to another thread (the backend's one writer still serializes it)."""
+        raise NotImplementedError
+
+    def _read_tx_here(self, fn: Callable[[Tx], T]) -> T:
+        """:meth:`_read_tx` for a blocking caller, on its own thread (a point read)."""
+        raise NotImplementedError
+
     async def _write_first(
         self,
         statement: Sql,

@@ -137,6 +137,13 @@ class InFlight:
         else:
             future.set_exception(error)
 
+    def wait_here(self, key: tuple[str, ...]) -> None:
+        """Blocking :meth:`wait`."""
+        with self._lock:
+            running = list(self._running.get(key, ()))
+        for future in running:
+            future.result()
+
     async def wait(self, key: tuple[str, ...]) -> None:
         """Wait for the operations running under ``key``; raise the first one's error."""
         with self._lock:

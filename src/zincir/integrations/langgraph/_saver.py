@@ -38,7 +38,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..._encryption import Encryption
-from ..._errors import InvalidInput, NotJsonSerializable, RecordFormatError
+from ..._errors import InvalidInput, NotJsonSerializable, RecordFormatError, StoreError
 from ..._json import dumps
 from ..._validate import check_id, check_lease_ttl, name_problem, shown, utf8
 from ...store import (
@@ -52,6 +52,7 @@ from ...store import (
     new_owner_id,
     open_store,
 )
+from ...store._langgraph import LangGraphOps
 from ._bridge import Blocking, InFlight, LeaseKeeper
 from ._serde import ZincirSerializer, is_pickle
 
@@ -292,6 +293,55 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
                 yield self._tuple(row, None)
             page, remaining = self._next_page(page, rows, remaining)
 
+    @staticmethod
+    def _put_keys(
+        config: RunnableConfig, checkpoint: Checkpoint
+    ) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+        """A put's in-flight key, and that of the writes it waits for (its parent's)."""
+        thread, ns, parent_id = _address(config)
+        if not isinstance(checkpoint, Mapping) or "id" not in checkpoint:
+            raise InvalidInput(f"thread {thread!r}: a checkpoint is a dict with an id")
+        checkpoint_id = check_id(checkpoint["id"], "the checkpoint id")
+        waits = None
+        if parent_id is not None and parent_id != checkpoint_id:
+            waits = ("writes", thread, ns, parent_id)
+        return ("put", thread, ns, checkpoint_id), waits
+
+    def _checkpoint_item(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        key: tuple[str, ...],
+    ) -> NewGraphCheckpoint:
+        """The checkpoint a put stores (``key``: its in-flight key)."""
+        _, thread, ns, checkpoint_id = key
+        if not isinstance(metadata, Mapping):
+            raise InvalidInput(f"thread {thread!r}: checkpoint metadata must be a dict")
+        type_tag, blob = self._dump_checkpoint(checkpoint, thread)
+        meta = get_serializable_checkpoint_metadata(config, metadata)
+        run_id = meta.get("run_id")
+        return NewGraphCheckpoint(
+            thread_id=thread,
+            checkpoint_ns=ns,
+            checkpoint_id=checkpoint_id,
+            parent_checkpoint_id=_address(config)[2],  # checked by _put_keys
+            type=type_tag,
+            checkpoint=blob,
+            metadata_json=_metadata_json(meta),
+            run_id=run_id if isinstance(run_id, str) and run_id else None,
+        )
+
+    @staticmethod
+    def _stored_config(config: RunnableConfig, key: tuple[str, ...]) -> RunnableConfig:
+        return {
+            "configurable": {
+                "thread_id": config["configurable"]["thread_id"],
+                "checkpoint_ns": key[2],
+                "checkpoint_id": key[3],
+            }
+        }
+
     async def aput(
         self,
         config: RunnableConfig,
@@ -300,42 +350,36 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint (after the writes of its parent's tasks) in one transaction."""
-        thread, ns, parent_id = _address(config)
-        if not isinstance(checkpoint, Mapping) or "id" not in checkpoint:
-            raise InvalidInput(f"thread {thread!r}: a checkpoint is a dict with an id")
-        checkpoint_id = check_id(checkpoint["id"], "the checkpoint id")
-        key = ("put", thread, ns, checkpoint_id)
+        key, parent_writes = self._put_keys(config, checkpoint)
         running = self._in_flight.begin(key)
         try:
-            if not isinstance(metadata, Mapping):
-                raise InvalidInput(f"thread {thread!r}: checkpoint metadata must be a dict")
-            type_tag, blob = self._dump_checkpoint(checkpoint, thread)
-            meta = get_serializable_checkpoint_metadata(config, metadata)
-            run_id = meta.get("run_id")
-            item = NewGraphCheckpoint(
-                thread_id=thread,
-                checkpoint_ns=ns,
-                checkpoint_id=checkpoint_id,
-                parent_checkpoint_id=parent_id,
-                type=type_tag,
-                checkpoint=blob,
-                metadata_json=_metadata_json(meta),
-                run_id=run_id if isinstance(run_id, str) and run_id else None,
-            )
-            if parent_id is not None and parent_id != checkpoint_id:
-                await self._in_flight.wait(("writes", thread, ns, parent_id))
-            await self.store.put_graph_checkpoint(item, lease=self._lease(thread))
+            item = self._checkpoint_item(config, checkpoint, metadata, key)
+            if parent_writes is not None:
+                await self._in_flight.wait(parent_writes)
+            await self.store.put_graph_checkpoint(item, lease=self._lease(item.thread_id))
         except BaseException as error:
             self._in_flight.end(key, running, error)
             raise
         self._in_flight.end(key, running, None)
-        return {
-            "configurable": {
-                "thread_id": config["configurable"]["thread_id"],
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint_id,
-            }
-        }
+        return self._stored_config(config, key)
+
+    def _writes_key(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> tuple[tuple[str, ...], str, str] | None:
+        """A task's writes checked: (their in-flight key, task id, task path); None: none."""
+        thread, ns, checkpoint_id = _address(config, need_id=True)
+        assert checkpoint_id is not None
+        task = check_id(task_id, "the task_id")
+        path = _text(task_path, "task_path", _MAX_PATH_BYTES)
+        if isinstance(writes, str | bytes) or not isinstance(writes, Sequence):
+            raise InvalidInput(f"writes must be a list of (channel, value), not {shown(writes)}")
+        if not writes:
+            return None
+        return ("writes", thread, ns, checkpoint_id), task, path
 
     async def aput_writes(
         self,
@@ -347,15 +391,11 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         """Store one task's writes to a checkpoint in one transaction. A write at a stored
         (task, position) is kept; one to a special channel (an error, an interrupt)
         replaces the stored one."""
-        thread, ns, checkpoint_id = _address(config, need_id=True)
-        assert checkpoint_id is not None
-        task = check_id(task_id, "the task_id")
-        path = _text(task_path, "task_path", _MAX_PATH_BYTES)
-        if isinstance(writes, str | bytes) or not isinstance(writes, Sequence):
-            raise InvalidInput(f"writes must be a list of (channel, value), not {shown(writes)}")
-        if not writes:
+        checked = self._writes_key(config, writes, task_id, task_path)
+        if checked is None:
             return
-        key = ("writes", thread, ns, checkpoint_id)
+        key, task, path = checked
+        _, thread, ns, checkpoint_id = key
         running = self._in_flight.begin(key)
         try:
             items = [self._write_item(thread, task, path, idx, w) for idx, w in enumerate(writes)]
@@ -403,9 +443,26 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
 
     # -- blocking methods -------------------------------------------------------------
 
+    def _here(self) -> LangGraphOps | None:
+        """The store, when it runs the saver's transactions on the calling thread (SQLite);
+        None: go through the store's async API (``_bridge``)."""
+        store = self.store
+        if isinstance(store, LangGraphOps) and store.blocking_tx:
+            if self._blocking.closed:
+                raise StoreError(f"the {type(self).__name__} is closed")
+            return store
+        return None
+
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Blocking :meth:`aget_tuple`."""
-        return self._blocking.run_elsewhere(self.aget_tuple(config))
+        store = self._here()
+        if store is None:
+            return self._blocking.run_elsewhere(self.aget_tuple(config))
+        thread, ns, checkpoint_id = _address(config)
+        row = store.get_graph_checkpoint_here(thread, ns, checkpoint_id)
+        if row is None:
+            return None
+        return self._tuple(row, config if checkpoint_id is not None else None)
 
     def list(
         self,
@@ -435,7 +492,21 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Blocking :meth:`aput`."""
-        return self._blocking.run(self.aput(config, checkpoint, metadata, new_versions))
+        store = self._here()
+        if store is None:
+            return self._blocking.run(self.aput(config, checkpoint, metadata, new_versions))
+        key, parent_writes = self._put_keys(config, checkpoint)
+        running = self._in_flight.begin(key)
+        try:
+            item = self._checkpoint_item(config, checkpoint, metadata, key)
+            if parent_writes is not None:
+                self._in_flight.wait_here(parent_writes)
+            store.put_graph_checkpoint_here(item, lease=self._lease(item.thread_id))
+        except BaseException as error:
+            self._in_flight.end(key, running, error)
+            raise
+        self._in_flight.end(key, running, None)
+        return self._stored_config(config, key)
 
     def put_writes(
         self,
@@ -445,7 +516,24 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         task_path: str = "",
     ) -> None:
         """Blocking :meth:`aput_writes`."""
-        self._blocking.run(self.aput_writes(config, writes, task_id, task_path))
+        store = self._here()
+        if store is None:
+            self._blocking.run(self.aput_writes(config, writes, task_id, task_path))
+            return
+        checked = self._writes_key(config, writes, task_id, task_path)
+        if checked is None:
+            return
+        key, task, path = checked
+        _, thread, ns, checkpoint_id = key
+        running = self._in_flight.begin(key)
+        try:
+            items = [self._write_item(thread, task, path, idx, w) for idx, w in enumerate(writes)]
+            self._in_flight.wait_here(("put", thread, ns, checkpoint_id))
+            store.put_graph_writes_here(thread, ns, checkpoint_id, items, lease=self._lease(thread))
+        except BaseException as error:
+            self._in_flight.end(key, running, error)
+            raise
+        self._in_flight.end(key, running, None)
 
     def delete_thread(self, thread_id: str) -> None:
         """Blocking :meth:`adelete_thread`."""

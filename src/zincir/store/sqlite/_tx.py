@@ -115,3 +115,15 @@ class SqliteRules(Rules, SQLiteBase):
         return await self._read(
             lambda conn: fn(SqliteTx(conn, self.clock(), sealer)), offload=offload
         )
+
+    blocking_tx = True
+
+    def _write_tx_here(self, fn: Callable[[Tx], T], *, durable: bool = True) -> T:
+        sealer = self.sealer
+        return self._writer.run_here(
+            lambda conn: fn(SqliteTx(conn, self.clock(), sealer)), durable=durable
+        )
+
+    def _read_tx_here(self, fn: Callable[[Tx], T]) -> T:
+        sealer = self.sealer
+        return self._writer.read(lambda conn: fn(SqliteTx(conn, self.clock(), sealer)))

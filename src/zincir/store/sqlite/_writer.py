@@ -146,6 +146,19 @@ class Writer:
         with self._conn_lock:
             return read_transaction(self._conn, fn, self._path)
 
+    def run_here(self, fn: Callable[[apsw.Connection], T], *, durable: bool = True) -> T:
+        """Run ``fn`` in a write transaction on the calling thread (a blocking caller: no
+        event loop, no hand-off) and return its result once committed; waits while another
+        thread commits, and out another process's lock within the busy timeout."""
+        job = _Job(fn, None, None, durable)
+        with self._conn_lock:
+            if self._closed:
+                raise StoreError(f"the store at {self._path} is closed")
+            self._commit([job], wait=True, inline=True)
+        if job.error is not None:
+            raise job.error
+        return cast(T, job.result)
+
     def run_sync(self, fn: Callable[[apsw.Connection], T]) -> T:
         """Blocking variant for threads without an event loop."""
         if self._closed:
@@ -223,12 +236,13 @@ class Writer:
             self._conn.execute("PRAGMA synchronous=FULL" if wanted else "PRAGMA synchronous=NORMAL")
             self._synced_now = wanted
 
-    def _commit(self, jobs: list[_Job], *, wait: bool) -> bool:
+    def _commit(self, jobs: list[_Job], *, wait: bool, inline: bool = False) -> bool:
         """Run ``jobs`` in one transaction and commit it, settling each job's result or error.
 
         With ``wait`` the writer thread waits out another process's lock (within the busy
         timeout); without it a busy database returns False with nothing committed and every
-        job cleared, to be handed to the writer thread.
+        job cleared, to be handed to the writer thread. ``inline``: counted as committed on
+        the caller's thread.
         """
         conn = self._conn
         committing = False  # an I/O error at COMMIT leaves the write's fate unknown
@@ -264,7 +278,7 @@ class Writer:
                 job.result, job.error = None, failure
             return True
         stats = self.stats
-        if wait:
+        if wait and not inline:
             stats.batch_commits += 1
         else:
             stats.inline_commits += 1
