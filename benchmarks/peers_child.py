@@ -2,7 +2,7 @@
 
     .venv-peers/bin/python benchmarks/peers_child.py SYSTEM DB_PATH N
     SYSTEM: dbos | dbos_pg | langgraph | langgraph_graph | pydantic_ai_dbos
-            | sqlitesaver_{ring|messages}_{full|normal}
+            | [a]sqlitesaver_{ring|messages}_{full|normal} (a: AsyncSqliteSaver)
 
 DBOS runs on a SQLite file switched to WAL before DBOS opens it (DBOS leaves the rollback
 journal otherwise), or with ``dbos_pg`` on the PostgreSQL database whose URL is DB_PATH.
@@ -195,21 +195,50 @@ def messages_graph(checkpointer: Any) -> Any:
     return builder.compile(checkpointer=checkpointer)
 
 
-def messages_steps_us(graph: Any, n: int) -> float:
-    """µs per super-step of ``n`` super-steps in threads of ``CHAT_STEPS`` (each thread a
-    conversation growing to ``CHAT_STEPS`` messages), after a warm-up thread."""
+def _threads(graph: str, n: int) -> list[tuple[str, dict[str, Any], int]]:
+    """The threads a measurement runs: (thread id, input, super-steps), warm-up first. The
+    ring runs one thread of ``n``; the chat, threads of ``CHAT_STEPS`` (``n`` in all)."""
+    if graph == "messages":
+        chat = {"messages": [], "stop": CHAT_STEPS}
+        count = max(1, n // CHAT_STEPS)
+        return [("warm-up", chat, CHAT_STEPS)] + [
+            (f"chat-{k}", chat, CHAT_STEPS) for k in range(count)
+        ]
+    return [
+        ("warm-up", {"i": 0, "stop": 20, "last": {}}, 20),
+        ("measured", {"i": 0, "stop": n, "last": {}}, n),
+    ]
 
-    def run(thread: str) -> None:
-        config = {"configurable": {"thread_id": thread}, "recursion_limit": CHAT_STEPS + 10}
-        result = graph.invoke({"messages": [], "stop": CHAT_STEPS}, config, durability="sync")
-        assert len(result["messages"]) == CHAT_STEPS
 
-    run("warm-up")
-    threads = max(1, n // CHAT_STEPS)
+def _compiled(checkpointer: Any, graph: str) -> Any:
+    return messages_graph(checkpointer) if graph == "messages" else step_graph(checkpointer)
+
+
+def _config(thread: str, count: int) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}, "recursion_limit": count + 10}
+
+
+def graph_us(checkpointer: Any, graph: str, n: int) -> float:
+    """µs per super-step of ``graph`` ("ring": ``step_graph``; "messages":
+    ``messages_graph``) on ``checkpointer``, ``durability="sync"``, after a warm-up thread."""
+    compiled = _compiled(checkpointer, graph)
+    (warm, *measured) = _threads(graph, n)
+    compiled.invoke(warm[1], _config(warm[0], warm[2]), durability="sync")
     started = time.perf_counter()
-    for index in range(threads):
-        run(f"chat-{index}")
-    return (time.perf_counter() - started) / (threads * CHAT_STEPS) * 1e6
+    for thread, start, count in measured:
+        compiled.invoke(start, _config(thread, count), durability="sync")
+    return (time.perf_counter() - started) / sum(c for _, _, c in measured) * 1e6
+
+
+async def agraph_us(checkpointer: Any, graph: str, n: int) -> float:
+    """:func:`graph_us` through ``ainvoke`` (an async saver)."""
+    compiled = _compiled(checkpointer, graph)
+    (warm, *measured) = _threads(graph, n)
+    await compiled.ainvoke(warm[1], _config(warm[0], warm[2]), durability="sync")
+    started = time.perf_counter()
+    for thread, start, count in measured:
+        await compiled.ainvoke(start, _config(thread, count), durability="sync")
+    return (time.perf_counter() - started) / sum(c for _, _, c in measured) * 1e6
 
 
 def stored_bytes(conn: Any, tables: dict[str, tuple[str, ...]]) -> int:
@@ -245,22 +274,35 @@ SQLITESAVER_COLUMNS = {
 }
 
 
-def sqlitesaver_us(path: str, n: int, graph: str, synchronous: str) -> tuple[float, int]:
-    """µs per super-step on SqliteSaver at ``synchronous`` (FULL: sqlite3's default), and
-    the bytes it stored."""
-    from langgraph.checkpoint.sqlite import SqliteSaver
+def sqlitesaver_us(
+    path: str, n: int, graph: str, synchronous: str, asynchronous: bool = False
+) -> tuple[float, int]:
+    """µs per super-step on SqliteSaver (``asynchronous``: AsyncSqliteSaver) at
+    ``synchronous`` (FULL is sqlite3's default), and the bytes it stored."""
+    pragma = f"PRAGMA synchronous={synchronous.upper()}"
+    if asynchronous:
+        import asyncio
 
-    conn = sqlite3.connect(path, check_same_thread=False)
-    conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
-    saver = SqliteSaver(conn)
-    try:
-        if graph == "messages":
-            us = messages_steps_us(messages_graph(saver), n)
-        else:
-            us = graph_steps_us(step_graph(saver), n)
+        import aiosqlite
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        async def measure() -> float:
+            async with aiosqlite.connect(path) as conn:
+                await conn.execute(pragma)
+                return await agraph_us(AsyncSqliteSaver(conn), graph, n)
+
+        us = asyncio.run(measure())
+    else:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        conn = sqlite3.connect(path, check_same_thread=False)
+        conn.execute(pragma)
+        try:
+            us = graph_us(SqliteSaver(conn), graph, n)
+        finally:
+            conn.close()
+    with sqlite3.connect(path) as conn:
         return us, stored_bytes(conn, SQLITESAVER_COLUMNS)
-    finally:
-        conn.close()
 
 
 def langgraph_graph_us(path: str, n: int) -> float:
@@ -346,9 +388,9 @@ def pydantic_ai_dbos_us(path: str, n: int) -> float:
 
 def main() -> None:
     system, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    if system.startswith("sqlitesaver_"):  # sqlitesaver_{ring|messages}_{full|normal}
-        _, graph, synchronous = system.split("_")
-        us, stored = sqlitesaver_us(path, n, graph, synchronous)
+    if "sqlitesaver_" in system:  # [a]sqlitesaver_{ring|messages}_{full|normal}
+        kind, graph, synchronous = system.split("_")
+        us, stored = sqlitesaver_us(path, n, graph, synchronous, kind == "asqlitesaver")
         print(json.dumps({"system": system, "n": n, "us_per_step": us, "bytes": stored}))
         return
     measure = {

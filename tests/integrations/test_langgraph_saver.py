@@ -136,6 +136,33 @@ def test_graphs_run_from_plain_threads_on_one_sync_saver(saver: ZincirSaver) -> 
         assert [t.metadata["step"] for t in history] == list(range(5, -2, -1))
 
 
+def test_on_sqlite_sync_puts_and_reads_run_on_the_calling_thread_without_an_event_loop(
+    saver: ZincirSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if saver.store.backend != "sqlite":
+        pytest.skip("PostgreSQL's sync saver drives the async store (the bridge)")
+    threads: list[int] = []
+    original = type(saver.store)._write_tx_here
+
+    def recorded(store: Any, fn: Any, **options: Any) -> Any:
+        threads.append(threading.get_ident())
+        return original(store, fn, **options)
+
+    monkeypatch.setattr(type(saver.store), "_write_tx_here", recorded)
+    stored = saver.put(cfg("here"), checkpoint(x=1), meta(), {})
+    saver.put_writes(stored, [("ch", 1)], "task")
+    found = saver.get_tuple(stored)
+    assert found is not None and found.pending_writes == [("task", "ch", 1)]
+    assert threads == [threading.get_ident()] * 2
+    assert saver._blocking._helper is None and not saver._blocking._holders  # no loop, no helper
+    out = (
+        counter_graph(3)
+        .compile(checkpointer=saver)
+        .invoke({"n": 0, "trail": []}, {"configurable": {"thread_id": "graph"}})
+    )
+    assert out["n"] == 3 and not saver._blocking._holders
+
+
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open files on Linux")
 def test_short_lived_threads_leave_no_connection_or_loop_open(saver: ZincirSaver) -> None:
     stored = saver.put(cfg("short"), checkpoint(x=1), meta(), {})

@@ -234,8 +234,10 @@ def _put_writes(
     (task, idx) is either, so every key keeps its own order)."""
     tx.lock(_LOCKS, [thread_id], exclusive=False)
     _fence(tx, thread_id, lease)
-    tx.executemany(_KEEP_WRITE, [params for replaces, params in rows if not replaces])
-    tx.executemany(_REPLACE_WRITE, [params for replaces, params in rows if replaces])
+    for statement, replacing in ((_KEEP_WRITE, False), (_REPLACE_WRITE, True)):
+        chosen = [params for replaces, params in rows if replaces is replacing]
+        if chosen:
+            tx.executemany(statement, chosen)
 
 
 def _delete_thread(tx: Tx, thread_id: str) -> int:
