@@ -45,12 +45,23 @@ def canonical(value: object) -> str:
 
 
 def digest(value: object) -> str:
-    return "sha256:" + hashlib.sha256(canonical(value).encode("utf-8")).hexdigest()
+    """SHA-256 of the canonical JSON of ``value`` without its null fields (a field left
+    unset and one set to None say the same to the model)."""
+    text = canonical(_without_nulls(jsonable(value)))
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _without_nulls(one) for key, one in value.items() if one is not None}
+    if isinstance(value, list):
+        return [_without_nulls(one) for one in value]
+    return value
 
 
 def encode_response(response: ModelResponse) -> dict[str, Any]:
     return {
-        "output": [item.model_dump(mode="json") for item in response.output],
+        "output": [_dump(item) for item in response.output],
         "usage": _USAGE.dump_python(response.usage, mode="json"),
         "response_id": response.response_id,
         "request_id": response.request_id,
@@ -69,7 +80,12 @@ def decode_response(data: dict[str, Any]) -> ModelResponse:
 
 
 def encode_event(event: BaseModel) -> dict[str, Any]:
-    return event.model_dump(mode="json")
+    return _dump(event)
+
+
+def _dump(model: BaseModel) -> dict[str, Any]:
+    """The fields the model was given (by their wire names): read back, it dumps the same."""
+    return model.model_dump(mode="json", exclude_unset=True, by_alias=True)
 
 
 def decode_event(data: dict[str, Any]) -> Any:
