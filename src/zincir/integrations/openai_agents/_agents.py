@@ -110,12 +110,13 @@ def durable_invoke(
 
     async def on_invoke_tool(context: ToolContext[Any], arguments: str) -> Any:
         call_id = getattr(context, "tool_call_id", None)
-        document = {
-            "operation": "mcp" if mcp else "tool",
-            "tool": name,
-            "call_id": call_id,
-            "arguments": _parsed(arguments),
-        }
+        document: dict[str, Any]
+        if mcp:  # the shape zincir's MCP requests have (their spans name the tool)
+            params = {"name": name, "arguments": _parsed(arguments)}
+            document = {"method": "tools/call", "params": params, "call_id": call_id}
+        else:
+            call = {"tool_name": name, "tool_call_id": call_id}
+            document = {"call": call, "arguments": _parsed(arguments)}
 
         async def body() -> Any:
             return encode_output(await invoke(context, arguments))

@@ -164,7 +164,7 @@ class DurableModel(Model):
     ) -> dict[str, Any]:
         """What must be equal for a recorded call to stand for this one."""
         return {
-            "operation": "model",
+            "model": str(getattr(self.inner, "model", "") or type(self.inner).__name__),
             "agent": self.agent,
             "instructions_sha256": digest(system_instructions),
             "input_sha256": digest(input),

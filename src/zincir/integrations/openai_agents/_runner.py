@@ -303,8 +303,10 @@ class _Run:
         model = agents.run_model()
         if model is not None:
             changes["model"] = model
-        if self.run_config.group_id is None:
+        if self.run_config.group_id is None:  # the SDK's traces of one run, across restarts
             changes["group_id"] = scope.run_id
+        if self.run_config.trace_metadata is None:
+            changes["trace_metadata"] = {"zincir.run_id": scope.run_id}
         config = dataclasses.replace(self.run_config, **changes) if changes else self.run_config
         return config, agents.copy(self.agent)
 
