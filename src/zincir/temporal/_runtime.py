@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from types import EllipsisType
 from typing import Any, Final
 
+from temporalio.api.workflowservice.v1 import StartWorkflowExecutionRequest
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
@@ -19,6 +21,7 @@ from temporalio.client import (
 )
 from temporalio.common import RetryPolicy as TemporalRetryPolicy
 from temporalio.common import WorkflowIDReusePolicy
+from temporalio.converter import WorkflowSerializationContext
 from temporalio.exceptions import (
     ApplicationError,
     FailureError,
@@ -64,9 +67,12 @@ from ._record_store import load_record, save_record
 from ._wire import DEFAULT_MAX_RECORD_BYTES, decode_wire
 from ._workflow import FAIL_CLOSED, WORKFLOW_NAME
 
-__all__ = ["ActivityTimeouts", "TemporalRuntime", "workflow_id_for"]
+__all__ = ["MAX_START_REQUEST_BYTES", "ActivityTimeouts", "TemporalRuntime", "workflow_id_for"]
 
 DEFAULT_WORKFLOW_ID_PREFIX: Final = "zincir-op-"
+MAX_START_REQUEST_BYTES: Final = 2 * 1024 * 1024
+"""The cap on a whole workflow start request, as encoded and sent (Temporal's blob limit)."""
+_SIZED_ABOVE: Final = 64 * 1024  # smaller inputs cannot encode to anywhere near the cap
 
 _LOOKUP_TIMEOUT: Final = timedelta(seconds=10)
 _MEMO_DIGEST: Final = "zincir_input_digest"
@@ -194,9 +200,11 @@ class TemporalRuntime:
     """Runs each invocation as workflow ``zincir.operation.v1`` on a Temporal service.
 
     ``registrations`` lists the (kind, handler_id) pairs the workers of ``task_queue`` serve
-    (a ``HandlerRegistry`` works too, read at each call). It is checked first: an
-    unregistered pair never starts a workflow; it returns the record of an existing workflow
-    for the identity, else raises ``MissingDurableHandler``. ``retry`` is a zincir
+    (a ``HandlerRegistry`` works too, read at each call). It is checked before any I/O: an
+    unregistered pair raises ``MissingDurableHandler`` at once, with no RPC and no read.
+    With ``find_unregistered=True`` it instead returns the record an earlier run stored for
+    the identity (in ``record_store``, else in an existing workflow), never starting one, so
+    a run that used a since-retired handler still replays. ``retry`` is a zincir
     ``RetryPolicy`` or a temporalio ``RetryPolicy`` for the activity; ``activity_timeouts``
     (alias ``timeouts``) an ``ActivityTimeouts``, a mapping of its fields, or a start-to-close
     duration. With ``record_store`` (a zincir store), every terminal record is also kept in
@@ -211,7 +219,10 @@ class TemporalRuntime:
     an input or record longer than 64 KiB then travels through Temporal as a reference to
     its content there, so the workflow history holds references and a conversation of
     several MiB runs. Without one, inputs travel whole and ``max_input_bytes`` defaults to
-    1 MiB (a Temporal payload holds 2 MiB); with one, to 16 MiB.
+    1 MiB (a Temporal payload holds 2 MiB); with one, to 16 MiB. Either way the whole start
+    request, encoded as it is sent (through the client's data converter and codec), must fit
+    in 2 MiB (``MAX_START_REQUEST_BYTES``), or ``InvalidInvocation`` is raised and nothing
+    is started.
 
     ``encryption`` (default: the keys in ``$ZINCIR_ENCRYPTION_KEYS`` when it is set) seals
     every payload this runtime sends to Temporal (inputs, memo, and through its workers the
@@ -235,6 +246,7 @@ class TemporalRuntime:
         content_store: Store | None = None,
         workflow_id_prefix: str = DEFAULT_WORKFLOW_ID_PREFIX,
         encryption: Encryption | None = None,
+        find_unregistered: bool = False,
     ) -> None:
         if not isinstance(task_queue, str) or not task_queue:
             raise InvalidInput("task_queue must be a non-empty str")
@@ -278,6 +290,7 @@ class TemporalRuntime:
         self.max_record_bytes = max_record_bytes
         self.record_store = record_store
         self.workflow_id_prefix = workflow_id_prefix
+        self.find_unregistered = bool(find_unregistered)
         self._options = {
             "version": 1,
             "retry": _retry_options(self.retry),
@@ -316,6 +329,16 @@ class TemporalRuntime:
                     run_id=invocation.run_id,
                 ) from None
             raise
+        registered = self._registered(invocation)
+        if not registered and not self.find_unregistered:
+            raise MissingDurableHandler(
+                f"no handler registered for kind {invocation.kind!s} and handler id "
+                f"{invocation.handler_id!r}: add it to registrations= and register it with "
+                f"the workers of task queue {self.task_queue!r}; no workflow was started and "
+                "nothing was read (to replay a record kept for a retired handler, build the "
+                "runtime with find_unregistered=True)",
+                run_id=invocation.run_id,
+            )
         lease = None
         if self.record_store is not None:
             stored = await load_record(self.record_store, invocation)
@@ -323,7 +346,7 @@ class TemporalRuntime:
                 return _checked(invocation, stored)
             lease = self.record_store.lease_for(invocation.run_id)
         try:
-            found = await self._run_workflow(invocation, start=self._registered(invocation))
+            found = await self._run_workflow(invocation, start=registered)
         except MissingDurableHandler as error:
             if self._writer is None or PROXY_PREFIX not in error.detail:
                 raise
@@ -338,11 +361,12 @@ class TemporalRuntime:
             # the run's content may have been pruned since this runtime wrote it: once more,
             # every piece written anew (the failed workflow left no record)
             self._writer.forget(invocation.run_id)
-            found = await self._run_workflow(invocation, start=self._registered(invocation))
+            found = await self._run_workflow(invocation, start=registered)
         if found is None:
             raise MissingDurableHandler(
                 f"no handler registered for kind {invocation.kind!s} and handler id "
-                f"{invocation.handler_id!r} and no record exists: add it to registrations= "
+                f"{invocation.handler_id!r} and no record exists (find_unregistered=True "
+                "looked for one): add it to registrations= "
                 f"and register it with the workers of task queue {self.task_queue!r}; no "
                 "workflow was started",
                 run_id=invocation.run_id,
@@ -450,6 +474,9 @@ class TemporalRuntime:
         ):
             # written before the workflow starts: the worker reads it by its digest
             sent = proxy_of(invocation, await self._writer.put_input(invocation))
+        memo = {_MEMO_KEY: invocation.stable_key(), _MEMO_DIGEST: digest}
+        if len(sent.input_json) > _SIZED_ABOVE:
+            await self._check_start_size(invocation, sent, workflow_id, memo)
         try:
             started: WorkflowHandle[Any, str] = await self.client.start_workflow(
                 WORKFLOW_NAME,
@@ -458,7 +485,7 @@ class TemporalRuntime:
                 task_queue=self.task_queue,
                 result_type=str,
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
-                memo={_MEMO_KEY: invocation.stable_key(), _MEMO_DIGEST: digest},
+                memo=memo,
             )
         except WorkflowAlreadyStartedError:
             pass
@@ -477,6 +504,54 @@ class TemporalRuntime:
             await asyncio.gather(result, return_exceptions=True)
             raise
         return await result
+
+    async def _start_request_size(
+        self, sent: Invocation, workflow_id: str, memo: dict[str, str]
+    ) -> int:
+        """The bytes of the StartWorkflowExecution request for ``sent``, encoded as the SDK
+        encodes it: payloads and memo through the client's data converter (and its codec).
+
+        Headers an interceptor adds (a trace context, some hundred bytes) are not counted.
+        """
+        converter = self.client.data_converter.with_context(
+            WorkflowSerializationContext(namespace=self.client.namespace, workflow_id=workflow_id)
+        )
+        request = StartWorkflowExecutionRequest(
+            namespace=self.client.namespace,
+            workflow_id=workflow_id,
+            identity=self.client.identity,
+            request_id=str(uuid.uuid4()),
+            workflow_id_reuse_policy=int(WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY),  # type: ignore[arg-type]
+        )
+        request.workflow_type.name = WORKFLOW_NAME
+        request.task_queue.name = self.task_queue
+        request.input.payloads.extend(await converter.encode([sent.to_dict(), self._options]))
+        for key, value in memo.items():
+            request.memo.fields[key].CopyFrom((await converter.encode([value]))[0])
+        return request.ByteSize()
+
+    async def _check_start_size(
+        self, invocation: Invocation, sent: Invocation, workflow_id: str, memo: dict[str, str]
+    ) -> None:
+        """Refuse a start request over ``MAX_START_REQUEST_BYTES`` before it is sent."""
+        if getattr(self.client.data_converter, "external_storage", None) is not None:
+            return  # the SDK moves large payloads out of the request itself
+        size = await self._start_request_size(sent, workflow_id, memo)
+        if size <= MAX_START_REQUEST_BYTES:
+            return
+        if self._writer is None:
+            fix = (
+                "pass content_store= (a zincir store the workers reach too, "
+                "Worker(content_store=...)) so that large inputs travel as references"
+            )
+        else:
+            fix = "make the input smaller (this one cannot travel as a content reference)"
+        raise InvalidInvocation(
+            f"the workflow start request for {invocation.stable_key()} is {size} bytes as "
+            f"encoded, over Temporal's limit of {MAX_START_REQUEST_BYTES} bytes (2 MiB); no "
+            f"workflow was started: {fix}",
+            run_id=invocation.run_id,
+        )
 
     async def _check_memo(
         self, invocation: Invocation, workflow_id: str, description: WorkflowExecutionDescription
