@@ -2,8 +2,10 @@
 
 Both implement every method, sync and async, over the same store operations (the
 ``langgraph_*`` tables of migration 0009); they differ in how they are opened and fenced
-(``with`` or ``async with``). Sync writes run on the calling thread, sync reads on a few
-long-lived helper threads (see ``_bridge``).
+(``with`` or ``async with``). On SQLite the sync ``put``, ``put_writes`` and ``get_tuple``
+run on the calling thread, in the store's one writer's transactions (reads on its connection,
+between commits), with no event loop; the other sync methods, and every sync method on
+PostgreSQL, drive the async store (see ``_bridge``).
 
 Ordering, within one saver: a checkpoint waits for the writes already in progress for its
 parent checkpoint (the tasks that produced it), and a task's writes wait for their own
