@@ -54,6 +54,9 @@ async def _factory(
             registrations=registry,
             retry=FAST_RETRY,
             record_store=store,
+            # the suite's contract: a kept record replays where no handler is registered
+            # (TemporalRuntime refuses an unregistered pair before any I/O by default)
+            find_unregistered=True,
         )
 
     return make
