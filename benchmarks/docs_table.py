@@ -45,6 +45,7 @@ GROUPS: list[tuple[str, tuple[str, ...]]] = [
     ("Durable streams", ("stream_",)),
     ("Encryption at rest", ("encryption_",)),
     ("Queues", ("queue_",)),
+    ("OpenAI Agents SDK", ("openai_agents_",)),
     ("Retention", ("prune_", "compact_")),
     ("PostgreSQL", ("pg_", "dbos_pg_", "sqlite_4proc_")),
     ("Temporal", ("temporal_",)),

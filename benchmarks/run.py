@@ -37,6 +37,11 @@ Queues (benchmarks/queue_bench.py): enqueue-to-start latency and throughput of 4
 processes taking runs from a ``Queue``, against 4 plain ``ResumeWorker`` processes, rounds
 alternating; on SQLite and (unless ``--no-postgres``) on PostgreSQL.
 
+OpenAI Agents SDK (benchmarks/openai_agents_bench.py): a turn of ``DurableRunner`` (one model
+request asking for one tool call, and the call, through the real SDK and ``openai`` client
+against the scripted server) against the same turn of ``agents.Runner`` without durability,
+runs alternating.
+
 Long runs (benchmarks/long_run.py): one durable agent run of ``--long-run-turns`` turns
 (1,000; 100 with ``--quick``), each adding about 2 KB: its database bytes at turns 50, 150,
 300 and 1,000, bytes per turn early and late, turn time early and late, a new process's
@@ -957,6 +962,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     )
     figures.update(queue_figures)
 
+    from openai_agents_bench import measure as openai_agents_measure
+
+    openai_agents_figures, openai_agents_ratios = timed(
+        "OpenAI Agents SDK turn", lambda: openai_agents_measure(bench, run_async)
+    )
+    figures.update(openai_agents_figures)
+
     long = timed("long run", lambda: long_run_section(bench, args))
     figures.update(long["figures"])
 
@@ -964,6 +976,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         **stream_ratios,
         **encryption_ratios,
         **queue_ratios,
+        **openai_agents_ratios,
         "step_full_over_raw_full": pair_ratios["step_full_us"],
         "step_normal_over_raw_normal": pair_ratios["step_normal_us"],
         "step_normal_single_over_raw_normal": pair_ratios["step_normal_single_us"],
