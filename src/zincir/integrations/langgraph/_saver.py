@@ -298,8 +298,9 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
     @staticmethod
     def _put_keys(
         config: RunnableConfig, checkpoint: Checkpoint
-    ) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
-        """A put's in-flight key, and that of the writes it waits for (its parent's)."""
+    ) -> tuple[tuple[str, ...], str | None, tuple[str, ...] | None]:
+        """A put's in-flight key, its parent's id, and the key of the writes it waits for
+        (its parent's)."""
         thread, ns, parent_id = _address(config)
         if not isinstance(checkpoint, Mapping) or "id" not in checkpoint:
             raise InvalidInput(f"thread {thread!r}: a checkpoint is a dict with an id")
@@ -307,7 +308,7 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         waits = None
         if parent_id is not None and parent_id != checkpoint_id:
             waits = ("writes", thread, ns, parent_id)
-        return ("put", thread, ns, checkpoint_id), waits
+        return ("put", thread, ns, checkpoint_id), parent_id, waits
 
     def _checkpoint_item(
         self,
@@ -315,8 +316,9 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         key: tuple[str, ...],
+        parent_id: str | None,
     ) -> NewGraphCheckpoint:
-        """The checkpoint a put stores (``key``: its in-flight key)."""
+        """The checkpoint a put stores (``key``, ``parent_id``: from :meth:`_put_keys`)."""
         _, thread, ns, checkpoint_id = key
         if not isinstance(metadata, Mapping):
             raise InvalidInput(f"thread {thread!r}: checkpoint metadata must be a dict")
@@ -327,7 +329,7 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
             thread_id=thread,
             checkpoint_ns=ns,
             checkpoint_id=checkpoint_id,
-            parent_checkpoint_id=_address(config)[2],  # checked by _put_keys
+            parent_checkpoint_id=parent_id,
             type=type_tag,
             checkpoint=blob,
             metadata_json=_metadata_json(meta),
@@ -352,10 +354,10 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint (after the writes of its parent's tasks) in one transaction."""
-        key, parent_writes = self._put_keys(config, checkpoint)
+        key, parent_id, parent_writes = self._put_keys(config, checkpoint)
         running = self._in_flight.begin(key)
         try:
-            item = self._checkpoint_item(config, checkpoint, metadata, key)
+            item = self._checkpoint_item(config, checkpoint, metadata, key, parent_id)
             if parent_writes is not None:
                 await self._in_flight.wait(parent_writes)
             await self.store.put_graph_checkpoint(item, lease=self._lease(item.thread_id))
@@ -497,10 +499,10 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         store = self._here()
         if store is None:
             return self._blocking.run(self.aput(config, checkpoint, metadata, new_versions))
-        key, parent_writes = self._put_keys(config, checkpoint)
+        key, parent_id, parent_writes = self._put_keys(config, checkpoint)
         running = self._in_flight.begin(key)
         try:
-            item = self._checkpoint_item(config, checkpoint, metadata, key)
+            item = self._checkpoint_item(config, checkpoint, metadata, key, parent_id)
             if parent_writes is not None:
                 self._in_flight.wait_here(parent_writes)
             store.put_graph_checkpoint_here(item, lease=self._lease(item.thread_id))
