@@ -32,6 +32,7 @@ MODULES = [
     "zincir.temporal",
     "zincir.integrations.pydantic_ai",
     "zincir.integrations.langgraph",
+    "zincir.integrations.openai_agents",
 ]
 
 

@@ -140,7 +140,7 @@ def test_errors_carry_the_run_id() -> None:
 def test_core_import_pulls_no_extra() -> None:
     code = (
         "import sys, zincir; heavy = [m for m in ('temporalio', 'starlette', 'uvicorn', "
-        "'jinja2', 'mcp', 'psycopg') if m in sys.modules]; print(heavy)"
+        "'jinja2', 'mcp', 'psycopg', 'agents') if m in sys.modules]; print(heavy)"
     )
     output = subprocess.run(
         [sys.executable, "-c", code],

@@ -241,8 +241,15 @@ class ByConversation:
 async def test_runs_under_gather_keep_their_own_identities(
     store: zincir.Store, server: ChatServer, tmp_path: Path
 ) -> None:
+    scripted = server.replies
     server.replies = ByConversation(server)  # type: ignore[assignment]
-    log = tmp_path / "calls.log"
+    try:
+        await gathered(store, server, tmp_path / "calls.log")
+    finally:
+        server.replies = scripted  # the module's other tests script their replies
+
+
+async def gathered(store: zincir.Store, server: ChatServer, log: Path) -> None:
     billing = support(server.client(), log).handoffs[0]
     assert isinstance(billing, Agent)
     runner = DurableRunner(store)
@@ -263,3 +270,34 @@ async def test_runs_under_gather_keep_their_own_identities(
     )
     assert [r.final_output for r in again] == [r.final_output for r in results]
     assert len(server.received) == 12
+
+
+def test_the_module_exports_are_pinned() -> None:
+    import zincir.integrations.openai_agents as module
+    from tests.conftest import dunder_all_order
+
+    assert module.__all__ == [
+        "APPROVAL_RESUME",
+        "MCP_REQUEST",
+        "MODEL_REQUEST",
+        "MODEL_STREAM",
+        "TOOL_CALL",
+        "DurableModel",
+        "DurableRunner",
+        "DurableStreamedRun",
+        "run_id_of",
+    ]
+    assert module.__all__ == dunder_all_order(module.__all__)
+
+
+async def test_a_run_state_as_input_is_refused_naming_the_run(
+    store: zincir.Store, server: ChatServer, tmp_path: Path
+) -> None:
+    server.script(*script())
+    runner = DurableRunner(store)
+    agent = support(server.client(), tmp_path / "calls.log", approve_refund=True)
+    paused = await runner.run(agent, PROMPT, run_id="state-1")
+    with pytest.raises(zincir.InvalidInput) as raised:
+        await runner.run(agent, paused.to_state(), run_id="state-1")  # type: ignore[arg-type]
+    assert raised.value.run_id == "state-1"
+    assert "original input" in str(raised.value)
