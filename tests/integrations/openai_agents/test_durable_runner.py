@@ -301,3 +301,37 @@ async def test_a_run_state_as_input_is_refused_naming_the_run(
         await runner.run(agent, paused.to_state(), run_id="state-1")  # type: ignore[arg-type]
     assert raised.value.run_id == "state-1"
     assert "original input" in str(raised.value)
+
+
+@pytest.mark.crash
+async def test_a_killed_run_is_resumed_by_a_worker_from_the_run_alone(
+    store_target: str, server: ChatServer, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.log"
+    server.script(*script())
+    argv = [sys.executable, str(WORKER), store_target, server.base_url, str(log), "worked-1"]
+    killed = await asyncio.to_thread(
+        subprocess.run, [*argv, "lookup"], env=ENV, capture_output=True, text=True, timeout=60
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert len(server.received) == 2
+    async with zincir.open_store(store_target) as store:
+        runner = DurableRunner(store)
+        agent = support(server.client(), log)
+        worker = zincir.ResumeWorker(store, names=["triage"])
+        worker.poll_interval(0.05)
+
+        async def finished() -> None:
+            while (run := await store.get_run("worked-1")) is None or run["status"] != "completed":
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(worker.run(runner.resume_handler(agent), finished()), 30)
+        replayed = await runner.run(agent, PROMPT, run_id="worked-1")
+    assert replayed.final_output == ANSWER
+    assert len(server.received) == 4
+    assert lines(log) == [
+        "tool lookup A-17",
+        "tool lookup A-17",  # cut short by the kill
+        "tool refund A-17 started",
+        "tool refund A-17 done",
+    ]

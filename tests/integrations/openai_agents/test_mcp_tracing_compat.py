@@ -141,3 +141,23 @@ async def test_check_compat_replays_a_waiting_run_and_names_a_changed_agent(
         assert "input drift" in reports[0].detail
     assert len(server.received) == 3
     assert log.read_text("utf-8").splitlines() == ["tool lookup A-17"]
+
+
+async def test_the_inspector_shows_the_run_as_a_conversation(
+    db_path: Path, server: ChatServer, tmp_path: Path
+) -> None:
+    from tests.inspector.conftest import client_for
+    from zincir.inspector._app import run_url
+
+    server.script(*script())
+    async with zincir.open_store(db_path) as store:
+        await DurableRunner(store).run(
+            support(server.client(), tmp_path / "calls.log"), PROMPT, run_id="shown-1"
+        )
+    page = client_for(db_path).get(run_url("shown-1"))
+    assert page.status_code == 200
+    text = page.text
+    assert 'href="#conversation"' in text and 'id="conversation"' in text
+    assert ANSWER in text
+    assert "lookup" in text and "refund" in text
+    assert "order A-17: paid 4200 cents" in text

@@ -10,6 +10,7 @@ against the log, inspector views and ``check-compat`` that go with them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import os
@@ -193,7 +194,7 @@ class DurableStreamedRun:
     async def stream_events(self) -> AsyncIterator[StreamEvent]:
         run = self._run
         scope = await run.open()
-        events: list[StreamEvent] = []
+        events: asyncio.Queue[StreamEvent] = asyncio.Queue()
 
         async def streamed() -> RunResultStreaming:
             config, start = run.prepare(scope)
@@ -201,7 +202,7 @@ class DurableStreamedRun:
             self.result = result
             while True:
                 async for event in result.stream_events():
-                    events.append(event)
+                    events.put_nowait(event)
                 if not result.interruptions:
                     return result
                 decided = await decisions_for(scope, result.interruptions)
@@ -218,19 +219,21 @@ class DurableStreamedRun:
         setattr(self.result, _RUN_ID_ATTRIBUTE, scope.run_id)
 
 
-async def _pump(drive: Awaitable[Any], events: list[StreamEvent]) -> AsyncIterator[StreamEvent]:
-    """Yield ``events`` as ``drive`` appends them, until it finishes (raising its error)."""
-    import asyncio
-
+async def _pump(
+    drive: Awaitable[Any], events: asyncio.Queue[StreamEvent]
+) -> AsyncIterator[StreamEvent]:
+    """Yield ``events`` as ``drive`` puts them, until it finishes (raising its error)."""
     task = asyncio.ensure_future(drive)
-    sent = 0
     try:
-        while not task.done() or sent < len(events):
-            if sent < len(events):
-                sent += 1
-                yield events[sent - 1]
-                continue
-            await asyncio.wait({task}, timeout=0.005)
+        while True:
+            if task.done() and events.empty():
+                break
+            getting = asyncio.ensure_future(events.get())
+            await asyncio.wait({getting, task}, return_when=asyncio.FIRST_COMPLETED)
+            if getting.done():
+                yield getting.result()
+            else:
+                getting.cancel()
         task.result()
     finally:
         if not task.done():
