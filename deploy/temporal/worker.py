@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from zincir.temporal._cli import temporal_worker_command
+from zincir.cli import main as zincir
 
 # environment variable -> the worker command's option
 OPTIONS = {
@@ -49,7 +49,7 @@ def arguments(environ: Mapping[str, str]) -> list[str]:
 
 def main() -> None:
     """Run the worker until SIGTERM or SIGINT."""
-    temporal_worker_command.main(arguments(os.environ), prog_name="zincir-temporal-worker")
+    zincir.main(["temporal-worker", *arguments(os.environ)], prog_name="zincir")
 
 
 if __name__ == "__main__":
