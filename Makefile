@@ -44,8 +44,8 @@ system-deps:
 	@scripts/install-system-deps.sh
 
 lint: $(DEV)
-	$(BIN)/ruff check src tests examples benchmarks reliability
-	$(BIN)/ruff format --check src tests examples benchmarks reliability
+	$(BIN)/ruff check src tests examples benchmarks reliability deploy
+	$(BIN)/ruff format --check src tests examples benchmarks reliability deploy
 	$(BIN)/mypy
 
 # The suite waits on servers and child processes as much as it computes: one worker per CPU
