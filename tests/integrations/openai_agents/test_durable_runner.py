@@ -335,3 +335,32 @@ async def test_a_killed_run_is_resumed_by_a_worker_from_the_run_alone(
         "tool refund A-17 started",
         "tool refund A-17 done",
     ]
+
+
+async def test_the_sdks_retry_of_a_failed_model_call_is_that_calls_next_attempt(
+    store: zincir.Store, server: ChatServer
+) -> None:
+    from agents import ModelSettings
+    from agents.retry import ModelRetryBackoffSettings, ModelRetrySettings, retry_policies
+
+    from tests.agent.openai_server import error
+
+    retry = ModelRetrySettings(
+        max_retries=2,
+        backoff=ModelRetryBackoffSettings(initial_delay=0.01, max_delay=0.01, jitter=False),
+        policy=retry_policies.http_status([503]),
+    )
+    agent = Agent(
+        name="retried", model=model(server.client()), model_settings=ModelSettings(retry=retry)
+    )
+    server.script(error(503, "overloaded"), Reply(body=completion("fine")))
+    runner = DurableRunner(store)
+    result = await runner.run(agent, "How are you?", run_id="retried-1")
+    assert result.final_output == "fine"
+    assert len(server.received) == 2
+    assert await operations(store, "retried-1") == [
+        ("openai_agents.model.request", 0),  # its failed attempt is recorded as failed
+        ("openai_agents.model.request", 10**12),  # the retry: attempt 1 of call 0
+    ]
+    replayed = await runner.run(agent, "How are you?", run_id="retried-1")
+    assert replayed.final_output == "fine" and len(server.received) == 2

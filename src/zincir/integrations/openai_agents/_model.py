@@ -78,6 +78,7 @@ class DurableModel(Model):
         value, _ = await scope.execute(
             MODEL_REQUEST, number, OperationKind.MODEL_REQUEST, document, body
         )
+        scope.model_done(number)
         response = decode_response(value)
         await self._answered(number, response, handoffs)
         return response
@@ -136,6 +137,7 @@ class DurableModel(Model):
             while (event := await live.get()) is not _END:
                 yield event  # live: the events as the model sends them
             value, ran = await task
+            scope.model_done(number)
             completed = None
             for data in value["events"]:
                 event = decode_event(data)

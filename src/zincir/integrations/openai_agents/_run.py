@@ -3,9 +3,10 @@ crash (at once when its owner died on this machine), its lease held while the SD
 run's progress (model call numbers, each tool call's sequence) lives here.
 
 A model call is numbered in the order the SDK makes them (0, 1, 2, …): the SDK makes them
-one at a time, so a replay numbers them alike. A tool call is known by the model's call id;
-its sequence is ``model call * 1000 + position`` (its index among the calls of that
-response), fixed when the response arrives, whatever order the calls then run in.
+one at a time, so a replay numbers them alike; a failed call keeps its number for its retry.
+A tool call is known by the model's call id; its sequence is ``model call * 1000 +
+position`` (its index among the calls of that response), fixed when the response arrives,
+whatever order the calls then run in.
 """
 
 from __future__ import annotations
@@ -54,9 +55,13 @@ class RunScope:
     """Units this process ran (not replayed)."""
 
     def next_model(self) -> int:
-        number = self.models
-        self.models += 1
-        return number
+        """The number of the model call about to be made. It moves on only once a call
+        succeeds: the SDK's retry of a failed call (or a re-run's) is the same call, its
+        next attempt, so the numbering does not depend on how often a provider failed."""
+        return self.models
+
+    def model_done(self, number: int) -> None:
+        self.models = max(self.models, number + 1)
 
     def plan_calls(self, number: int, call_ids: list[str]) -> None:
         """Give the calls of model call ``number``'s response their sequences."""
@@ -104,7 +109,7 @@ class RunScope:
             assert isinstance(outcome, Failure)
             if unit.raised is not None:
                 raise unit.raised
-            if outcome.retryable and self.ctx is not None and attempt + 1 < ATTEMPT_STRIDE:
+            if outcome.retryable and attempt + 1 < ATTEMPT_STRIDE:
                 attempt += 1
                 continue
             raise OperationFailed(
