@@ -16,6 +16,8 @@ from agents.tool import Tool
 from agents.tool_context import ToolContext
 
 from ...contract import OperationKind
+from ...runs import tool_result_entry
+from ...store import LogEntry
 from ._codec import decode_output, encode_output
 from ._model import DurableModel
 from ._run import RunScope
@@ -121,31 +123,39 @@ def durable_invoke(
         async def body() -> Any:
             return encode_output(await invoke(context, arguments))
 
+        def log(value: Any) -> LogEntry | None:
+            if call_id not in scope.intents or call_id in scope.logged_results:
+                return None  # no intent to answer (a call outside a response), or logged
+            return tool_result_entry(scope.run_id, call_id, _shown(decode_output(value)))
+
         if scope.ctx is not None and call_id not in scope.calls_done:
             await scope.ctx.check_budget("tools")
-        value, _ = await scope.execute(step, scope.call_sequence(call_id), kind, document, body)
+        sequence = scope.call_sequence(call_id)
+        value, _, logged = await scope.execute(step, sequence, kind, document, body, log)
         output = decode_output(value)
         if isinstance(call_id, str):
-            await _log_result(scope, call_id, output)
+            await _log_result(scope, call_id, output, logged)
         return output
 
     setattr(on_invoke_tool, _WRAPPED, True)
     return on_invoke_tool
 
 
-async def _log_result(scope: RunScope, call_id: str, output: Any) -> None:
-    """The call's result in the run's log (the inspector's conversation, budgets), once."""
+async def _log_result(scope: RunScope, call_id: str, output: Any, logged: bool) -> None:
+    """The call's result in the run's log (the inspector's conversation, budgets), once:
+    unless its record's transaction appended it."""
     scope.calls_done.add(call_id)
-    if scope.ctx is None or call_id in scope.logged_results:
+    if logged or scope.ctx is None or call_id in scope.logged_results:
+        scope.logged_results.add(call_id)
         return
-    from ..._errors import UnknownToolCall
-
-    shown = output if isinstance(output, str | int | float | bool | None) else str(output)
-    try:
-        await scope.ctx.record_tool_result(call_id, shown, durable=False)
-    except UnknownToolCall:
-        pass  # a call the log holds no intent of (a tool run outside a model response)
+    if call_id in scope.intents:  # else no intent to answer: a call outside a response
+        await scope.ctx.record_tool_result(call_id, _shown(output), durable=False)
     scope.logged_results.add(call_id)
+
+
+def _shown(output: Any) -> Any:
+    """A tool's output as the log shows it: JSON scalars as they are, anything else as text."""
+    return output if isinstance(output, str | int | float | bool | None) else str(output)
 
 
 def _parsed(arguments: str) -> Any:

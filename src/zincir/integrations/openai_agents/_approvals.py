@@ -145,7 +145,7 @@ async def _persist(scope: RunScope, call: _Call, decision: ApprovalDecision) -> 
         return decision.to_dict()
 
     try:
-        value, _ = await scope.execute(
+        value, _, _ = await scope.execute(
             APPROVAL_RESUME,
             scope.call_sequence(call.call_id),
             OperationKind.APPROVAL_RESUME,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, Final
 
 from agents.agent_output import AgentOutputSchemaBase
@@ -16,11 +16,18 @@ from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.model_settings import ModelSettings
 from agents.models.interface import Model, ModelTracing
 from agents.tool import Tool
-from openai.types.responses import ResponseCompletedEvent, ResponseFunctionToolCall
+from openai.types.responses import (
+    ResponseCompletedEvent,
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 from ..._errors import DuplicateToolCall
 from ...contract import OperationKind
+from ...runs import response_entry
+from ...store import LogEntry, ResponseEntry
 from ._codec import decode_event, decode_response, digest, encode_event, encode_response
 from ._run import RunScope
 
@@ -59,6 +66,8 @@ class DurableModel(Model):
         document["previous_response_id"] = previous_response_id
         document["conversation_id"] = conversation_id
 
+        made: list[ModelResponse] = []
+
         async def body() -> Any:
             response = await self.inner.get_response(
                 system_instructions,
@@ -72,15 +81,19 @@ class DurableModel(Model):
                 conversation_id=conversation_id,
                 prompt=prompt,
             )
+            made.append(response)
             return encode_response(response)
 
+        def log(value: Any) -> LogEntry | None:
+            return self._entry(number, made[0] if made else decode_response(value), handoffs)
+
         await _check_budget(scope)
-        value, _ = await scope.execute(
-            MODEL_REQUEST, number, OperationKind.MODEL_REQUEST, document, body
+        value, _, logged = await scope.execute(
+            MODEL_REQUEST, number, OperationKind.MODEL_REQUEST, document, body, log
         )
         scope.model_done(number)
-        response = decode_response(value)
-        await self._answered(number, response, handoffs)
+        response = made[0] if made else decode_response(value)
+        await self._answered(number, response, handoffs, logged)
         return response
 
     async def stream_response(
@@ -123,10 +136,14 @@ class DurableModel(Model):
                 live.put_nowait(event)
             return {"events": events}
 
-        async def unit() -> tuple[Any, bool]:
+        def log(value: Any) -> LogEntry | None:
+            response = _completed(decode_event(data) for data in value["events"])
+            return None if response is None else self._entry(number, response, handoffs)
+
+        async def unit() -> tuple[Any, bool, bool]:
             try:
                 return await scope.execute(
-                    MODEL_STREAM, number, OperationKind.MODEL_STREAM, document, body
+                    MODEL_STREAM, number, OperationKind.MODEL_STREAM, document, body, log
                 )
             finally:
                 live.put_nowait(_END)
@@ -136,25 +153,20 @@ class DurableModel(Model):
         try:
             while (event := await live.get()) is not _END:
                 yield event  # live: the events as the model sends them
-            value, ran = await task
+            value, ran, logged = await task
             scope.model_done(number)
-            completed = None
-            for data in value["events"]:
-                event = decode_event(data)
-                if isinstance(event, ResponseCompletedEvent):
-                    completed = event
-                if not ran:
+            events = [decode_event(data) for data in value["events"]]
+            if not ran:
+                for event in events:
                     yield event  # replayed: the recorded events, nothing called
         finally:
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
-        if completed is not None:
-            response = ModelResponse(
-                output=list(completed.response.output), usage=_usage(completed), response_id=None
-            )
-            await self._answered(number, response, handoffs)
+        response = _completed(events)
+        if response is not None:
+            await self._answered(number, response, handoffs, logged)
 
     def _document(
         self,
@@ -177,34 +189,68 @@ class DurableModel(Model):
         }
 
     async def _answered(
-        self, number: int, response: ModelResponse, handoffs: list[Handoff]
+        self, number: int, response: ModelResponse, handoffs: list[Handoff], logged: bool
     ) -> None:
-        """Plan the response's tool calls; log it once for the inspector and budgets."""
+        """Plan the response's tool calls; log it once for the inspector and budgets, when
+        its record's transaction did not."""
         scope = self.scope
         call_ids = [getattr(item, "call_id", None) for item in response.output]
         scope.plan_calls(number, [call_id for call_id in call_ids if isinstance(call_id, str)])
+        entry = None if logged else self._entry(number, response, handoffs)
+        if entry is not None and scope.ctx is not None:
+            with contextlib.suppress(DuplicateToolCall):
+                ctx = scope.ctx
+                ctx.check_lease()
+                await ctx.store.record_response(
+                    ctx.lease, entry.response_json, entry.intents, durable=False
+                )
+                logged = True
+        if logged:
+            scope.logged_responses = max(scope.logged_responses, number + 1)
+            scope.intents.update(call_id for call_id, _, _ in entry_calls(response, handoffs))
+
+    def _entry(
+        self, number: int, response: ModelResponse, handoffs: list[Handoff]
+    ) -> ResponseEntry | None:
+        """The ``llm_call`` entry of model call ``number`` (None: the log holds it)."""
+        scope = self.scope
         if scope.ctx is None or number < scope.logged_responses:
-            return
-        transfers = {handoff.tool_name for handoff in handoffs}
+            return None
         intents = [
-            {"id": item.call_id, "name": item.name, "arguments": _arguments(item.arguments)}
-            for item in response.output
-            if isinstance(item, ResponseFunctionToolCall) and item.name not in transfers
+            {"id": call_id, "name": name, "arguments": _arguments(arguments)}
+            for call_id, name, arguments in entry_calls(response, handoffs)
         ]
         text = "".join(
             part.text
             for item in response.output
-            if getattr(item, "type", None) == "message"
-            for part in getattr(item, "content", [])
-            if getattr(part, "type", None) == "output_text"
+            if isinstance(item, ResponseOutputMessage)
+            for part in item.content
+            if isinstance(part, ResponseOutputText)
         )
         usage = {
             "input_tokens": response.usage.input_tokens,
             "output_tokens": response.usage.output_tokens,
         }
-        with contextlib.suppress(DuplicateToolCall):
-            await scope.ctx.record_response(text, intents, usage=usage, durable=False)
-        scope.logged_responses = number + 1
+        return response_entry(scope.run_id, text, intents, usage=usage)
+
+
+def entry_calls(response: ModelResponse, handoffs: list[Handoff]) -> list[tuple[str, str, str]]:
+    """The function calls of ``response`` the log shows as tool calls (not the handoffs)."""
+    transfers = {handoff.tool_name for handoff in handoffs}
+    return [
+        (item.call_id, item.name, item.arguments)
+        for item in response.output
+        if isinstance(item, ResponseFunctionToolCall) and item.name not in transfers
+    ]
+
+
+def _completed(events: Iterable[Any]) -> ModelResponse | None:
+    """The response a stream's ``response.completed`` event holds, if it has one."""
+    for event in events:
+        if isinstance(event, ResponseCompletedEvent):
+            output = list(event.response.output)
+            return ModelResponse(output=output, usage=_usage(event), response_id=None)
+    return None
 
 
 async def _check_budget(scope: RunScope) -> None:

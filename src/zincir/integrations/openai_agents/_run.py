@@ -19,10 +19,10 @@ from typing import Any, Final
 
 from ..._errors import InvalidInput, OperationFailed, RunExists, RunTerminal
 from ...agent._identity import ATTEMPT_STRIDE, attempt_sequence, tool_sequence
-from ...contract import Failure, Invocation, OperationKind, Success
+from ...contract import Failure, Invocation, OperationKind, Record, Success
 from ...durable import HandlerRegistry, LocalRuntime, RetryPolicy
 from ...runs import AgentContext
-from ...store import TERMINAL_STATUSES, OperationKey, Store
+from ...store import TERMINAL_STATUSES, LogEntry, OperationKey, Store
 from ...store._run_rules import terminal_error
 from ._codec import canonical
 
@@ -32,6 +32,13 @@ PROVIDER: Final = "openai-agents"
 HANDLER: Final = "openai-agents"
 _UNPLANNED: Final = 1 << 50
 """Sequences of tool calls no model response of this run names (numbered as they start)."""
+_KINDS: Final = (
+    OperationKind.MODEL_REQUEST,
+    OperationKind.MODEL_STREAM,
+    OperationKind.TOOL_CALL,
+    OperationKind.MCP_REQUEST,
+    OperationKind.APPROVAL_RESUME,
+)
 _ONCE: Final = RetryPolicy(max_attempts=1)
 """The SDK retries models and reports tool errors itself: zincir runs each unit once."""
 
@@ -44,15 +51,37 @@ class RunScope:
     run_id: str
     store: Store
     ctx: AgentContext | None
-    runtime: LocalRuntime
     models: int = 0
     calls: dict[str, int] = field(default_factory=dict)
     unplanned: int = 0
     logged_responses: int = 0
     logged_results: set[str] = field(default_factory=set)
     calls_done: set[str] = field(default_factory=set)
+    intents: set[str] = field(default_factory=set)
+    """Call ids the run's log holds a tool intent of (a result may be logged for them)."""
     executed: int = 0
     """Units this process ran (not replayed)."""
+    bodies: dict[str, _Unit] = field(default_factory=dict)
+    """The units running through the runtime's registered handler, by stable key."""
+    runtime: LocalRuntime = field(init=False)
+    """Executes the run's units: on this store, each once (the SDK retries on its own)."""
+
+    def __post_init__(self) -> None:
+        registry = HandlerRegistry()
+        for kind in _KINDS:
+            registry.register(kind, HANDLER, self._dispatch)
+        self.runtime = LocalRuntime(self.store, registry, _ONCE)
+
+    async def _dispatch(self, invocation: Invocation, request: Any) -> Any:
+        unit = self.bodies.get(invocation.stable_key())
+        if unit is None:
+            raise OperationFailed(
+                "NoUnitBody",
+                True,
+                f"no OpenAI Agents SDK call waits for {invocation.stable_key()} in this process",
+                run_id=invocation.run_id,
+            )
+        return await unit(invocation, request)
 
     def next_model(self) -> int:
         """The number of the model call about to be made. It moves on only once a call
@@ -82,10 +111,13 @@ class RunScope:
         kind: OperationKind,
         document: dict[str, Any],
         body: Callable[[], Awaitable[Any]],
-    ) -> tuple[Any, bool]:
+        log: Callable[[Any], LogEntry | None] | None = None,
+    ) -> tuple[Any, bool, bool]:
         """The output of unit ``step``/``sequence``: its record's, or ``body()``'s, run once and
-        recorded; and whether it ran here. A failure recorded by an earlier process that may
-        pass now is tried again as the next attempt of the identity."""
+        recorded; whether it ran here; and whether ``log(output)``'s entry was appended to the
+        run's log in the record's own transaction (else the caller logs it, if it must). A
+        failure recorded by an earlier process that may pass now is tried again as the next
+        attempt of the identity."""
         input_json = canonical(document)
         attempt = 0
         while True:
@@ -100,12 +132,12 @@ class RunScope:
             if self.ctx is None:
                 await self._check_recorded(invocation)
             unit = _Unit(body)
-            record = await self.runtime.execute(invocation, inline=unit)
+            record, logged = await self._run(invocation, unit, log)
             outcome = record.outcome
             if unit.ran:
                 self.executed += 1
             if isinstance(outcome, Success):
-                return json.loads(outcome.output_json)["value"], unit.ran
+                return json.loads(outcome.output_json)["value"], unit.ran, logged
             assert isinstance(outcome, Failure)
             if unit.raised is not None:
                 raise unit.raised
@@ -115,6 +147,26 @@ class RunScope:
             raise OperationFailed(
                 outcome.error, outcome.retryable, outcome.message, run_id=self.run_id
             )
+
+    async def _run(
+        self, invocation: Invocation, unit: _Unit, log: Callable[[Any], LogEntry | None] | None
+    ) -> tuple[Record, bool]:
+        if log is None or self.ctx is None:
+            return await self.runtime.execute(invocation, inline=unit), False
+
+        def entries(record: Record) -> list[LogEntry]:
+            outcome = record.outcome
+            if not isinstance(outcome, Success):
+                return []
+            entry = log(json.loads(outcome.output_json)["value"])
+            return [] if entry is None else [entry]
+
+        key = invocation.stable_key()
+        self.bodies[key] = unit  # the runtime's registered handler runs it
+        try:
+            return await self.runtime.execute_and_log(invocation, entries)
+        finally:
+            self.bodies.pop(key, None)
 
     async def _check_recorded(self, invocation: Invocation) -> None:
         key = OperationKey(invocation.run_id, invocation.step_id, invocation.sequence)
@@ -173,11 +225,10 @@ async def open_run(
     run is opened for replay only; a failed or cancelled one is refused. InputDrift when the
     stored input differs from ``config``'s."""
     row = await store.get_run(run_id)
-    runtime = LocalRuntime(store, HandlerRegistry(), _ONCE)
     if row is not None:
         _check_input(run_id, row["config"], config)
     if row is not None and row["status"] == "completed":
-        return await _scoped(RunScope(run_id, store, None, runtime))
+        return await _scoped(RunScope(run_id, store, None))
     if row is not None and row["status"] in TERMINAL_STATUSES:
         raise terminal_error(run_id, row["status"], "; start a new run id to try again")
     ctx: AgentContext | None = None
@@ -197,13 +248,12 @@ async def open_run(
             ctx = None
     if ctx is None:
         ctx = await AgentContext.recover(store, run_id, lease_ttl=lease_ttl, budget=budget)
-    return await _scoped(RunScope(run_id, store, ctx, runtime))
+    return await _scoped(RunScope(run_id, store, ctx))
 
 
 async def adopt(ctx: AgentContext) -> RunScope:
     """A scope on a run another component already holds (a ResumeWorker, check-compat)."""
-    runtime = LocalRuntime(ctx.store, HandlerRegistry(), _ONCE)
-    return await _scoped(RunScope(ctx.run_id, ctx.store, ctx, runtime))
+    return await _scoped(RunScope(ctx.run_id, ctx.store, ctx))
 
 
 async def _scoped(scope: RunScope) -> RunScope:
@@ -211,6 +261,8 @@ async def _scoped(scope: RunScope) -> RunScope:
     for event in await scope.store.list_events(scope.run_id):
         if event.type == "llm_call":
             scope.logged_responses += 1
+        elif event.type == "tool_call" and isinstance(event.payload, dict):
+            scope.intents.add(str(event.payload.get("id")))
         elif event.type == "tool_result" and isinstance(event.payload, dict):
             scope.logged_results.add(str(event.payload.get("id")))
     return scope
