@@ -364,3 +364,36 @@ async def test_the_sdks_retry_of_a_failed_model_call_is_that_calls_next_attempt(
     ]
     replayed = await runner.run(agent, "How are you?", run_id="retried-1")
     assert replayed.final_output == "fine" and len(server.received) == 2
+
+
+async def test_a_tool_that_raises_leaves_the_run_resumable_and_runs_again(
+    store: zincir.Store, server: ChatServer, tmp_path: Path
+) -> None:
+    from agents import UserError, function_tool
+
+    failures = ["the ledger service is down"]
+
+    @function_tool(failure_error_function=None)  # its errors end the SDK's run
+    def ledger(order: str) -> str:
+        """Post to the ledger."""
+        if failures:
+            raise ConnectionError(failures.pop())
+        return "posted"
+
+    agent = Agent(name="poster", model=model(server.client()), tools=[ledger])
+    call = Reply(body=completion(None, [tool_call("p-1", "ledger", '{"order":"A-17"}')]))
+    server.script(call, Reply(body=completion("Posted.")))
+    runner = DurableRunner(store)
+    with pytest.raises(UserError):
+        await runner.run(agent, "Post A-17.", run_id="raises-1")
+    run = await store.get_run("raises-1")
+    assert run is not None and run["status"] == "running"
+    result = await runner.run(agent, "Post A-17.", run_id="raises-1")
+    assert result.final_output == "Posted."
+    assert len(server.received) == 2  # the tool's call was not asked for again
+    assert await operations(store, "raises-1") == [
+        ("openai_agents.model.request", 0),
+        ("openai_agents.tool.call", 0),
+        ("openai_agents.tool.call", 10**12),
+        ("openai_agents.model.request", 1),
+    ]

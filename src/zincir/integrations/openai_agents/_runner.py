@@ -342,7 +342,7 @@ class _Run:
         except BaseException as raised:
             error = _zincir_cause(raised)
             if ctx is not None:
-                if error is None and isinstance(raised, AgentsException):
+                if error is None and _repeats(raised):
                     await _quietly(ctx.fail(f"{type(raised).__name__}: {raised}"))
                 elif release:
                     await _quietly(ctx.release())
@@ -370,6 +370,15 @@ def _apply(state: RunState[Any, Any], decided: list[Any]) -> RunState[Any, Any]:
         else:
             state.reject(one.item, rejection_message=one.reason or None)
     return state
+
+
+def _repeats(error: BaseException) -> bool:
+    """Whether the SDK's error would end the run again (a tripped guardrail, max_turns, a
+    behaviour error): one of its own, not one it wraps around a tool's or a provider's."""
+    if not isinstance(error, AgentsException):
+        return False
+    cause = error.__cause__
+    return cause is None or isinstance(cause, AgentsException)
 
 
 def _zincir_cause(error: BaseException) -> BaseException | None:
