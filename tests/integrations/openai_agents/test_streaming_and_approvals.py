@@ -188,6 +188,12 @@ async def test_a_denied_call_tells_the_model_why_and_never_runs(
     assert done.final_output == ANSWER
     assert "refunds need a manager" in str(server.bodies[-1]["messages"])
     assert log.read_text("utf-8").splitlines() == ["tool lookup A-17"]
+    results = [e.payload for e in await store.list_events("deny-1") if e.type == "tool_result"]
+    assert results[-1] == {
+        "id": "c-2",
+        "result": "denied: refunds need a manager",
+        "is_error": True,
+    }
 
 
 async def test_an_approval_of_other_arguments_is_refused(

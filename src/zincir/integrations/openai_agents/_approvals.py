@@ -71,8 +71,21 @@ async def decisions_for(scope: RunScope, items: Sequence[ToolApprovalItem]) -> l
                 "with a reason the model can act on instead",
                 run_id=run_id,
             )
-        decided.append(Decided(item, persisted.decision == "approve", persisted.reason))
+        approve = persisted.decision == "approve"
+        if not approve:
+            await _log_denial(scope, call.call_id, persisted.reason)
+        decided.append(Decided(item, approve, persisted.reason))
     return decided
+
+
+async def _log_denial(scope: RunScope, call_id: str, reason: str) -> None:
+    """A denied call's answer in the run's log (the tool never runs to give one), once."""
+    ctx = scope.ctx
+    if ctx is None or call_id not in scope.intents or call_id in scope.logged_results:
+        return
+    text = f"denied: {reason}" if reason else "denied"
+    await ctx.record_tool_result(call_id, text, is_error=True, durable=False)
+    scope.logged_results.add(call_id)
 
 
 @dataclass(frozen=True, slots=True)
