@@ -397,3 +397,20 @@ async def test_a_tool_that_raises_leaves_the_run_resumable_and_runs_again(
         ("openai_agents.tool.call", 10**12),
         ("openai_agents.model.request", 1),
     ]
+
+
+async def test_a_budget_stops_the_next_model_call_and_raising_it_resumes_the_run(
+    store: zincir.Store, server: ChatServer, tmp_path: Path
+) -> None:
+    server.script(*script())
+    runner = DurableRunner(store)
+    agent = support(server.client(), tmp_path / "calls.log")
+    budget = zincir.Budget(model_requests=2)
+    with pytest.raises(zincir.BudgetExceeded) as raised:
+        await runner.run(agent, PROMPT, run_id="budget-1", budget=budget)
+    assert raised.value.run_id == "budget-1"
+    assert len(server.received) == 2  # the third call was not made
+    await zincir.set_budget(store, "budget-1", zincir.Budget(model_requests=10))
+    result = await runner.run(agent, PROMPT, run_id="budget-1")
+    assert result.final_output == ANSWER
+    assert len(server.received) == 4
