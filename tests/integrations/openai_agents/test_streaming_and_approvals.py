@@ -207,3 +207,37 @@ async def test_an_approval_of_other_arguments_is_refused(
     with pytest.raises(ApprovalMismatch) as raised:
         await decide(store, waiting.approval_id, zincir.agent.Approve(), args_sha256="0" * 64)
     assert raised.value.run_id == "bound-1"
+
+
+async def test_a_streamed_run_waits_for_an_approval_and_continues_streamed(
+    store: zincir.Store, server: ChatServer, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.log"
+    replies = streamed_script()
+    refund = Reply(
+        chunks=[
+            chunk(call_delta(0, '{"order":"A-17","cents":4200}', call_id="c-2", name="refund")),
+            chunk(finish_reason="tool_calls"),
+            chunk(usage_=usage(15, 4)),
+        ]
+    )
+    server.script(replies[0], replies[1], refund, replies[2])
+    runner = DurableRunner(store)
+    agent = support(server.client(), log, approve_refund=True)
+    paused = runner.run_streamed(agent, PROMPT, run_id="stream-approve-1")
+    async for _ in paused.stream_events():
+        pass
+    assert [item.name for item in paused.interruptions] == ["refund"]
+    (waiting,) = await pending_approvals(store, "stream-approve-1")
+    await decide(store, waiting.approval_id, zincir.agent.Approve())
+    resumed = runner.run_streamed(agent, PROMPT, run_id="stream-approve-1")
+    shapes = [shape(event) async for event in resumed.stream_events()]
+    assert resumed.final_output == ANSWER and resumed.interruptions == []
+    assert ("item", "tool_output") in shapes
+    assert ("raw", "response.output_text.delta:cents for A-17.") in shapes
+    assert len(server.received) == 4
+    assert log.read_text("utf-8").splitlines() == [
+        "tool lookup A-17",
+        "tool refund A-17 started",
+        "tool refund A-17 done",
+    ]
