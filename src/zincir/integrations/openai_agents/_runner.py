@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-import uuid
 from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
 from typing import Any
@@ -421,7 +420,10 @@ def _run_name(agent: Agent[Any]) -> str:
 
 
 def _new_id(agent: Agent[Any]) -> str:
-    return str(uuid.uuid4())
+    """A new run id: the agent's name and a random part, as zincir's ``Runner`` makes them."""
+    from ...agent._fork import new_run_id
+
+    return new_run_id(_run_name(agent))
 
 
 async def _quietly(action: Awaitable[None]) -> None:
