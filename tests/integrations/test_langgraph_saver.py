@@ -336,8 +336,16 @@ def test_writes_without_a_live_lease_are_refused_and_the_lease_is_renewed(db: st
             with pytest.raises(zincir.LeaseHeld):
                 other.prune(["t"], strategy="delete")
             other.put(cfg("elsewhere"), checkpoint(), meta(), {})  # other threads are free
-            holder.put(cfg("t"), checkpoint(), meta(), {})
+            stored = holder.put(cfg("t"), checkpoint(), meta(), {})
+            with pytest.raises(zincir.LeaseHeld, match="leased by"):
+                other.put_writes(stored, [("a", 1), ("b", 2)], "task")
+            with pytest.raises(zincir.LeaseHeld, match="leased by"):
+                other.put_writes(stored, [("__error__", "boom")], "task")
+            assert holder.get_tuple(stored).pending_writes == []  # type: ignore[union-attr]
         other.put(cfg("t"), checkpoint(), meta(), {})  # released: anyone may write
+        other.put_writes(stored, [("a", 1)], "task")
+        other.put_writes(stored, [("a", 2)], "task")  # kept: the first stays, no error
+        assert other.get_tuple(stored).pending_writes == [("task", "a", 1)]  # type: ignore[union-attr]
         assert len(list(other.list(cfg("t")))) == 2
 
 

@@ -104,6 +104,32 @@ _REPLACE_WRITE: Final = sql(
     "value = excluded.value, task_path = excluded.task_path",
     seals=(7,),
 )
+# SQLite's blocking path (``*_here``): without a lease the fence's test rides in the upsert
+# itself (one statement fewer a transaction); no row back means refused or kept, which the
+# fence's own read then tells apart. PostgreSQL keeps the read, which locks the lease row.
+_UNLEASED: Final = (
+    "WHERE NOT EXISTS (SELECT 1 FROM langgraph_thread_leases WHERE thread_id = ? "
+    "AND owner IS NOT NULL AND expires_at > zincir_now()) "
+)
+_PUT_CHECKPOINT_UNLEASED: Final = sql(
+    f"INSERT INTO langgraph_checkpoints ({_CHECKPOINT_COLUMNS}) "
+    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, zincir_now() {_UNLEASED}"
+    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+    "parent_checkpoint_id = excluded.parent_checkpoint_id, run_id = excluded.run_id, "
+    "type = excluded.type, checkpoint = excluded.checkpoint, metadata = excluded.metadata "
+    "RETURNING 1",
+    seals=(6, 7),
+)
+_PUT_WRITE_UNLEASED: Final = (
+    f"INSERT INTO langgraph_writes ({_WRITE_COLUMNS}) "
+    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, zincir_now() {_UNLEASED}ON CONFLICT {_WRITE_KEY} "
+)
+_KEEP_WRITE_UNLEASED: Final = sql(_PUT_WRITE_UNLEASED + "DO NOTHING RETURNING 1", seals=(7,))
+_REPLACE_WRITE_UNLEASED: Final = sql(
+    _PUT_WRITE_UNLEASED + "DO UPDATE SET channel = excluded.channel, type = excluded.type, "
+    "value = excluded.value, task_path = excluded.task_path RETURNING 1",
+    seals=(7,),
+)
 _WRITE_ORDER: Final = "ORDER BY w.task_path{bytewise}, w.task_id{bytewise}, w.idx"
 _WRITES_READ: Final = "w.task_id, w.idx, w.channel, w.type, w.value, w.task_path"
 _WRITES: Final = sql(
@@ -238,6 +264,34 @@ def _put_writes(
         chosen = [params for replaces, params in rows if replaces is replacing]
         if chosen:
             tx.executemany(statement, chosen)
+
+
+def _put_checkpoint_here(tx: Tx, item: NewGraphCheckpoint, lease: ThreadLease | None) -> None:
+    """:func:`_put_checkpoint` on SQLite's blocking path: unleased, fenced by the upsert."""
+    if lease is not None:
+        _put_checkpoint(tx, item, lease)
+        return
+    params = (*checkpoint_params(item), item.thread_id)
+    if tx.one(_PUT_CHECKPOINT_UNLEASED, params) is None:
+        _fence(tx, item.thread_id, None)  # raises LeaseHeld: the upsert stored nothing
+        tx.execute(_PUT_CHECKPOINT, checkpoint_params(item))  # pragma: no cover
+
+
+def _put_writes_here(
+    tx: Tx, thread_id: str, rows: list[tuple[bool, tuple[Any, ...]]], lease: ThreadLease | None
+) -> None:
+    """:func:`_put_writes` on SQLite's blocking path: unleased, fenced by each upsert. No
+    row back from any means all were refused (the lease) or kept; the fence's read tells."""
+    if lease is not None:
+        _put_writes(tx, thread_id, rows, lease)
+        return
+    stored = False
+    for statement, replacing in ((_KEEP_WRITE_UNLEASED, False), (_REPLACE_WRITE_UNLEASED, True)):
+        for replaces, params in rows:
+            if replaces is replacing and tx.one(statement, (*params, thread_id)) is not None:
+                stored = True
+    if not stored:
+        _fence(tx, thread_id, None)  # LeaseHeld if the lease refused them; else all kept
 
 
 def _delete_thread(tx: Tx, thread_id: str) -> int:
@@ -458,7 +512,7 @@ class LangGraphOps(Rules):
         self, checkpoint: NewGraphCheckpoint, *, lease: ThreadLease | None = None
     ) -> None:
         """Blocking :meth:`put_graph_checkpoint` on the calling thread (``blocking_tx``)."""
-        self._write_tx_here(lambda tx: _put_checkpoint(tx, checkpoint, lease))
+        self._write_tx_here(lambda tx: _put_checkpoint_here(tx, checkpoint, lease))
 
     def put_graph_writes_here(
         self,
@@ -471,7 +525,7 @@ class LangGraphOps(Rules):
     ) -> None:
         """Blocking :meth:`put_graph_writes` on the calling thread (``blocking_tx``)."""
         rows = write_params(thread_id, checkpoint_ns, checkpoint_id, writes)
-        self._write_tx_here(lambda tx: _put_writes(tx, thread_id, rows, lease))
+        self._write_tx_here(lambda tx: _put_writes_here(tx, thread_id, rows, lease))
 
     def get_graph_checkpoint_here(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None = None

@@ -109,46 +109,74 @@ class Blocking:
             _close_loop(holder.loop)
 
 
+class _Op:
+    """One operation in flight; its future exists once someone waits for it."""
+
+    __slots__ = ("future",)
+
+    def __init__(self) -> None:
+        self.future: Future[None] | None = None
+
+
 class InFlight:
-    """Operations a saver has begun and not finished, by key, as futures that settle when
-    each ends (with its error, if it failed)."""
+    """Operations a saver has begun and not finished, by key; a waiter gets a future per
+    operation that settles when it ends (with its error, if it failed). An operation
+    nobody waits for costs no future."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._running: dict[tuple[str, ...], list[Future[None]]] = {}
+        self._running: dict[tuple[str, ...], list[_Op]] = {}
 
-    def begin(self, key: tuple[str, ...]) -> Future[None]:
-        """Record an operation under ``key``; settle the future it returns with :meth:`end`."""
-        future: Future[None] = Future()
+    def begin(self, key: tuple[str, ...]) -> _Op:
+        """Record an operation under ``key``; report its end with :meth:`end`."""
+        op = _Op()
         with self._lock:
-            self._running.setdefault(key, []).append(future)
-        return future
+            running = self._running.get(key)
+            if running is None:
+                self._running[key] = [op]
+            else:
+                running.append(op)
+        return op
 
-    def end(self, key: tuple[str, ...], future: Future[None], error: BaseException | None) -> None:
+    def end(self, key: tuple[str, ...], op: _Op, error: BaseException | None) -> None:
         """The operation finished (``error``: it failed); wake whoever waits for it."""
         with self._lock:
-            running = self._running.get(key, [])
-            if future in running:
-                running.remove(future)
-            if not running:
-                self._running.pop(key, None)
+            running = self._running.get(key)
+            if running is not None:
+                if op in running:
+                    running.remove(op)
+                if not running:
+                    del self._running[key]
+            future = op.future
+        if future is None:
+            return
         if error is None:
             future.set_result(None)
         else:
             future.set_exception(error)
 
+    def _futures(self, key: tuple[str, ...]) -> list[Future[None]]:
+        with self._lock:
+            running = self._running.get(key)
+            if not running:
+                return []
+            futures = []
+            for op in running:
+                if op.future is None:
+                    op.future = Future()
+                futures.append(op.future)
+            return futures
+
     def wait_here(self, key: tuple[str, ...]) -> None:
         """Blocking :meth:`wait`."""
-        with self._lock:
-            running = list(self._running.get(key, ()))
-        for future in running:
+        if not self._running:  # nothing in flight: no lock to take
+            return
+        for future in self._futures(key):
             future.result()
 
     async def wait(self, key: tuple[str, ...]) -> None:
         """Wait for the operations running under ``key``; raise the first one's error."""
-        with self._lock:
-            running = list(self._running.get(key, ()))
-        for future in running:
+        for future in self._futures(key):
             await asyncio.wrap_future(future)
 
 

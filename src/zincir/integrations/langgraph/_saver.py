@@ -64,6 +64,7 @@ _PAGE = 100
 _MAX_NS_BYTES = 4096
 _MAX_PATH_BYTES = 65536
 _STRATEGIES = ("keep_latest", "delete")
+_CHECKED = 4096  # the most (thread id, namespace) pairs a saver remembers as checked
 Address = tuple[str, str, str | None]
 
 
@@ -112,6 +113,8 @@ def _address(config: object, *, need_id: bool = False) -> Address:
 
 
 def _text(value: object, what: str, max_bytes: int) -> str:
+    if type(value) is str and value.isascii() and len(value) <= max_bytes:
+        return value  # the common case, decided without encoding
     data = utf8(value) if isinstance(value, str) else None
     if data is None or len(data) > max_bytes:
         raise InvalidInput(f"{what} must be UTF-8 text of at most {max_bytes} bytes")
@@ -128,17 +131,20 @@ def _metadata_filter(value: object) -> tuple[tuple[str, Any], ...]:
     return tuple(value.items())
 
 
+_METADATA_ENCODER = json.JSONEncoder(
+    sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+)
+
+
 def _metadata_json(metadata: Mapping[str, Any]) -> str:
     """Metadata as JSON with sorted keys, so that a dict filter matches in any key order."""
     try:
-        text = json.dumps(
-            metadata, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":")
-        )
+        text = _METADATA_ENCODER.encode(metadata)
     except (TypeError, ValueError, RecursionError) as error:
         raise NotJsonSerializable(
             f"checkpoint metadata must be JSON (str keys, JSON values): {error}"
         ) from None
-    if utf8(text) is None:
+    if not text.isascii() and utf8(text) is None:
         text = json.dumps(metadata, sort_keys=True, allow_nan=False, separators=(",", ":"))
     return text
 
@@ -165,6 +171,26 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         self._in_flight = InFlight()
         self._owner = new_owner_id()
         self._leases: dict[str, tuple[ThreadLease, LeaseKeeper]] = {}
+        self._checked: dict[tuple[str, str], None] = {}  # (thread id, namespace) seen valid
+
+    def _address(self, config: object, *, need_id: bool = False) -> Address:
+        """:func:`_address`, remembering the (thread id, namespace) pairs already checked."""
+        inner = config.get("configurable") if type(config) is dict else None
+        if type(inner) is dict:
+            thread, ns = inner.get("thread_id"), inner.get("checkpoint_ns") or ""
+            if type(thread) is str and type(ns) is str and (thread, ns) in self._checked:
+                checkpoint_id = inner.get("checkpoint_id") or None
+                if checkpoint_id is not None:
+                    return thread, ns, check_id(checkpoint_id, "checkpoint_id")
+                if need_id:
+                    raise InvalidInput(f'thread {thread!r}: the config names no "checkpoint_id"')
+                return thread, ns, None
+        address = _address(config, need_id=need_id)
+        if type(inner) is dict and type(inner.get("thread_id")) is str:
+            if len(self._checked) >= _CHECKED:
+                self._checked.clear()
+            self._checked[address[0], address[1]] = None
+        return address
 
     # -- values -----------------------------------------------------------------------
 
@@ -175,12 +201,12 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
             raise NotJsonSerializable(f"{what}: {error.detail}") from None
         except (TypeError, ValueError, RecursionError) as error:
             raise NotJsonSerializable(f"{what} cannot be serialized: {error}") from None
-        if is_pickle(type_tag):
+        if type_tag != "json" and is_pickle(type_tag):
             raise NotJsonSerializable(
                 f"{what}: the serializer produced a pickle; zincir never stores one (use "
                 "the default ZincirSerializer, or one without a pickle fallback)"
             )
-        return type_tag, bytes(data)
+        return type_tag, data if type(data) is bytes else bytes(data)
 
     def _dump_checkpoint(self, checkpoint: Checkpoint, thread: str) -> tuple[str, bytes]:
         try:
@@ -223,7 +249,7 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint the config names, or the thread's newest in its namespace."""
-        thread, ns, checkpoint_id = _address(config)
+        thread, ns, checkpoint_id = self._address(config)
         row = await self.store.get_graph_checkpoint(thread, ns, checkpoint_id)
         if row is None:
             return None
@@ -295,13 +321,12 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
                 yield self._tuple(row, None)
             page, remaining = self._next_page(page, rows, remaining)
 
-    @staticmethod
     def _put_keys(
-        config: RunnableConfig, checkpoint: Checkpoint
+        self, config: RunnableConfig, checkpoint: Checkpoint
     ) -> tuple[tuple[str, ...], str | None, tuple[str, ...] | None]:
         """A put's in-flight key, its parent's id, and the key of the writes it waits for
         (its parent's)."""
-        thread, ns, parent_id = _address(config)
+        thread, ns, parent_id = self._address(config)
         if not isinstance(checkpoint, Mapping) or "id" not in checkpoint:
             raise InvalidInput(f"thread {thread!r}: a checkpoint is a dict with an id")
         checkpoint_id = check_id(checkpoint["id"], "the checkpoint id")
@@ -375,7 +400,7 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         task_path: str,
     ) -> tuple[tuple[str, ...], str, str] | None:
         """A task's writes checked: (their in-flight key, task id, task path); None: none."""
-        thread, ns, checkpoint_id = _address(config, need_id=True)
+        thread, ns, checkpoint_id = self._address(config, need_id=True)
         assert checkpoint_id is not None
         task = check_id(task_id, "the task_id")
         path = _text(task_path, "task_path", _MAX_PATH_BYTES)
@@ -462,7 +487,7 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         store = self._here()
         if store is None:
             return self._blocking.run_elsewhere(self.aget_tuple(config))
-        thread, ns, checkpoint_id = _address(config)
+        thread, ns, checkpoint_id = self._address(config)
         row = store.get_graph_checkpoint_here(thread, ns, checkpoint_id)
         if row is None:
             return None

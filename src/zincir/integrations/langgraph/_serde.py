@@ -11,6 +11,7 @@ rather than loaded.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -19,7 +20,14 @@ from ..._errors import InvalidInput, NotJsonSerializable, RecordFormatError
 
 __all__ = ["ZincirSerializer", "is_pickle"]
 
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+try:  # LangChain's langsmith brings it; JSON's own encoder is the fallback
+    import orjson as _orjson
+except ImportError:  # pragma: no cover
+    _orjson = None  # type: ignore[assignment]
+
+_SCALARS = frozenset({str, int, bool, type(None)})
+_isfinite = math.isfinite
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def is_pickle(type_tag: str) -> bool:
@@ -29,42 +37,56 @@ def is_pickle(type_tag: str) -> bool:
 
 def _exactly_json(value: Any) -> bool:
     """Whether JSON reads ``value`` back as the same value: only dict (str keys), list,
-    tuple (read back as a list, as msgpack does), str, int, float, bool and None, and none
-    of their subclasses (an enum or a defaultdict would come back as its base). Callers have
-    already encoded ``value``, so it holds no cycle."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is dict:
-            for key, child in item.items():
-                if type(key) is not str:
-                    return False
-                stack.append(child)
-        elif kind is list or kind is tuple:
-            stack.extend(item)
-        elif kind not in _SCALARS:
-            return False
-    return True
-
-
-class _NotJson(Exception):
-    """Raised by the JSON encoder's default hook: the value needs msgpack."""
-
-
-def _not_json(value: Any) -> Any:
-    raise _NotJson
+    tuple (read back as a list, as msgpack does), str, int, finite float, bool and None,
+    and none of their subclasses (an enum or a defaultdict would come back as its base).
+    Too deep a value raises RecursionError."""
+    kind = type(value)
+    if kind is dict:
+        for key, child in value.items():
+            if type(key) is not str:
+                return False
+            of = type(child)
+            if of is str or of is int or of is bool or child is None:
+                continue
+            if of is float:
+                if _isfinite(child):
+                    continue
+                return False
+            if not _exactly_json(child):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        for child in value:
+            of = type(child)
+            if of is str or of is int or of is bool or child is None:
+                continue
+            if of is float:
+                if _isfinite(child):
+                    continue
+                return False
+            if not _exactly_json(child):
+                return False
+        return True
+    if kind is float:
+        return _isfinite(value)
+    return kind in _SCALARS
 
 
 def _json_bytes(value: Any) -> bytes | None:
     """``value`` as UTF-8 JSON if JSON holds it exactly, else None."""
     try:
-        text = json.dumps(
-            value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_not_json
-        )
-    except (_NotJson, ValueError, TypeError, RecursionError):
+        if not _exactly_json(value):
+            return None
+    except RecursionError:
         return None
-    if not _exactly_json(value):
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(value)
+        except _orjson.JSONEncodeError:
+            pass  # an int beyond 64 bits, a lone surrogate, deep nesting: json's way below
+    try:
+        text = _ENCODER.encode(value)
+    except (ValueError, TypeError, RecursionError):
         return None
     try:
         return text.encode("utf-8")

@@ -246,7 +246,7 @@ class Writer:
         """
         conn = self._conn
         committing = False  # an I/O error at COMMIT leaves the write's fate unknown
-        self._set_sync(any(job.durable for job in jobs))
+        self._set_sync(jobs[0].durable if len(jobs) == 1 else any(job.durable for job in jobs))
         try:
             crash_point("store.before_begin")
             if not self._begin(wait):
