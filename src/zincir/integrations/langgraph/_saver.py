@@ -194,14 +194,19 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
 
     # -- values -----------------------------------------------------------------------
 
-    def _dump(self, value: Any, what: str) -> tuple[str, bytes]:
+    def _dump(self, value: Any, thread: str, label: str, name: object) -> tuple[str, bytes]:
+        """``value`` serialized; errors name it as ``thread {thread!r}: {label} {name}``
+        (built only on an error)."""
         try:
             type_tag, data = self.serde.dumps_typed(value)
         except NotJsonSerializable as error:
+            what = f"thread {thread!r}: {label} {name}"
             raise NotJsonSerializable(f"{what}: {error.detail}") from None
         except (TypeError, ValueError, RecursionError) as error:
+            what = f"thread {thread!r}: {label} {name}"
             raise NotJsonSerializable(f"{what} cannot be serialized: {error}") from None
         if type_tag != "json" and is_pickle(type_tag):
+            what = f"thread {thread!r}: {label} {name}"
             raise NotJsonSerializable(
                 f"{what}: the serializer produced a pickle; zincir never stores one (use "
                 "the default ZincirSerializer, or one without a pickle fallback)"
@@ -210,10 +215,10 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
 
     def _dump_checkpoint(self, checkpoint: Checkpoint, thread: str) -> tuple[str, bytes]:
         try:
-            return self._dump(checkpoint, f"thread {thread!r}: checkpoint {checkpoint['id']}")
+            return self._dump(checkpoint, thread, "checkpoint", checkpoint["id"])
         except NotJsonSerializable:
             for channel, value in checkpoint.get("channel_values", {}).items():
-                self._dump(value, f"thread {thread!r}: channel {channel!r}")
+                self._dump(value, thread, "channel", repr(channel))
             raise
 
     def _load(self, type_tag: str, data: bytes) -> Any:
@@ -345,7 +350,7 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
     ) -> NewGraphCheckpoint:
         """The checkpoint a put stores (``key``, ``parent_id``: from :meth:`_put_keys`)."""
         _, thread, ns, checkpoint_id = key
-        if not isinstance(metadata, Mapping):
+        if type(metadata) is not dict and not isinstance(metadata, Mapping):
             raise InvalidInput(f"thread {thread!r}: checkpoint metadata must be a dict")
         type_tag, blob = self._dump_checkpoint(checkpoint, thread)
         meta = get_serializable_checkpoint_metadata(config, metadata)
@@ -404,7 +409,9 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         assert checkpoint_id is not None
         task = check_id(task_id, "the task_id")
         path = _text(task_path, "task_path", _MAX_PATH_BYTES)
-        if isinstance(writes, str | bytes) or not isinstance(writes, Sequence):
+        if type(writes) is not list and (
+            isinstance(writes, str | bytes) or not isinstance(writes, Sequence)
+        ):
             raise InvalidInput(f"writes must be a list of (channel, value), not {shown(writes)}")
         if not writes:
             return None
@@ -438,10 +445,10 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         self._in_flight.end(key, running, None)
 
     def _write_item(self, thread: str, task: str, path: str, idx: int, write: object) -> GraphWrite:
-        if not isinstance(write, tuple | list) or len(write) != 2:
+        if (type(write) is not tuple and not isinstance(write, tuple | list)) or len(write) != 2:
             raise InvalidInput(f"thread {thread!r}: write {idx} must be a (channel, value) pair")
         channel = _text(write[0], "a channel name", _MAX_NS_BYTES)
-        type_tag, data = self._dump(write[1], f"thread {thread!r}: write to {channel!r}")
+        type_tag, data = self._dump(write[1], thread, "write to", repr(channel))
         return GraphWrite(task, WRITES_IDX_MAP.get(channel, idx), channel, type_tag, data, path)
 
     async def adelete_thread(self, thread_id: str) -> None:
