@@ -4,11 +4,12 @@
 
 Per super-step a saver commits twice: the task's writes, then the next checkpoint (each
 its own transaction, as LangGraph's ``durability="sync"`` asks). This issues exactly the
-statements ``ZincirSaver`` issues on SQLite (BEGIN IMMEDIATE, the fence's lease read, the
-upsert of the checkpoint or the writes, COMMIT) through APSW, and exactly SqliteSaver's
-(INSERT OR REPLACE / INSERT OR IGNORE in sqlite3's deferred transaction) through sqlite3,
-with pre-serialized values of the benchmark graphs' sizes, at FULL and at NORMAL: the
-fastest either saver could go on this machine with no graph and no serializer around it.
+statements ``ZincirSaver`` issues on SQLite without a lease (BEGIN IMMEDIATE, the upsert of
+the checkpoint or of each write with the fence's test in it, COMMIT) through APSW, and
+exactly SqliteSaver's (INSERT OR REPLACE / INSERT OR IGNORE in sqlite3's deferred
+transaction) through sqlite3, with pre-serialized values of the benchmark graphs' sizes, at
+FULL and at NORMAL: the fastest either saver could go on this machine with no graph and no
+serializer around it.
 Prints one JSON line of µs per super-step.
 """
 
@@ -28,7 +29,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
 from zincir.store import open_store  # noqa: E402
-from zincir.store._langgraph import _HELD, _KEEP_WRITE, _PUT_CHECKPOINT  # noqa: E402
+from zincir.store._langgraph import (  # noqa: E402
+    _KEEP_WRITE_UNLEASED,
+    _PUT_CHECKPOINT_UNLEASED,
+)
 from zincir.store.sqlite._log import register_functions  # noqa: E402
 
 SQLITESAVER_SCHEMA = """
@@ -65,21 +69,17 @@ def zincir_floor(path: str, n: int, sync: str, graph: str) -> float:
         cid = f"{step:032d}"
         if parent is not None:
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute(_HELD.sqlite, ("t",))
-            conn.executemany(
-                _KEEP_WRITE.sqlite,
-                [
-                    ("t", "", parent, "task", 0, "messages", "msgpack", b"w" * write_bytes, ""),
-                    ("t", "", parent, "task", 1, "branch:to:n", "null", b"", ""),
-                ],
-            )
+            for row in (
+                ("t", "", parent, "task", 0, "messages", "msgpack", b"w" * write_bytes, "", "t"),
+                ("t", "", parent, "task", 1, "branch:to:n", "null", b"", "", "t"),
+            ):
+                conn.execute(_KEEP_WRITE_UNLEASED.sqlite, row).fetchone()
             conn.execute("COMMIT")
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute(_HELD.sqlite, ("t",))
         conn.execute(
-            _PUT_CHECKPOINT.sqlite,
-            ("t", "", cid, parent, "run", "msgpack", b"c" * checkpoint_bytes, meta),
-        )
+            _PUT_CHECKPOINT_UNLEASED.sqlite,
+            ("t", "", cid, parent, "run", "msgpack", b"c" * checkpoint_bytes, meta, "t"),
+        ).fetchone()
         conn.execute("COMMIT")
         parent = cid
     elapsed = time.perf_counter() - started
