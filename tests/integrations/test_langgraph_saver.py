@@ -142,13 +142,14 @@ def test_on_sqlite_sync_puts_and_reads_run_on_the_calling_thread_without_an_even
     if saver.store.backend != "sqlite":
         pytest.skip("PostgreSQL's sync saver drives the async store (the bridge)")
     threads: list[int] = []
-    original = type(saver.store)._write_tx_here
+    for name in ("_write_tx_here", "_write_alone_here"):  # a transaction, or one statement
+        original = getattr(type(saver.store), name)
 
-    def recorded(store: Any, fn: Any, **options: Any) -> Any:
-        threads.append(threading.get_ident())
-        return original(store, fn, **options)
+        def recorded(store: Any, *args: Any, _original: Any = original, **options: Any) -> Any:
+            threads.append(threading.get_ident())
+            return _original(store, *args, **options)
 
-    monkeypatch.setattr(type(saver.store), "_write_tx_here", recorded)
+        monkeypatch.setattr(type(saver.store), name, recorded)
     stored = saver.put(cfg("here"), checkpoint(x=1), meta(), {})
     saver.put_writes(stored, [("ch", 1)], "task")
     found = saver.get_tuple(stored)

@@ -116,10 +116,11 @@ _PUT_CHECKPOINT_UNLEASED: Final = sql(
     f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, zincir_now() {_UNLEASED}"
     "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
     "parent_checkpoint_id = excluded.parent_checkpoint_id, run_id = excluded.run_id, "
-    "type = excluded.type, checkpoint = excluded.checkpoint, metadata = excluded.metadata "
-    "RETURNING 1",
+    "type = excluded.type, checkpoint = excluded.checkpoint, metadata = excluded.metadata",
     seals=(6, 7),
 )
+"""An unleased checkpoint in one statement (its own transaction: ``_write_alone_here``);
+no row changed means refused, or the statement did not run: the fenced transaction tells."""
 _PUT_WRITE_UNLEASED: Final = (
     f"INSERT INTO langgraph_writes ({_WRITE_COLUMNS}) "
     f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, zincir_now() {_UNLEASED}ON CONFLICT {_WRITE_KEY} "
@@ -264,17 +265,6 @@ def _put_writes(
         chosen = [params for replaces, params in rows if replaces is replacing]
         if chosen:
             tx.executemany(statement, chosen)
-
-
-def _put_checkpoint_here(tx: Tx, item: NewGraphCheckpoint, lease: ThreadLease | None) -> None:
-    """:func:`_put_checkpoint` on SQLite's blocking path: unleased, fenced by the upsert."""
-    if lease is not None:
-        _put_checkpoint(tx, item, lease)
-        return
-    params = (*checkpoint_params(item), item.thread_id)
-    if tx.one(_PUT_CHECKPOINT_UNLEASED, params) is None:
-        _fence(tx, item.thread_id, None)  # raises LeaseHeld: the upsert stored nothing
-        tx.execute(_PUT_CHECKPOINT, checkpoint_params(item))  # pragma: no cover
 
 
 def _put_writes_here(
@@ -511,8 +501,14 @@ class LangGraphOps(Rules):
     def put_graph_checkpoint_here(
         self, checkpoint: NewGraphCheckpoint, *, lease: ThreadLease | None = None
     ) -> None:
-        """Blocking :meth:`put_graph_checkpoint` on the calling thread (``blocking_tx``)."""
-        self._write_tx_here(lambda tx: _put_checkpoint_here(tx, checkpoint, lease))
+        """Blocking :meth:`put_graph_checkpoint` on the calling thread (``blocking_tx``):
+        unleased, one statement in its own transaction, unless refused or not run at once
+        (then the fenced transaction, which raises LeaseHeld or stores it)."""
+        if lease is None:
+            params = (*checkpoint_params(checkpoint), checkpoint.thread_id)
+            if self._write_alone_here(_PUT_CHECKPOINT_UNLEASED, params):
+                return
+        self._write_tx_here(lambda tx: _put_checkpoint(tx, checkpoint, lease))
 
     def put_graph_writes_here(
         self,

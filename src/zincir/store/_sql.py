@@ -376,6 +376,14 @@ class Rules:
         hand-off to another thread (the backend's one writer still serializes it)."""
         raise NotImplementedError
 
+    def _write_alone_here(
+        self, statement: Sql, params: Params, *, durable: bool = True
+    ) -> bool | None:
+        """One writing statement in its own transaction, for a blocking caller on its own
+        thread: whether it changed a row; None (nothing written) if it could not run at
+        once (the database busy), so the caller runs :meth:`_write_tx_here` instead."""
+        raise NotImplementedError
+
     def _read_tx_here(self, fn: Callable[[Tx], T]) -> T:
         """:meth:`_read_tx` for a blocking caller, on its own thread (a point read)."""
         raise NotImplementedError

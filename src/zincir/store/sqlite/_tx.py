@@ -124,6 +124,15 @@ class SqliteRules(Rules, SQLiteBase):
             lambda conn: fn(SqliteTx(conn, self.clock(), sealer)), durable=durable
         )
 
+    def _write_alone_here(
+        self, statement: Sql, params: Params, *, durable: bool = True
+    ) -> bool | None:
+        sealer = self.sealer
+        if statement.seals and sealer is not None:
+            params = sealed_params(sealer, statement, params)
+        NOW.stamp = to_db(self.clock())  # zincir_now() of the statement's transaction
+        return self._writer.run_alone(statement.sqlite, params, durable=durable)
+
     def _read_tx_here(self, fn: Callable[[Tx], T]) -> T:
         sealer = self.sealer
         return self._writer.read(lambda conn: fn(SqliteTx(conn, self.clock(), sealer)))

@@ -190,6 +190,28 @@ class Writer:
         self.stats.inline_commits += 1
         return result
 
+    def run_alone(self, statement: str, params: Any, *, durable: bool = True) -> bool | None:
+        """Run one writing statement on the calling thread in autocommit (its own
+        transaction, committed as it ends): whether it changed a row, or None, with nothing
+        written, if the database was busy (the caller then runs a transaction that waits)."""
+        with self._conn_lock:
+            if self._closed:
+                raise StoreError(f"the store at {self._path} is closed")
+            conn = self._conn
+            if self._full_sync and durable != self._synced_now:
+                self._set_sync(durable)
+            crash_point("store.before_begin")
+            try:
+                conn.execute(statement, params)
+            except (apsw.BusyError, apsw.LockedError):
+                return None
+            except apsw.Error as error:
+                _safe_rollback(conn)
+                raise commit_failed(error, self._path) from None
+            crash_point("store.after_commit")
+            self.stats.inline_commits += 1
+            return conn.changes() > 0
+
     def run_sync(self, fn: Callable[[apsw.Connection], T]) -> T:
         """Blocking variant for threads without an event loop."""
         if self._closed:
