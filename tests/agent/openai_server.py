@@ -131,6 +131,9 @@ def chat_server(port: int = 0) -> Iterator[ChatServer]:
     for the block."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # accepted connections inherit it: a reply's writes go out at once, not after the
+    # client's delayed ACK (about 40 ms per request otherwise)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind(("127.0.0.1", port))
     server = ChatServer(sock.getsockname()[1])
     app = Starlette(routes=[Route("/v1/chat/completions", server._completions, methods=["POST"])])
