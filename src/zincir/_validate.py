@@ -184,7 +184,9 @@ def check_duration(
         duration = timedelta(seconds=value)
     if duration < minimum:
         floor = "negative" if minimum == timedelta(0) else f"below {minimum}"
-        raise InvalidInput(f"{what} must not be {floor}, not {duration}", run_id=run_id)
+        raise InvalidInput(
+            f"{what} must not be {floor}, not {duration.total_seconds():g} s", run_id=run_id
+        )
     if duration > maximum:
         raise InvalidInput(
             f"{what} must be at most {maximum} ({maximum.days} days), not {shown(value)}",
@@ -197,7 +199,9 @@ def check_positive_duration(value: object, what: str, *, run_id: str | None = No
     """A duration above zero (an interval, a TTL, a timeout)."""
     duration = check_duration(value, what, run_id=run_id)
     if duration <= timedelta(0):
-        raise InvalidInput(f"{what} must be positive, not {duration}", run_id=run_id)
+        raise InvalidInput(
+            f"{what} must be positive, not {duration.total_seconds():g} s", run_id=run_id
+        )
     return duration
 
 

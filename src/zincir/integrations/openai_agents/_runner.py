@@ -25,7 +25,7 @@ from agents.run import DEFAULT_MAX_TURNS
 from agents.stream_events import StreamEvent
 
 from ..._errors import InvalidInput, ZincirError, ZincirSignal
-from ..._validate import check_id, check_lease_ttl
+from ..._validate import check_count, check_id, check_lease_ttl
 from ...runs import AgentContext
 from ...runs._budget import Budget, check_budget_arg
 from ...runs._context import DEFAULT_LEASE_TTL
@@ -273,7 +273,7 @@ class _Run:
         self.agent = agent
         self.input = input
         self.run_id = check_id(run_id, "a run id") if run_id is not None else _new_id(agent)
-        self.max_turns = max_turns
+        self.max_turns = check_count(max_turns, "max_turns", run_id=self.run_id)
         self.context = context
         self.run_config = run_config or RunConfig()
         self.budget = check_budget_arg(budget, self.run_id)
