@@ -3,7 +3,10 @@
 Every write that changes a thread first passes :func:`_fence` in its own transaction: under
 a lease the lease's owner and token must still be the thread's (FencedOut otherwise, and the
 lease is extended); without one, no other owner may hold a live lease (LeaseHeld). A refused
-write stores nothing. A checkpoint is one transaction, and so are a task's writes.
+write stores nothing. A checkpoint is one transaction, and so are a task's writes. On
+SQLite's blocking path (``*_here``) an unleased write carries the fence's test inside its
+upsert instead (an unleased checkpoint is then one statement in its own transaction); when
+nothing was stored, the fence's own read says whether the lease refused it.
 
 Where writers run side by side (PostgreSQL), each transaction first locks its threads
 (:meth:`Tx.lock`): shared for a put of a checkpoint or of writes, exclusive for what reads a
