@@ -4,9 +4,9 @@ Every write that changes a thread first passes :func:`_fence` in its own transac
 a lease the lease's owner and token must still be the thread's (FencedOut otherwise, and the
 lease is extended); without one, no other owner may hold a live lease (LeaseHeld). A refused
 write stores nothing. A checkpoint is one transaction, and so are a task's writes. On
-SQLite's blocking path (``*_here``) an unleased write carries the fence's test inside its
-upsert instead (an unleased checkpoint is then one statement in its own transaction); when
-nothing was stored, the fence's own read says whether the lease refused it.
+SQLite's blocking path (``*_here``) an unleased checkpoint carries the fence's test inside
+its upsert instead, one statement in its own transaction; when it stored nothing, the fenced
+transaction runs and raises LeaseHeld (or stores it, the lease having expired meanwhile).
 
 Where writers run side by side (PostgreSQL), each transaction first locks its threads
 (:meth:`Tx.lock`): shared for a put of a checkpoint or of writes, exclusive for what reads a
@@ -107,9 +107,8 @@ _REPLACE_WRITE: Final = sql(
     "value = excluded.value, task_path = excluded.task_path",
     seals=(7,),
 )
-# SQLite's blocking path (``*_here``): without a lease the fence's test rides in the upsert
-# itself (one statement fewer a transaction); no row back means refused or kept, which the
-# fence's own read then tells apart. PostgreSQL keeps the read, which locks the lease row.
+# SQLite's blocking path (``*_here``): without a lease the fence's test rides in the
+# checkpoint's upsert itself. PostgreSQL keeps the read, which locks the lease row.
 _UNLEASED: Final = (
     "WHERE NOT EXISTS (SELECT 1 FROM langgraph_thread_leases WHERE thread_id = ? "
     "AND owner IS NOT NULL AND expires_at > zincir_now()) "
@@ -124,16 +123,6 @@ _PUT_CHECKPOINT_UNLEASED: Final = sql(
 )
 """An unleased checkpoint in one statement (its own transaction: ``_write_alone_here``);
 no row changed means refused, or the statement did not run: the fenced transaction tells."""
-_PUT_WRITE_UNLEASED: Final = (
-    f"INSERT INTO langgraph_writes ({_WRITE_COLUMNS}) "
-    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, zincir_now() {_UNLEASED}ON CONFLICT {_WRITE_KEY} "
-)
-_KEEP_WRITE_UNLEASED: Final = sql(_PUT_WRITE_UNLEASED + "DO NOTHING RETURNING 1", seals=(7,))
-_REPLACE_WRITE_UNLEASED: Final = sql(
-    _PUT_WRITE_UNLEASED + "DO UPDATE SET channel = excluded.channel, type = excluded.type, "
-    "value = excluded.value, task_path = excluded.task_path RETURNING 1",
-    seals=(7,),
-)
 _WRITE_ORDER: Final = "ORDER BY w.task_path{bytewise}, w.task_id{bytewise}, w.idx"
 _WRITES_READ: Final = "w.task_id, w.idx, w.channel, w.type, w.value, w.task_path"
 _WRITES: Final = sql(
@@ -268,23 +257,6 @@ def _put_writes(
         chosen = [params for replaces, params in rows if replaces is replacing]
         if chosen:
             tx.executemany(statement, chosen)
-
-
-def _put_writes_here(
-    tx: Tx, thread_id: str, rows: list[tuple[bool, tuple[Any, ...]]], lease: ThreadLease | None
-) -> None:
-    """:func:`_put_writes` on SQLite's blocking path: unleased, fenced by each upsert. No
-    row back from any means all were refused (the lease) or kept; the fence's read tells."""
-    if lease is not None:
-        _put_writes(tx, thread_id, rows, lease)
-        return
-    stored = False
-    for statement, replacing in ((_KEEP_WRITE_UNLEASED, False), (_REPLACE_WRITE_UNLEASED, True)):
-        for replaces, params in rows:
-            if replaces is replacing and tx.one(statement, (*params, thread_id)) is not None:
-                stored = True
-    if not stored:
-        _fence(tx, thread_id, None)  # LeaseHeld if the lease refused them; else all kept
 
 
 def _delete_thread(tx: Tx, thread_id: str) -> int:
@@ -524,7 +496,7 @@ class LangGraphOps(Rules):
     ) -> None:
         """Blocking :meth:`put_graph_writes` on the calling thread (``blocking_tx``)."""
         rows = write_params(thread_id, checkpoint_ns, checkpoint_id, writes)
-        self._write_tx_here(lambda tx: _put_writes_here(tx, thread_id, rows, lease))
+        self._write_tx_here(lambda tx: _put_writes(tx, thread_id, rows, lease))
 
     def get_graph_checkpoint_here(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None = None
