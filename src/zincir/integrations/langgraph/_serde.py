@@ -14,16 +14,13 @@ import json
 import math
 from typing import Any
 
+import orjson
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ..._errors import InvalidInput, NotJsonSerializable, RecordFormatError
 
 __all__ = ["ZincirSerializer", "is_pickle"]
 
-try:  # LangChain's langsmith brings it; JSON's own encoder is the fallback
-    import orjson as _orjson
-except ImportError:  # pragma: no cover
-    _orjson = None  # type: ignore[assignment]
 
 _SCALARS = frozenset({str, int, bool, type(None)})
 _isfinite = math.isfinite
@@ -79,11 +76,10 @@ def _json_bytes(value: Any) -> bytes | None:
             return None
     except RecursionError:
         return None
-    if _orjson is not None:
-        try:
-            return _orjson.dumps(value)
-        except _orjson.JSONEncodeError:
-            pass  # an int beyond 64 bits, a lone surrogate, deep nesting: json's way below
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        pass  # an int beyond 64 bits, a lone surrogate, deep nesting: json's way below
     try:
         text = _ENCODER.encode(value)
     except (ValueError, TypeError, RecursionError):
