@@ -240,23 +240,33 @@ def _fenced(tx: Tx, threads: Iterable[str], leases: Sequence[ThreadLease]) -> No
 # -- writing ------------------------------------------------------------------------------
 
 
-def _put_checkpoint(tx: Tx, item: NewGraphCheckpoint, lease: ThreadLease | None) -> None:
-    tx.lock(_LOCKS, [item.thread_id], exclusive=False)
-    _fence(tx, item.thread_id, lease)
-    tx.execute(_PUT_CHECKPOINT, checkpoint_params(item))
+def _put_checkpoint(tx: Tx, params: tuple[Any, ...], lease: ThreadLease | None) -> None:
+    """Store a checkpoint given as :func:`checkpoint_params` (its thread id first)."""
+    tx.lock(_LOCKS, [params[0]], exclusive=False)
+    _fence(tx, params[0], lease)
+    tx.execute(_PUT_CHECKPOINT, params)
 
 
 def _put_writes(
-    tx: Tx, thread_id: str, rows: list[tuple[bool, tuple[Any, ...]]], lease: ThreadLease | None
+    tx: Tx,
+    thread_id: str,
+    kept: Sequence[tuple[Any, ...]],
+    replacing: Sequence[tuple[Any, ...]],
+    lease: ThreadLease | None,
 ) -> None:
     """Store a task's writes: kept ones first, then the special channels' replacements (each
     (task, idx) is either, so every key keeps its own order)."""
     tx.lock(_LOCKS, [thread_id], exclusive=False)
     _fence(tx, thread_id, lease)
-    for statement, replacing in ((_KEEP_WRITE, False), (_REPLACE_WRITE, True)):
-        chosen = [params for replaces, params in rows if replaces is replacing]
-        if chosen:
-            tx.executemany(statement, chosen)
+    if kept:
+        tx.executemany(_KEEP_WRITE, kept)
+    if replacing:
+        tx.executemany(_REPLACE_WRITE, replacing)
+
+
+def _split(rows: list[tuple[bool, tuple[Any, ...]]]) -> tuple[list[Any], list[Any]]:
+    """:func:`write_params`' rows as (kept, replacing) parameter lists."""
+    return [p for r, p in rows if not r], [p for r, p in rows if r]
 
 
 def _delete_thread(tx: Tx, thread_id: str) -> int:
@@ -457,7 +467,8 @@ class LangGraphOps(Rules):
         self, checkpoint: NewGraphCheckpoint, *, lease: ThreadLease | None = None
     ) -> None:
         """Store (or replace) a checkpoint, fenced by the thread's lease."""
-        await self._write_tx(lambda tx: _put_checkpoint(tx, checkpoint, lease))
+        params = checkpoint_params(checkpoint)
+        await self._write_tx(lambda tx: _put_checkpoint(tx, params, lease))
 
     async def put_graph_writes(
         self,
@@ -470,20 +481,25 @@ class LangGraphOps(Rules):
     ) -> None:
         """Store a task's writes in one transaction: a write at a stored (task, idx) is kept,
         except a special channel's (idx < 0), which the new one replaces."""
-        rows = write_params(thread_id, checkpoint_ns, checkpoint_id, writes)
-        await self._write_tx(lambda tx: _put_writes(tx, thread_id, rows, lease))
+        kept, replacing = _split(write_params(thread_id, checkpoint_ns, checkpoint_id, writes))
+        await self._write_tx(lambda tx: _put_writes(tx, thread_id, kept, replacing, lease))
 
     def put_graph_checkpoint_here(
         self, checkpoint: NewGraphCheckpoint, *, lease: ThreadLease | None = None
     ) -> None:
-        """Blocking :meth:`put_graph_checkpoint` on the calling thread (``blocking_tx``):
-        unleased, one statement in its own transaction, unless refused or not run at once
-        (then the fenced transaction, which raises LeaseHeld or stores it)."""
-        if lease is None:
-            params = (*checkpoint_params(checkpoint), checkpoint.thread_id)
-            if self._write_alone_here(_PUT_CHECKPOINT_UNLEASED, params):
-                return
-        self._write_tx_here(lambda tx: _put_checkpoint(tx, checkpoint, lease))
+        """Blocking :meth:`put_graph_checkpoint` on the calling thread (``blocking_tx``)."""
+        self.put_graph_checkpoint_params_here(checkpoint_params(checkpoint), lease=lease)
+
+    def put_graph_checkpoint_params_here(
+        self, params: tuple[Any, ...], *, lease: ThreadLease | None = None
+    ) -> None:
+        """:meth:`put_graph_checkpoint_here` of a checkpoint given as its
+        :func:`checkpoint_params`: unleased, one statement in its own transaction, unless
+        refused or not run at once (then the fenced transaction, which raises LeaseHeld or
+        stores it)."""
+        if lease is None and self._write_alone_here(_PUT_CHECKPOINT_UNLEASED, (*params, params[0])):
+            return
+        self._write_tx_here(lambda tx: _put_checkpoint(tx, params, lease))
 
     def put_graph_writes_here(
         self,
@@ -495,8 +511,20 @@ class LangGraphOps(Rules):
         lease: ThreadLease | None = None,
     ) -> None:
         """Blocking :meth:`put_graph_writes` on the calling thread (``blocking_tx``)."""
-        rows = write_params(thread_id, checkpoint_ns, checkpoint_id, writes)
-        self._write_tx_here(lambda tx: _put_writes(tx, thread_id, rows, lease))
+        kept, replacing = _split(write_params(thread_id, checkpoint_ns, checkpoint_id, writes))
+        self.put_graph_write_rows_here(thread_id, kept, replacing, lease=lease)
+
+    def put_graph_write_rows_here(
+        self,
+        thread_id: str,
+        kept: Sequence[tuple[Any, ...]],
+        replacing: Sequence[tuple[Any, ...]],
+        *,
+        lease: ThreadLease | None = None,
+    ) -> None:
+        """:meth:`put_graph_writes_here` of writes given as :func:`write_params`' rows: those
+        kept at a stored (task, idx), then the special channels' that replace."""
+        self._write_tx_here(lambda tx: _put_writes(tx, thread_id, kept, replacing, lease))
 
     def get_graph_checkpoint_here(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None = None

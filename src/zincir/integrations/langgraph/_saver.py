@@ -64,7 +64,7 @@ _PAGE = 100
 _MAX_NS_BYTES = 4096
 _MAX_PATH_BYTES = 65536
 _STRATEGIES = ("keep_latest", "delete")
-_CHECKED = 4096  # the most (thread id, namespace) pairs a saver remembers as checked
+_CHECKED = 4096  # the most (thread id, namespace) pairs, or ids, a saver remembers as checked
 Address = tuple[str, str, str | None]
 
 
@@ -172,6 +172,7 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         self._owner = new_owner_id()
         self._leases: dict[str, tuple[ThreadLease, LeaseKeeper]] = {}
         self._checked: dict[tuple[str, str], None] = {}  # (thread id, namespace) seen valid
+        self._checked_ids: dict[str, None] = {}  # ids of checkpoints this saver put
 
     def _address(self, config: object, *, need_id: bool = False) -> Address:
         """:func:`_address`, remembering the (thread id, namespace) pairs already checked."""
@@ -181,6 +182,8 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
             if type(thread) is str and type(ns) is str and (thread, ns) in self._checked:
                 checkpoint_id = inner.get("checkpoint_id") or None
                 if checkpoint_id is not None:
+                    if type(checkpoint_id) is str and checkpoint_id in self._checked_ids:
+                        return thread, ns, checkpoint_id
                     return thread, ns, check_id(checkpoint_id, "checkpoint_id")
                 if need_id:
                     raise InvalidInput(f'thread {thread!r}: the config names no "checkpoint_id"')
@@ -335,10 +338,33 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         if not isinstance(checkpoint, Mapping) or "id" not in checkpoint:
             raise InvalidInput(f"thread {thread!r}: a checkpoint is a dict with an id")
         checkpoint_id = check_id(checkpoint["id"], "the checkpoint id")
+        if len(self._checked_ids) >= _CHECKED:
+            self._checked_ids.clear()
+        self._checked_ids[checkpoint_id] = None
         waits = None
         if parent_id is not None and parent_id != checkpoint_id:
             waits = ("writes", thread, ns, parent_id)
         return ("put", thread, ns, checkpoint_id), parent_id, waits
+
+    def _checkpoint_params(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        key: tuple[str, ...],
+        parent_id: str | None,
+    ) -> tuple[Any, ...]:
+        """The checkpoint a put stores, in ``langgraph_checkpoints`` column order
+        (``checkpoint_params``; ``key``, ``parent_id``: from :meth:`_put_keys`)."""
+        _, thread, ns, checkpoint_id = key
+        if type(metadata) is not dict and not isinstance(metadata, Mapping):
+            raise InvalidInput(f"thread {thread!r}: checkpoint metadata must be a dict")
+        type_tag, blob = self._dump_checkpoint(checkpoint, thread)
+        meta = get_serializable_checkpoint_metadata(config, metadata)
+        run_id = meta.get("run_id")
+        if not (type(run_id) is str and run_id):
+            run_id = None
+        return (thread, ns, checkpoint_id, parent_id, run_id, type_tag, blob, _metadata_json(meta))
 
     def _checkpoint_item(
         self,
@@ -348,23 +374,11 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         key: tuple[str, ...],
         parent_id: str | None,
     ) -> NewGraphCheckpoint:
-        """The checkpoint a put stores (``key``, ``parent_id``: from :meth:`_put_keys`)."""
-        _, thread, ns, checkpoint_id = key
-        if type(metadata) is not dict and not isinstance(metadata, Mapping):
-            raise InvalidInput(f"thread {thread!r}: checkpoint metadata must be a dict")
-        type_tag, blob = self._dump_checkpoint(checkpoint, thread)
-        meta = get_serializable_checkpoint_metadata(config, metadata)
-        run_id = meta.get("run_id")
-        return NewGraphCheckpoint(
-            thread_id=thread,
-            checkpoint_ns=ns,
-            checkpoint_id=checkpoint_id,
-            parent_checkpoint_id=parent_id,
-            type=type_tag,
-            checkpoint=blob,
-            metadata_json=_metadata_json(meta),
-            run_id=run_id if isinstance(run_id, str) and run_id else None,
+        """:meth:`_checkpoint_params` as a record."""
+        thread, ns, checkpoint_id, parent, run_id, type_tag, blob, meta = self._checkpoint_params(
+            config, checkpoint, metadata, key, parent_id
         )
+        return NewGraphCheckpoint(thread, ns, checkpoint_id, parent, type_tag, blob, meta, run_id)
 
     @staticmethod
     def _stored_config(config: RunnableConfig, key: tuple[str, ...]) -> RunnableConfig:
@@ -444,12 +458,18 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
             raise
         self._in_flight.end(key, running, None)
 
-    def _write_item(self, thread: str, task: str, path: str, idx: int, write: object) -> GraphWrite:
+    def _write_values(
+        self, thread: str, task: str, path: str, idx: int, write: object
+    ) -> tuple[str, int, str, str, bytes, str]:
+        """A write checked and serialized: (task id, idx, channel, type, value, task path)."""
         if (type(write) is not tuple and not isinstance(write, tuple | list)) or len(write) != 2:
             raise InvalidInput(f"thread {thread!r}: write {idx} must be a (channel, value) pair")
         channel = _text(write[0], "a channel name", _MAX_NS_BYTES)
         type_tag, data = self._dump(write[1], thread, "write to", repr(channel))
-        return GraphWrite(task, WRITES_IDX_MAP.get(channel, idx), channel, type_tag, data, path)
+        return task, WRITES_IDX_MAP.get(channel, idx), channel, type_tag, data, path
+
+    def _write_item(self, thread: str, task: str, path: str, idx: int, write: object) -> GraphWrite:
+        return GraphWrite(*self._write_values(thread, task, path, idx, write))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of the thread, in every namespace."""
@@ -534,10 +554,10 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         key, parent_id, parent_writes = self._put_keys(config, checkpoint)
         running = self._in_flight.begin(key)
         try:
-            item = self._checkpoint_item(config, checkpoint, metadata, key, parent_id)
+            params = self._checkpoint_params(config, checkpoint, metadata, key, parent_id)
             if parent_writes is not None:
                 self._in_flight.wait_here(parent_writes)
-            store.put_graph_checkpoint_here(item, lease=self._lease(item.thread_id))
+            store.put_graph_checkpoint_params_here(params, lease=self._lease(key[1]))
         except BaseException as error:
             self._in_flight.end(key, running, error)
             raise
@@ -563,9 +583,18 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         _, thread, ns, checkpoint_id = key
         running = self._in_flight.begin(key)
         try:
-            items = [self._write_item(thread, task, path, idx, w) for idx, w in enumerate(writes)]
+            kept: list[tuple[Any, ...]] = []
+            replacing: list[tuple[Any, ...]] = []
+            for idx, write in enumerate(writes):
+                row = (
+                    thread,
+                    ns,
+                    checkpoint_id,
+                    *self._write_values(thread, task, path, idx, write),
+                )
+                (replacing if row[4] < 0 else kept).append(row)
             self._in_flight.wait_here(("put", thread, ns, checkpoint_id))
-            store.put_graph_writes_here(thread, ns, checkpoint_id, items, lease=self._lease(thread))
+            store.put_graph_write_rows_here(thread, kept, replacing, lease=self._lease(thread))
         except BaseException as error:
             self._in_flight.end(key, running, error)
             raise
