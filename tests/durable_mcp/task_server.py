@@ -116,7 +116,8 @@ async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolReques
             "seconds": seconds,
             "status": "working",
             "created": now,
-            "ttl": int(task.get("ttl") or 600_000),
+            # arguments["forever"]: kept without limit, a null ttl (left out on the wire)
+            "ttl": None if arguments.get("forever") else int(task.get("ttl") or 600_000),
         }
         _ledger(f"task-created {task_id} {seconds:g}")
         return TaskCreated(task=_task(task_id))

@@ -194,11 +194,11 @@ async def test_a_task_is_created_once_polled_and_replayed_from_its_records(
     connect = Counting(streamable_http(task_server.url))
     client = DurableMCPClient(None, bound(store, connect))
     result = await client.run_task(
-        "long", {"seconds": 0.4}, durable=DurableRequest("job", 0), poll_interval=0.05
+        "long", {"seconds": 1.2}, durable=DurableRequest("job", 0), poll_interval=0.05
     )
-    assert result.content == [mcp_types.TextContent(text="task-1 ran 0.4 s")]
+    assert result.content == [mcp_types.TextContent(text="task-1 ran 1.2 s")]
     lines = ledger_lines(ledger)
-    assert lines[0] == "task-created task-1 0.4" and lines[-1] == "task-result task-1 completed"
+    assert lines[0] == "task-created task-1 1.2" and lines[-1] == "task-result task-1 completed"
     polls = [line for line in lines if line.startswith("task-get")]
     assert polls[-1] == "task-get task-1 completed" and len(polls) >= 3
     assert connect.opened == ["tools/call", *["tasks/get"] * len(polls), "tasks/result"]
@@ -206,11 +206,23 @@ async def test_a_task_is_created_once_polled_and_replayed_from_its_records(
     replaying = Counting(streamable_http(task_server.url))
     again = DurableMCPClient(None, bound(store, replaying))
     replay = again.run_task(
-        "long", {"seconds": 0.4}, durable=DurableRequest("job", 0), poll_interval=60
+        "long", {"seconds": 1.2}, durable=DurableRequest("job", 0), poll_interval=60
     )
     # recorded polls replay without waiting poll_interval between them
     assert await asyncio.wait_for(replay, timeout=10) == result
     assert replaying.opened == [] and ledger_lines(ledger) == lines
+
+
+async def test_a_task_kept_without_limit_reads_as_a_null_ttl(
+    store: Store, task_server: HttpServer
+) -> None:
+    binding = bound(store, streamable_http(task_server.url))
+    client = DurableMCPClient(None, binding, durable_requests=DurableRequestSequence(binding))
+    task = await client.create_task("long", {"seconds": 0.2, "forever": True})
+    assert task.ttl is None
+    result = await client.run_task("long", {"seconds": 0.2, "forever": True}, poll_interval=0.05)
+    assert result.content == [mcp_types.TextContent(text="task-2 ran 0.2 s")]
+    assert [t.ttl for t in await client.list_tasks()] == [None, None]
 
 
 async def test_a_task_is_cancelled_and_listed(

@@ -42,7 +42,10 @@ from ._worker import (
     INPUT_CAPABILITIES,
     LISTEN_META,
     TASK_META,
+    TaskCancelled,
     TaskCreated,
+    TaskList,
+    TaskStatus,
     check_params,
     perform,
 )
@@ -53,10 +56,10 @@ DEFAULT_MAX_PAGES: Final = 100
 DEFAULT_MAX_POLLS: Final = 10_000
 """How many ``tasks/get`` polls ``run_task`` makes before giving up (each one a record)."""
 _TASK_RESULTS: Final[Mapping[str, type[mcp_types.Result]]] = {
-    "tasks/get": mcp_types.GetTaskResult,
+    "tasks/get": TaskStatus,
     "tasks/result": mcp_types.CallToolResult,
-    "tasks/cancel": mcp_types.CancelTaskResult,
-    "tasks/list": mcp_types.ListTasksResult,
+    "tasks/cancel": TaskCancelled,
+    "tasks/list": TaskList,
 }
 """The task methods (an extension on the modern wire): their results, read with the SDK's
 models rather than its per-version tables, which leave tasks out."""
@@ -475,7 +478,7 @@ class DurableMCPClient:
     ) -> mcp_types.GetTaskResult:
         """One poll of task ``task_id``: its status as the server reports it now."""
         reply, identity = await self.send(self.document("tasks/get", {"taskId": task_id}), durable)
-        return self._typed("tasks/get", reply, identity, mcp_types.GetTaskResult)
+        return self._typed("tasks/get", reply, identity, TaskStatus)
 
     async def task_result(
         self, task_id: str, *, durable: DurableRequest | None = None
@@ -491,11 +494,11 @@ class DurableMCPClient:
         """Ask the server to cancel task ``task_id``; the task as it stands after."""
         document = self.document("tasks/cancel", {"taskId": task_id})
         reply, identity = await self.send(document, durable)
-        return self._typed("tasks/cancel", reply, identity, mcp_types.CancelTaskResult)
+        return self._typed("tasks/cancel", reply, identity, TaskCancelled)
 
     async def list_tasks(self, *, durable: DurableRequest | None = None) -> list[mcp_types.Task]:
         """Every task the server lists, page by page (each page its own request)."""
-        return await self._listing("tasks/list", "tasks", mcp_types.ListTasksResult, durable)
+        return await self._listing("tasks/list", "tasks", TaskList, durable)
 
     async def run_task(
         self,

@@ -77,11 +77,36 @@ INPUT_CAPABILITIES: Final = ("elicitation", "sampling", "roots")
 """The client capabilities a request may declare: answered by the worker's callbacks."""
 
 
+class _Task(mcp_types.Task):
+    """A task whose ``ttl`` may be left out: null (kept without limit) is dropped by
+    servers that serialize without nulls."""
+
+    ttl: int | None = None
+
+
+class TaskStatus(mcp_types.GetTaskResult):
+    """A ``tasks/get`` answer; its ``ttl`` may be left out (see :class:`_Task`)."""
+
+    ttl: int | None = None
+
+
+class TaskCancelled(mcp_types.CancelTaskResult):
+    """A ``tasks/cancel`` answer; its ``ttl`` may be left out (see :class:`_Task`)."""
+
+    ttl: int | None = None
+
+
+class TaskList(mcp_types.ListTasksResult):
+    """A ``tasks/list`` page; each task's ``ttl`` may be left out (see :class:`_Task`)."""
+
+    tasks: list[_Task]  # type: ignore[assignment]
+
+
 class TaskCreated(mcp_types.Result):
     """A server's answer to a task-augmented call: the task it created (``resultType: task``)."""
 
     result_type: Literal["task"] = "task"
-    task: mcp_types.Task
+    task: _Task
 
 
 async def _unclaimed(result: TaskCreated, context: ClaimContext) -> mcp_types.CallToolResult:
@@ -185,7 +210,7 @@ async def _complete(client: Client, params: Any, meta: Any, progress: Progress) 
 
 async def _get_task(client: Client, params: Any, meta: Any, progress: Progress) -> Any:
     request = mcp_types.GetTaskRequest(params=_with_meta(params, meta))
-    return await client.session.send_request(request, mcp_types.GetTaskResult)
+    return await client.session.send_request(request, TaskStatus)
 
 
 async def _task_result(client: Client, params: Any, meta: Any, progress: Progress) -> Any:
@@ -195,12 +220,12 @@ async def _task_result(client: Client, params: Any, meta: Any, progress: Progres
 
 async def _cancel_task(client: Client, params: Any, meta: Any, progress: Progress) -> Any:
     request = mcp_types.CancelTaskRequest(params=_with_meta(params, meta))
-    return await client.session.send_request(request, mcp_types.CancelTaskResult)
+    return await client.session.send_request(request, TaskCancelled)
 
 
 async def _list_tasks(client: Client, params: Any, meta: Any, progress: Progress) -> Any:
     request = mcp_types.ListTasksRequest(params=_with_meta(params, meta))
-    return await client.session.send_request(request, mcp_types.ListTasksResult)
+    return await client.session.send_request(request, TaskList)
 
 
 def _with_meta(params: Any, meta: Any) -> Any:
