@@ -24,9 +24,10 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Final, Literal
 from uuid import UUID
 
+import orjson
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -136,8 +137,27 @@ _METADATA_ENCODER = json.JSONEncoder(
 )
 
 
+_EXACT: Final = frozenset({str, int, bool, type(None)})
+
+
+def _floatless(value: Any) -> bool:
+    """Whether ``value`` is dicts (str keys), lists, tuples, str, int, bool and None only,
+    none a subclass: what orjson encodes exactly as json's encoder does."""
+    kind = type(value)
+    if kind is dict:
+        return all(type(k) is str and _floatless(v) for k, v in value.items())
+    if kind is list or kind is tuple:
+        return all(_floatless(v) for v in value)
+    return kind in _EXACT
+
+
 def _metadata_json(metadata: Mapping[str, Any]) -> str:
     """Metadata as JSON with sorted keys, so that a dict filter matches in any key order."""
+    try:
+        if _floatless(metadata):
+            return orjson.dumps(metadata, option=orjson.OPT_SORT_KEYS).decode()
+    except (orjson.JSONEncodeError, RecursionError):
+        pass  # an int beyond 64 bits, a lone surrogate, deep nesting: json's way below
     try:
         text = _METADATA_ENCODER.encode(metadata)
     except (TypeError, ValueError, RecursionError) as error:
