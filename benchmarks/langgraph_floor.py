@@ -5,8 +5,8 @@
 Per super-step a saver commits twice: the task's writes, then the next checkpoint (each
 its own transaction, as LangGraph's ``durability="sync"`` asks). This issues exactly the
 statements ``ZincirSaver`` issues on SQLite without a lease (the checkpoint's upsert with the
-fence's test in it, alone in its transaction; BEGIN IMMEDIATE, the fence's lease read, the
-writes' upsert, COMMIT) through APSW, and
+fence's test in it, alone in its transaction; the task's writes likewise, one multi-row insert
+with the fence's test, alone in its transaction) through APSW, and
 exactly SqliteSaver's (INSERT OR REPLACE / INSERT OR IGNORE in sqlite3's deferred
 transaction) through sqlite3, with pre-serialized values of the benchmark graphs' sizes, at
 FULL and at NORMAL: the fastest either saver could go on this machine with no graph and no
@@ -31,9 +31,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
 from zincir.store import open_store  # noqa: E402
 from zincir.store._langgraph import (  # noqa: E402
-    _HELD,
-    _KEEP_WRITE,
     _PUT_CHECKPOINT_UNLEASED,
+    _keep_writes_unleased,
 )
 from zincir.store.sqlite._log import register_functions  # noqa: E402
 
@@ -69,17 +68,12 @@ def zincir_floor(path: str, n: int, sync: str, graph: str) -> float:
     for step in range(n):
         checkpoint_bytes, write_bytes = sizes(graph, step)
         cid = f"{step:032d}"
-        if parent is not None:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(_HELD.sqlite, ("t",)).fetchall()
-            conn.executemany(
-                _KEEP_WRITE.sqlite,
-                [
-                    ("t", "", parent, "task", 0, "messages", "msgpack", b"w" * write_bytes, ""),
-                    ("t", "", parent, "task", 1, "branch:to:n", "null", b"", ""),
-                ],
+        if parent is not None:  # the task's writes: one statement in its own transaction
+            conn.execute(
+                _keep_writes_unleased(2).sqlite,
+                ("t", "", parent, "task", 0, "messages", "msgpack", b"w" * write_bytes, "")
+                + ("t", "", parent, "task", 1, "branch:to:n", "null", b"", "", "t"),
             )
-            conn.execute("COMMIT")
         conn.execute(  # one statement in its own transaction
             _PUT_CHECKPOINT_UNLEASED.sqlite,
             ("t", "", cid, parent, "run", "msgpack", b"c" * checkpoint_bytes, meta, "t"),

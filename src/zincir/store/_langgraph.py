@@ -4,9 +4,10 @@ Every write that changes a thread first passes :func:`_fence` in its own transac
 a lease the lease's owner and token must still be the thread's (FencedOut otherwise, and the
 lease is extended); without one, no other owner may hold a live lease (LeaseHeld). A refused
 write stores nothing. A checkpoint is one transaction, and so are a task's writes. On
-SQLite's blocking path (``*_here``) an unleased checkpoint carries the fence's test inside
-its upsert instead, one statement in its own transaction; when it stored nothing, the fenced
-transaction runs and raises LeaseHeld (or stores it, the lease having expired meanwhile).
+SQLite's blocking path (``*_here``) an unleased checkpoint, and a task's unleased writes that
+replace none, carry the fence's test inside their insert instead, one statement in its own
+transaction; when it stored nothing, the fenced transaction runs and raises LeaseHeld (or
+stores it, the lease having expired meanwhile).
 
 Where writers run side by side (PostgreSQL), each transaction first locks its threads
 (:meth:`Tx.lock`): shared for a put of a checkpoint or of writes, exclusive for what reads a
@@ -123,6 +124,25 @@ _PUT_CHECKPOINT_UNLEASED: Final = sql(
 )
 """An unleased checkpoint in one statement (its own transaction: ``_write_alone_here``);
 no row changed means refused, or the statement did not run: the fenced transaction tells."""
+
+
+@lru_cache(maxsize=16)
+def _keep_writes_unleased(count: int) -> Sql:
+    """``count`` unleased writes kept at a stored (task, idx), in one statement (its own
+    transaction: ``_write_alone_here``) with the fence's test; params: the rows' values,
+    then the thread id. No row changed: refused, all stored already, or not run."""
+    rows = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * count)
+    columns = ", ".join(f"column{k}" for k in range(1, 10))
+    return sql(
+        f"INSERT INTO langgraph_writes ({_WRITE_COLUMNS}) SELECT {columns}, zincir_now() "
+        f"FROM (VALUES {rows}) {_UNLEASED}ON CONFLICT {_WRITE_KEY} DO NOTHING",
+        seals=tuple(7 + 9 * k for k in range(count)),
+    )
+
+
+_ALONE_WRITES: Final = 16  # the most unleased writes put in one statement
+
+
 _WRITE_ORDER: Final = "ORDER BY w.task_path{bytewise}, w.task_id{bytewise}, w.idx"
 _WRITES_READ: Final = "w.task_id, w.idx, w.channel, w.type, w.value, w.task_path"
 _WRITES: Final = sql(
@@ -523,7 +543,14 @@ class LangGraphOps(Rules):
         lease: ThreadLease | None = None,
     ) -> None:
         """:meth:`put_graph_writes_here` of writes given as :func:`write_params`' rows: those
-        kept at a stored (task, idx), then the special channels' that replace."""
+        kept at a stored (task, idx), then the special channels' that replace. Unleased and
+        all kept: one statement in its own transaction, unless it changed no row (then the
+        fenced transaction, which raises LeaseHeld or stores what is missing)."""
+        if lease is None and kept and not replacing and len(kept) <= _ALONE_WRITES:
+            params = [value for row in kept for value in row]
+            params.append(thread_id)
+            if self._write_alone_here(_keep_writes_unleased(len(kept)), params):
+                return
         self._write_tx_here(lambda tx: _put_writes(tx, thread_id, kept, replacing, lease))
 
     def get_graph_checkpoint_here(
