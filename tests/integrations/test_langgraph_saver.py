@@ -350,6 +350,21 @@ def test_writes_without_a_live_lease_are_refused_and_the_lease_is_renewed(db: st
         assert len(list(other.list(cfg("t")))) == 2
 
 
+def test_a_tasks_writes_partly_stored_keep_the_stored_and_add_the_rest(db: str) -> None:
+    with ZincirSaver.from_conn_string(db) as saver:
+        stored = saver.put(cfg("t"), checkpoint(), meta(), {})
+        saver.put_writes(stored, [("a", 1)], "task")
+        saver.put_writes(stored, [("a", 2), ("b", 3)], "task")  # (task, 0) kept, (task, 1) new
+        saver.put_writes(stored, [("a", 4), ("b", 5)], "task")  # both kept: nothing changes
+        saver.put_writes(stored, [("c", 6)] * 20, "other")  # more than one statement's worth
+        found = saver.get_tuple(stored)
+        assert found is not None
+        assert found.pending_writes == [("other", "c", 6)] * 20 + [
+            ("task", "a", 1),
+            ("task", "b", 3),
+        ]
+
+
 async def test_an_expired_lease_is_taken_without_force_and_its_holder_is_fenced(
     db: str,
 ) -> None:
