@@ -149,45 +149,15 @@ class Writer:
     def run_here(self, fn: Callable[[apsw.Connection], T], *, durable: bool = True) -> T:
         """Run ``fn`` in a write transaction on the calling thread (a blocking caller: no
         event loop, no hand-off) and return its result once committed; waits while another
-        thread commits, and out another process's lock within the busy timeout. One job:
-        :meth:`_commit`'s steps without its batch bookkeeping."""
+        thread commits, and out another process's lock within the busy timeout."""
+        job = _Job(fn, None, None, durable)
         with self._conn_lock:
             if self._closed:
                 raise StoreError(f"the store at {self._path} is closed")
-            conn = self._conn
-            if self._full_sync and durable != self._synced_now:
-                self._set_sync(durable)
-            committing = False  # an I/O error at COMMIT leaves the write's fate unknown
-            failed: BaseException | None = None  # ``fn``'s own error
-            try:
-                crash_point("store.before_begin")
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                except apsw.BusyError:
-                    self._begin_waiting()
-                crash_point("store.after_begin")
-                try:
-                    result = fn(conn)
-                except BaseException as error:
-                    failed = self._own(error)
-                    _safe_rollback(conn)
-                if failed is None:
-                    crash_point("store.after_statements")
-                    committing = True
-                    try:
-                        conn.execute("COMMIT")
-                    except apsw.BusyError:
-                        self._commit_waiting()
-                    crash_point("store.after_commit")
-            except ZincirError:
-                _safe_rollback(conn)
-                raise
-            except apsw.Error as error:
-                _safe_rollback(conn)
-                raise (commit_failed if committing else translate)(error, self._path) from None
-        if failed is not None:
-            raise failed
-        self.stats.inline_commits += 1
+            self._commit([job], wait=True, inline=True)
+        if job.error is not None:
+            raise job.error
+        result: T = job.result
         return result
 
     def run_alone(self, statement: str, params: Any, *, durable: bool = True) -> bool | None:
@@ -198,8 +168,7 @@ class Writer:
             if self._closed:
                 raise StoreError(f"the store at {self._path} is closed")
             conn = self._conn
-            if self._full_sync and durable != self._synced_now:
-                self._set_sync(durable)
+            self._set_sync(durable)
             crash_point("store.before_begin")
             try:
                 conn.execute(statement, params)
