@@ -24,6 +24,7 @@ from ...durable import HandlerRegistry, LocalRuntime, RetryPolicy
 from ...runs import AgentContext
 from ...store import TERMINAL_STATUSES, LogEntry, OperationKey, Store
 from ...store._run_rules import terminal_error
+from .._unit import OperationBody
 from ._codec import canonical
 
 __all__ = ["HANDLER", "PROVIDER", "RunScope", "open_run"]
@@ -61,7 +62,7 @@ class RunScope:
     """Call ids the run's log holds a tool intent of (a result may be logged for them)."""
     executed: int = 0
     """Units this process ran (not replayed)."""
-    bodies: dict[str, _Unit] = field(default_factory=dict)
+    bodies: dict[str, OperationBody] = field(default_factory=dict)
     """The units running through the runtime's registered handler, by stable key."""
     runtime: LocalRuntime = field(init=False)
     """Executes the run's units: on this store, each once (the SDK retries on its own)."""
@@ -131,7 +132,7 @@ class RunScope:
             )
             if self.ctx is None:
                 await self._check_recorded(invocation)
-            unit = _Unit(body)
+            unit = OperationBody(body, _retryable)
             record, logged = await self._run(invocation, unit, log)
             outcome = record.outcome
             if unit.ran:
@@ -149,7 +150,10 @@ class RunScope:
             )
 
     async def _run(
-        self, invocation: Invocation, unit: _Unit, log: Callable[[Any], LogEntry | None] | None
+        self,
+        invocation: Invocation,
+        unit: OperationBody,
+        log: Callable[[Any], LogEntry | None] | None,
     ) -> tuple[Record, bool]:
         if log is None or self.ctx is None:
             return await self.runtime.execute(invocation, inline=unit), False
@@ -178,30 +182,6 @@ class RunScope:
                 "under a new run id",
                 run_id=self.run_id,
             )
-
-
-class _Unit:
-    """One unit body: whether it ran here, and what it raised here (re-raised as itself, so
-    the SDK sees the provider's or the tool's own error)."""
-
-    def __init__(self, body: Callable[[], Awaitable[Any]]) -> None:
-        self.body = body
-        self.ran = False
-        self.raised: BaseException | None = None
-
-    async def __call__(self, invocation: Invocation, request: Any) -> Any:
-        self.ran = True
-        try:
-            value = await self.body()
-        except OperationFailed as error:
-            self.raised = error
-            raise
-        except Exception as error:
-            self.raised = error
-            raise OperationFailed(
-                type(error).__name__, _retryable(error), str(error)[:4000]
-            ) from error
-        return {"value": value}
 
 
 def _retryable(error: BaseException) -> bool:

@@ -40,6 +40,7 @@ from ..._errors import OperationFailed, RunTerminal, Suspend
 from ...contract import Failure, Invocation, OperationKind, Record, Success, Suspended
 from ...durable import LocalRuntime
 from ...store import OperationKey, grouped_writes
+from .._unit import OperationBody
 from ._identity import canonical, classify, event_call_id, handler_id, project, step_id
 from ._run import CURRENT_CALL, CURRENT_RUN, ROUND_SHIFT, RunScope
 from ._stream import CURRENT_UNIT
@@ -270,26 +271,14 @@ def _call_position(scope: RunScope, step: str, params: object) -> int | None:
     return scope.call_position(call_id, messages, step_id(scope.agent, "tool.call"))
 
 
-class _Unit:
-    """One attempt-able unit body: whether it ran here, and the exception it raised here
-    (re-raised as itself, so a FallbackModel or the caller sees the provider's error)."""
+class _Unit(OperationBody):
+    """A unit body whose payload may ask to suspend (an approval, a timer): raised as
+    ``Suspend`` instead of recorded as a value."""
 
     def __init__(self, body: Callable[[], Awaitable[object]]) -> None:
-        self.body = body
-        self.ran = False
-        self.raised: BaseException | None = None
+        super().__init__(body, is_retryable)
 
-    async def __call__(self, invocation: Invocation, request: Any) -> Any:
-        self.ran = True
-        try:
-            payload = await self.body()
-        except OperationFailed as error:
-            self.raised = error
-            raise
-        except Exception as error:
-            self.raised = error
-            message = str(error)[:4000]
-            raise OperationFailed(type(error).__name__, is_retryable(error), message) from error
+    def recorded(self, payload: Any) -> Any:
         if isinstance(payload, dict) and payload.get("kind") in SUSPENDS:
             raise Suspend(SUSPENDS[payload["kind"]], payload)
         return {"value": payload}
