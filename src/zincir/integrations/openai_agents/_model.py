@@ -62,9 +62,15 @@ class DurableModel(Model):
     ) -> ModelResponse:
         scope = self.scope
         number = scope.next_model()
-        document = self._document(system_instructions, input, tools, output_schema, handoffs)
-        document["previous_response_id"] = previous_response_id
-        document["conversation_id"] = conversation_id
+        document = self._document(
+            system_instructions,
+            input,
+            tools,
+            output_schema,
+            handoffs,
+            previous_response_id,
+            conversation_id,
+        )
 
         made: list[ModelResponse] = []
 
@@ -112,9 +118,15 @@ class DurableModel(Model):
     ) -> AsyncIterator[TResponseStreamEvent]:
         scope = self.scope
         number = scope.next_model()
-        document = self._document(system_instructions, input, tools, output_schema, handoffs)
-        document["previous_response_id"] = previous_response_id
-        document["conversation_id"] = conversation_id
+        document = self._document(
+            system_instructions,
+            input,
+            tools,
+            output_schema,
+            handoffs,
+            previous_response_id,
+            conversation_id,
+        )
         live: asyncio.Queue[Any] = asyncio.Queue()
 
         async def body() -> Any:
@@ -175,6 +187,8 @@ class DurableModel(Model):
         tools: list[Tool],
         output_schema: AgentOutputSchemaBase | None,
         handoffs: list[Handoff],
+        previous_response_id: str | None,
+        conversation_id: str | None,
     ) -> dict[str, Any]:
         """What must be equal for a recorded call to stand for this one."""
         return {
@@ -186,6 +200,8 @@ class DurableModel(Model):
             "tools": sorted(getattr(tool, "name", type(tool).__name__) for tool in tools),
             "handoffs": sorted(handoff.tool_name for handoff in handoffs),
             "output": None if output_schema is None else output_schema.name(),
+            "previous_response_id": previous_response_id,
+            "conversation_id": conversation_id,
         }
 
     async def _answered(
