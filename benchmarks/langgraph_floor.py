@@ -22,7 +22,6 @@ import sqlite3
 import sys
 import tempfile
 import time
-import uuid
 
 import apsw
 
@@ -59,10 +58,8 @@ def zincir_floor(path: str, n: int, sync: str, graph: str) -> float:
     conn = apsw.Connection(path)
     register_functions(conn)
     conn.execute(f"PRAGMA synchronous={sync.upper()}")
-    from zincir.store.sqlite._log import NOW
-
-    NOW.stamp = "2026-01-01T00:00:00.000000Z"
-    meta = json.dumps({"source": "loop", "step": 1, "parents": {}, "run_id": str(uuid.uuid4())})
+    now = "2026-01-01T00:00:00.000000Z"  # the store's time, bound as the saver binds it
+    meta = json.dumps({"source": "loop", "step": 1, "parents": {}})
     started = time.perf_counter()
     parent = None
     for step in range(n):
@@ -71,12 +68,12 @@ def zincir_floor(path: str, n: int, sync: str, graph: str) -> float:
         if parent is not None:  # the task's writes: one statement in its own transaction
             conn.execute(
                 _keep_writes_unleased(2).sqlite,
-                ("t", "", parent, "task", 0, "messages", "msgpack", b"w" * write_bytes, "")
-                + ("t", "", parent, "task", 1, "branch:to:n", "null", b"", "", "t"),
+                (now, "t", "", parent, "task", 0, "messages", "msgpack", b"w" * write_bytes, "")
+                + ("t", "", parent, "task", 1, "branch:to:n", "null", b"", "", "t", now),
             )
-        conn.execute(  # one statement in its own transaction
+        conn.execute(  # one statement in its own transaction (no run id: as the graphs run)
             _PUT_CHECKPOINT_UNLEASED.sqlite,
-            ("t", "", cid, parent, "run", "msgpack", b"c" * checkpoint_bytes, meta, "t"),
+            ("t", "", cid, parent, None, "msgpack", b"c" * checkpoint_bytes, meta, now, "t", now),
         )
         parent = cid
     elapsed = time.perf_counter() - started

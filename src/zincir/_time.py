@@ -6,12 +6,13 @@ that SQL string comparison orders them like the instants they name.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 from ._errors import InvalidInput
 
-__all__ = ["Clock", "from_db", "system_clock", "to_db"]
+__all__ = ["Clock", "from_db", "system_clock", "system_stamp", "to_db"]
 
 Clock = Callable[[], datetime]
 
@@ -38,6 +39,21 @@ def to_db(moment: datetime) -> str:
         moment.second,
         moment.microsecond,
     )
+
+
+_SECOND: tuple[int, str] = (-1, "")
+"""The last second :func:`system_stamp` formatted, and its text up to the seconds."""
+
+
+def system_stamp() -> str:
+    """``to_db(system_clock())`` at a third of its cost: the date and time to the second are
+    formatted once a second (the blocking LangGraph saver stamps every statement)."""
+    global _SECOND
+    second, nanos = divmod(time.time_ns(), 1_000_000_000)
+    cached = _SECOND
+    if cached[0] != second:
+        cached = _SECOND = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return "%s.%06dZ" % (cached[1], nanos // 1000)  # noqa: UP031
 
 
 def from_db(text: str) -> datetime:

@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import enum
 import pickle
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ from zincir.integrations.langgraph import (  # noqa: E402
     ZincirSerializer,
 )
 from zincir.store import NewGraphCheckpoint  # noqa: E402
+from zincir.testing import FakeClock  # noqa: E402
 
 # -- helpers ----------------------------------------------------------------------------
 
@@ -348,6 +350,35 @@ def test_writes_without_a_live_lease_are_refused_and_the_lease_is_renewed(db: st
         other.put_writes(stored, [("a", 2)], "task")  # kept: the first stays, no error
         assert other.get_tuple(stored).pending_writes == [("task", "a", 1)]  # type: ignore[union-attr]
         assert len(list(other.list(cfg("t")))) == 2
+
+
+async def test_unleased_puts_judge_leases_and_stamp_rows_by_the_store_s_clock(db: str) -> None:
+    """The blocking path binds the store's time into its statements: a lease expired by the
+    store's clock (not the machine's) no longer holds the thread, one live by it does, and
+    rows carry that time. The store's clock runs years behind the machine's here."""
+    clock = FakeClock(datetime(2020, 1, 1, tzinfo=UTC))
+    store = zincir.open_store(db, clock=clock)
+    holder, other = ZincirSaver(store), ZincirSaver(store)
+    try:
+        with holder.fenced("t", ttl=60):
+            with pytest.raises(zincir.LeaseHeld, match="leased by"):
+                other.put(cfg("t"), checkpoint(), meta(), {})
+            clock.advance(61)  # expired by the store's clock
+            stored = other.put(cfg("t"), checkpoint(), meta(), {})
+            other.put_writes(stored, [("a", 1), ("b", 2)], "task")
+        found = other.get_tuple(stored)
+        assert found is not None and found.pending_writes == [("task", "a", 1), ("task", "b", 2)]
+        if not db.startswith("postgresql://"):
+            with sqlite3.connect(db) as conn:
+                stamps = conn.execute(
+                    "SELECT created_at FROM langgraph_checkpoints UNION ALL "
+                    "SELECT created_at FROM langgraph_writes"
+                ).fetchall()
+            assert stamps == [("2020-01-01T00:01:01.000000Z",)] * 3
+    finally:
+        holder.close()
+        other.close()
+        await store.close()
 
 
 def test_a_tasks_writes_partly_stored_keep_the_stored_and_add_the_rest(db: str) -> None:

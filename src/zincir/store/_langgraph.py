@@ -109,34 +109,38 @@ _REPLACE_WRITE: Final = sql(
     seals=(7,),
 )
 # SQLite's blocking path (``*_here``): without a lease the fence's test rides in the
-# checkpoint's upsert itself. PostgreSQL keeps the read, which locks the lease row.
+# checkpoint's upsert itself. PostgreSQL keeps the read, which locks the lease row. The
+# store's time is a bound parameter (``_stamp_here``), not ``zincir_now()``: a Python SQL
+# function would take the GIL back in the middle of the statement, from LangGraph's threads.
 _UNLEASED: Final = (
     "WHERE NOT EXISTS (SELECT 1 FROM langgraph_thread_leases WHERE thread_id = ? "
-    "AND owner IS NOT NULL AND expires_at > zincir_now()) "
+    "AND owner IS NOT NULL AND expires_at > ?) "
 )
 _PUT_CHECKPOINT_UNLEASED: Final = sql(
     f"INSERT INTO langgraph_checkpoints ({_CHECKPOINT_COLUMNS}) "
-    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, zincir_now() {_UNLEASED}"
+    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? {_UNLEASED}"
     "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
     "parent_checkpoint_id = excluded.parent_checkpoint_id, run_id = excluded.run_id, "
     "type = excluded.type, checkpoint = excluded.checkpoint, metadata = excluded.metadata",
     seals=(6, 7),
 )
 """An unleased checkpoint in one statement (its own transaction: ``_write_alone_here``);
-no row changed means refused, or the statement did not run: the fenced transaction tells."""
+params: :func:`checkpoint_params`, the time, the thread id, the time. No row changed means
+refused, or the statement did not run: the fenced transaction tells."""
 
 
 @lru_cache(maxsize=16)
 def _keep_writes_unleased(count: int) -> Sql:
     """``count`` unleased writes kept at a stored (task, idx), in one statement (its own
-    transaction: ``_write_alone_here``) with the fence's test; params: the rows' values,
-    then the thread id. No row changed: refused, all stored already, or not run."""
+    transaction: ``_write_alone_here``) with the fence's test; params: the time, the rows'
+    values, the thread id, the time. No row changed: refused, all stored already, or not
+    run."""
     rows = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * count)
     columns = ", ".join(f"column{k}" for k in range(1, 10))
     return sql(
-        f"INSERT INTO langgraph_writes ({_WRITE_COLUMNS}) SELECT {columns}, zincir_now() "
+        f"INSERT INTO langgraph_writes ({_WRITE_COLUMNS}) SELECT {columns}, ? "
         f"FROM (VALUES {rows}) {_UNLEASED}ON CONFLICT {_WRITE_KEY} DO NOTHING",
-        seals=tuple(7 + 9 * k for k in range(count)),
+        seals=tuple(8 + 9 * k for k in range(count)),
     )
 
 
@@ -517,8 +521,10 @@ class LangGraphOps(Rules):
         :func:`checkpoint_params`: unleased, one statement in its own transaction, unless
         refused or not run at once (then the fenced transaction, which raises LeaseHeld or
         stores it)."""
-        if lease is None and self._write_alone_here(_PUT_CHECKPOINT_UNLEASED, (*params, params[0])):
-            return
+        if lease is None:
+            now = self._stamp_here()
+            if self._write_alone_here(_PUT_CHECKPOINT_UNLEASED, (*params, now, params[0], now)):
+                return
         self._write_tx_here(lambda tx: _put_checkpoint(tx, params, lease))
 
     def put_graph_writes_here(
@@ -547,8 +553,11 @@ class LangGraphOps(Rules):
         all kept: one statement in its own transaction, unless it changed no row (then the
         fenced transaction, which raises LeaseHeld or stores what is missing)."""
         if lease is None and kept and not replacing and len(kept) <= _ALONE_WRITES:
-            params = [value for row in kept for value in row]
-            params.append(thread_id)
+            now = self._stamp_here()
+            params = [now]
+            for row in kept:
+                params += row
+            params += (thread_id, now)
             if self._write_alone_here(_keep_writes_unleased(len(kept)), params):
                 return
         self._write_tx_here(lambda tx: _put_writes(tx, thread_id, kept, replacing, lease))

@@ -384,6 +384,11 @@ class Rules:
         once (the database busy), so the caller runs :meth:`_write_tx_here` instead."""
         raise NotImplementedError
 
+    def _stamp_here(self) -> str:
+        """The store's time as stored, for the parameters of :meth:`_write_alone_here`'s
+        statement (which takes it bound, not from ``zincir_now()``)."""
+        raise NotImplementedError
+
     def _read_tx_here(self, fn: Callable[[Tx], T]) -> T:
         """:meth:`_read_tx` for a blocking caller, on its own thread (a point read)."""
         raise NotImplementedError

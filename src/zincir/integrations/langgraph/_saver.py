@@ -57,7 +57,7 @@ from ...store import (
 )
 from ...store._langgraph import LangGraphOps
 from ._bridge import Blocking, InFlight, LeaseKeeper
-from ._serde import ZincirSerializer, is_pickle
+from ._serde import ZincirSerializer, is_pickle, json_bytes
 
 __all__ = ["AsyncZincirSaver", "ZincirSaver"]
 
@@ -193,6 +193,11 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         self._leases: dict[str, tuple[ThreadLease, LeaseKeeper]] = {}
         self._checked: dict[tuple[str, str], None] = {}  # (thread id, namespace) seen valid
         self._checked_ids: dict[str, None] = {}  # ids of checkpoints this saver put
+        store_here = self.store
+        self._store_here = (
+            store_here if isinstance(store_here, LangGraphOps) and store_here.blocking_tx else None
+        )
+        self._plain_json = type(self.serde) is ZincirSerializer  # the default: JSON first
 
     def _address(self, config: object, *, need_id: bool = False) -> Address:
         """:func:`_address`, remembering the (thread id, namespace) pairs already checked."""
@@ -220,6 +225,10 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
     def _dump(self, value: Any, thread: str, label: str, name: object) -> tuple[str, bytes]:
         """``value`` serialized; errors name it as ``thread {thread!r}: {label} {name}``
         (built only on an error)."""
+        if self._plain_json and value is not None:
+            data = json_bytes(value)  # what ZincirSerializer.dumps_typed stores as "json"
+            if data is not None:
+                return "json", data
         try:
             type_tag, data = self.serde.dumps_typed(value)
         except NotJsonSerializable as error:
@@ -522,12 +531,10 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
     def _here(self) -> LangGraphOps | None:
         """The store, when it runs the saver's transactions on the calling thread (SQLite);
         None: go through the store's async API (``_bridge``)."""
-        store = self.store
-        if isinstance(store, LangGraphOps) and store.blocking_tx:
-            if self._blocking.closed:
-                raise StoreError(f"the {type(self).__name__} is closed")
-            return store
-        return None
+        store = self._store_here
+        if store is not None and self._blocking.closed:
+            raise StoreError(f"the {type(self).__name__} is closed")
+        return store
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Blocking :meth:`aget_tuple`."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import apsw
 
 from ..._json import encode_checked
-from ..._time import from_db, to_db
+from ..._time import from_db, system_clock, system_stamp, to_db
 from .._records import Lease, NewEvent
 from .._sql import Params, Rules, Sql, Tx, opened_row, opened_rows, sealed_params
 from ._base import SQLiteBase
@@ -130,8 +130,11 @@ class SqliteRules(Rules, SQLiteBase):
         sealer = self.sealer
         if statement.seals and sealer is not None:
             params = sealed_params(sealer, statement, params)
-        NOW.stamp = to_db(self.clock())  # zincir_now() of the statement's transaction
         return self._writer.run_alone(statement.sqlite, params, durable=durable)
+
+    def _stamp_here(self) -> str:
+        clock = self.clock
+        return system_stamp() if clock is system_clock else to_db(clock())
 
     def _read_tx_here(self, fn: Callable[[Tx], T]) -> T:
         sealer = self.sealer
