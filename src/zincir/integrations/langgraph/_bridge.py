@@ -110,18 +110,22 @@ class Blocking:
 
 
 class _Op:
-    """One operation in flight; its future exists once someone waits for it."""
+    """One operation in flight. A blocking waiter waits on its ``gate`` (a lock held until
+    the operation ends: one wake, no condition variable), an async one on its ``future``;
+    each exists once someone waits that way."""
 
-    __slots__ = ("future",)
+    __slots__ = ("error", "future", "gate")
 
     def __init__(self) -> None:
         self.future: Future[None] | None = None
+        self.gate: threading.Lock | None = None
+        self.error: BaseException | None = None
 
 
 class InFlight:
-    """Operations a saver has begun and not finished, by key; a waiter gets a future per
-    operation that settles when it ends (with its error, if it failed). An operation
-    nobody waits for costs no future."""
+    """Operations a saver has begun and not finished, by key; a waiter waits for each
+    operation running under a key to end, and gets its error if it failed. An operation
+    nobody waits for costs no gate and no future."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -147,7 +151,10 @@ class InFlight:
                     running.remove(op)
                 if not running:
                     del self._running[key]
-            future = op.future
+            op.error = error
+            gate, future = op.gate, op.future
+        if gate is not None:
+            gate.release()
         if future is None:
             return
         if error is None:
@@ -155,28 +162,36 @@ class InFlight:
         else:
             future.set_exception(error)
 
-    def _futures(self, key: tuple[str, ...]) -> list[Future[None]]:
-        with self._lock:
-            running = self._running.get(key)
-            if not running:
-                return []
-            futures = []
-            for op in running:
-                if op.future is None:
-                    op.future = Future()
-                futures.append(op.future)
-            return futures
-
     def wait_here(self, key: tuple[str, ...]) -> None:
         """Blocking :meth:`wait`."""
         if not self._running:  # nothing in flight: no lock to take
             return
-        for future in self._futures(key):
-            future.result()
+        with self._lock:
+            ops = self._running.get(key)
+            if not ops:
+                return
+            ops = list(ops)
+            for op in ops:
+                if op.gate is None:
+                    op.gate = threading.Lock()
+                    op.gate.acquire()
+        for op in ops:
+            gate = op.gate
+            assert gate is not None
+            gate.acquire()
+            gate.release()  # open for the next waiter
+            if op.error is not None:
+                raise op.error
 
     async def wait(self, key: tuple[str, ...]) -> None:
         """Wait for the operations running under ``key``; raise the first one's error."""
-        for future in self._futures(key):
+        with self._lock:
+            futures = []
+            for op in self._running.get(key, ()):
+                if op.future is None:
+                    op.future = Future()
+                futures.append(op.future)
+        for future in futures:
             await asyncio.wrap_future(future)
 
 
