@@ -581,9 +581,11 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         key, parent_id, parent_writes = self._put_keys(config, checkpoint)
         running = self._in_flight.begin(key)
         try:
-            params = self._checkpoint_params(config, checkpoint, metadata, key, parent_id)
+            # Wait before serializing: serializing meanwhile would hold the GIL that the
+            # writes' thread needs back from SQLite, and delay the writes it waits for.
             if parent_writes is not None:
                 self._in_flight.wait_here(parent_writes)
+            params = self._checkpoint_params(config, checkpoint, metadata, key, parent_id)
             store.put_graph_checkpoint_params_here(params, lease=self._lease(key[1]))
         except BaseException as error:
             self._in_flight.end(key, running, error)
