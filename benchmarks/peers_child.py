@@ -3,6 +3,8 @@
     .venv-peers/bin/python benchmarks/peers_child.py SYSTEM DB_PATH N
     SYSTEM: dbos | dbos_pg | langgraph | langgraph_graph | pydantic_ai_dbos
             | [a]sqlitesaver_{ring|messages}_{full|normal} (a: AsyncSqliteSaver)
+            | [a]zincirsaver_{ring|messages}_{full|normal} (zincir's venv: ZincirSaver)
+            | inmemorysaver_{ring|messages}_full (InMemorySaver)
 
 DBOS runs on a SQLite file switched to WAL before DBOS opens it (DBOS leaves the rollback
 journal otherwise), or with ``dbos_pg`` on the PostgreSQL database whose URL is DB_PATH.
@@ -305,6 +307,57 @@ def sqlitesaver_us(
         return us, stored_bytes(conn, SQLITESAVER_COLUMNS)
 
 
+ZINCIR_SAVER_COLUMNS = {
+    "langgraph_checkpoints": (
+        "thread_id",
+        "checkpoint_ns",
+        "checkpoint_id",
+        "parent_checkpoint_id",
+        "run_id",
+        "type",
+        "checkpoint",
+        "metadata",
+        "created_at",
+    ),
+    "langgraph_writes": (
+        "thread_id",
+        "checkpoint_ns",
+        "checkpoint_id",
+        "task_id",
+        "idx",
+        "channel",
+        "type",
+        "value",
+        "task_path",
+        "created_at",
+    ),
+}
+"""The columns ZincirSaver stores (SQLITESAVER_COLUMNS: SqliteSaver's)."""
+
+
+def zincirsaver_us(
+    path: str, n: int, graph: str, synchronous: str, asynchronous: bool = False
+) -> tuple[float, int]:
+    """µs per super-step on ZincirSaver (``asynchronous``: AsyncZincirSaver) at
+    ``synchronous``, and the bytes it stored; run by benchmarks/run.py with zincir's venv."""
+    from zincir.integrations.langgraph import AsyncZincirSaver, ZincirSaver
+
+    sync = "normal" if synchronous == "normal" else "full"
+    if asynchronous:
+        import asyncio
+
+        async def measure() -> float:
+            async with AsyncZincirSaver.from_conn_string(path, synchronous=sync) as saver:
+                return await agraph_us(saver, graph, n)
+
+        us = asyncio.run(measure())
+    else:
+        with ZincirSaver.from_conn_string(path, synchronous=sync) as saver:
+            us = graph_us(saver, graph, n)
+    with sqlite3.connect(path) as conn:
+        return us, stored_bytes(conn, ZINCIR_SAVER_COLUMNS)
+
+
 def langgraph_graph_us(path: str, n: int) -> float:
     return sqlitesaver_us(path, n, "ring", "full")[0]
 
@@ -388,9 +441,16 @@ def pydantic_ai_dbos_us(path: str, n: int) -> float:
 
 def main() -> None:
     system, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    if "sqlitesaver_" in system:  # [a]sqlitesaver_{ring|messages}_{full|normal}
+    if "saver_" in system:  # [a]{sqlite|zincir|inmemory}saver_{ring|messages}_{full|normal}
         kind, graph, synchronous = system.split("_")
-        us, stored = sqlitesaver_us(path, n, graph, synchronous, kind == "asqlitesaver")
+        if kind == "inmemorysaver":
+            from langgraph.checkpoint.memory import InMemorySaver
+
+            us, stored = graph_us(InMemorySaver(), graph, n), 0
+        elif kind.endswith("zincirsaver"):
+            us, stored = zincirsaver_us(path, n, graph, synchronous, kind == "azincirsaver")
+        else:
+            us, stored = sqlitesaver_us(path, n, graph, synchronous, kind == "asqlitesaver")
         print(json.dumps({"system": system, "n": n, "us_per_step": us, "bytes": stored}))
         return
     measure = {

@@ -73,7 +73,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import apsw
 
@@ -628,64 +628,17 @@ def pydantic_ai_rounds(
     return figures, {name: value for name, value in medians.items() if name not in figures}
 
 
-ZINCIR_SAVER_COLUMNS = {
-    "langgraph_checkpoints": (
-        "thread_id",
-        "checkpoint_ns",
-        "checkpoint_id",
-        "parent_checkpoint_id",
-        "run_id",
-        "type",
-        "checkpoint",
-        "metadata",
-        "created_at",
-    ),
-    "langgraph_writes": (
-        "thread_id",
-        "checkpoint_ns",
-        "checkpoint_id",
-        "task_id",
-        "idx",
-        "channel",
-        "type",
-        "value",
-        "task_path",
-        "created_at",
-    ),
-}
-"""The columns ZincirSaver stores (peers_child.SQLITESAVER_COLUMNS: SqliteSaver's)."""
-
-
 def langgraph_graph_us(
     path: str, n: int, saver: str = "full", graph: str = "ring", asynchronous: bool = False
 ) -> tuple[float, int]:
     """µs per super-step of ``graph`` (``peers_child.graph_us``) on ``ZincirSaver``
     (``asynchronous``: ``AsyncZincirSaver``) at ``synchronous`` ``saver`` ("full" or
-    "normal"), or on LangGraph's ``InMemorySaver`` ("memory"), by the same code as the peer;
-    and the bytes the saver stored."""
-    import sqlite3
-
-    from peers_child import agraph_us, graph_us, stored_bytes
-
-    if saver == "memory":
-        from langgraph.checkpoint.memory import InMemorySaver
-
-        return graph_us(InMemorySaver(), graph, n), 0
-    from zincir.integrations.langgraph import AsyncZincirSaver, ZincirSaver
-
-    sync: Literal["full", "normal"] = "normal" if saver == "normal" else "full"
-    if asynchronous:
-
-        async def measure() -> float:
-            async with AsyncZincirSaver.from_conn_string(path, synchronous=sync) as saver:
-                return await agraph_us(saver, graph, n)
-
-        us = asyncio.run(measure())
-    else:
-        with ZincirSaver.from_conn_string(path, synchronous=sync) as checkpointer:
-            us = graph_us(checkpointer, graph, n)
-    with sqlite3.connect(path) as conn:
-        return us, stored_bytes(conn, ZINCIR_SAVER_COLUMNS)
+    "normal"), or on LangGraph's ``InMemorySaver`` ("memory"), and the bytes the saver
+    stored: measured by ``peers_child`` in a fresh process of this interpreter, as the peer's
+    savers are in theirs (not in this one, which has run every other section)."""
+    kind = "inmemorysaver" if saver == "memory" else f"{'a' if asynchronous else ''}zincirsaver"
+    system = f"{kind}_{graph}_{'full' if saver == 'memory' else saver}"
+    return peer_run(sys.executable, system, path or str(Path(tempfile.mkdtemp()) / "m.db"), n)
 
 
 LANGGRAPH_CASES = [
