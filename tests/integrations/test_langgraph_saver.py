@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import json
 import pickle
 import sqlite3
 import threading
@@ -283,6 +284,32 @@ def test_no_serializer_may_bring_pickle_in(db: str) -> None:
         with pytest.raises(zincir.NotJsonSerializable, match="produced a pickle"):
             saver.put(cfg("x"), checkpoint(bad=Opaque()), meta(), {})
         assert saver.get_tuple(cfg("x")) is None
+
+
+class TaggingSerializer:
+    """A serializer of the user's own (not a ZincirSerializer): JSON under its own tag."""
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        return "tagged", json.dumps(obj).encode()
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        assert data[0] == "tagged"
+        return json.loads(data[1])
+
+
+async def test_a_serializer_set_on_an_open_saver_serializes_every_value(
+    saver: ZincirSaver,
+) -> None:
+    """The default's plain-JSON shortcut applies to the default only, and is decided at each
+    call: a serializer assigned later (an encrypting one, say) sees every value."""
+    saver.serde = TaggingSerializer()  # type: ignore[assignment]
+    stored = saver.put(cfg("tag"), checkpoint(x=1), meta(), {})
+    saver.put_writes(stored, [("ch", {"y": 2})], "task")
+    row = await saver.store.get_graph_checkpoint("tag", "")
+    assert row is not None and row.type == "tagged"
+    assert [write.type for write in row.writes] == ["tagged"]
+    found = saver.get_tuple(stored)
+    assert found is not None and found.pending_writes == [("task", "ch", {"y": 2})]
 
 
 def test_the_serializer_reads_back_exactly_what_it_wrote() -> None:

@@ -197,7 +197,6 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         self._store_here = (
             store_here if isinstance(store_here, LangGraphOps) and store_here.blocking_tx else None
         )
-        self._plain_json = type(self.serde) is ZincirSerializer  # the default: JSON first
 
     def _address(self, config: object, *, need_id: bool = False) -> Address:
         """:func:`_address`, remembering the (thread id, namespace) pairs already checked."""
@@ -225,8 +224,8 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
     def _dump(self, value: Any, thread: str, label: str, name: object) -> tuple[str, bytes]:
         """``value`` serialized; errors name it as ``thread {thread!r}: {label} {name}``
         (built only on an error)."""
-        if self._plain_json and value is not None:
-            data = json_bytes(value)  # what ZincirSerializer.dumps_typed stores as "json"
+        if type(self.serde) is ZincirSerializer and value is not None:  # the default
+            data = json_bytes(value)  # what its dumps_typed stores as "json"
             if data is not None:
                 return "json", data
         try:
