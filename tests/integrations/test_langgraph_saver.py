@@ -302,7 +302,7 @@ async def test_a_serializer_set_on_an_open_saver_serializes_every_value(
 ) -> None:
     """The default's plain-JSON shortcut applies to the default only, and is decided at each
     call: a serializer assigned later (an encrypting one, say) sees every value."""
-    saver.serde = TaggingSerializer()  # type: ignore[assignment]
+    saver.serde = TaggingSerializer()
     stored = saver.put(cfg("tag"), checkpoint(x=1), meta(), {})
     saver.put_writes(stored, [("ch", {"y": 2})], "task")
     row = await saver.store.get_graph_checkpoint("tag", "")
