@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
+
 import pytest
 
 import zincir._time as zincir_time
@@ -29,7 +32,10 @@ def test_the_cached_second_is_formatted_again_when_the_second_changes(
             59_000,  # 1970: a clock set back
         ]
     )
-    monkeypatch.setattr(zincir_time.time, "time_ns", lambda: next(readings))
+    clock = SimpleNamespace(
+        time_ns=lambda: next(readings), strftime=time.strftime, gmtime=time.gmtime
+    )
+    monkeypatch.setattr(zincir_time, "time", clock)  # this module's clock only
     assert [system_stamp() for _ in range(4)] == [
         "2026-12-04T23:59:59.999999Z",
         "2026-12-05T00:00:00.000000Z",
