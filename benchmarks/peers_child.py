@@ -252,6 +252,18 @@ def stored_bytes(conn: Any, tables: dict[str, tuple[str, ...]]) -> int:
     return int(total)
 
 
+WRITE_COLUMNS = (
+    "thread_id",
+    "checkpoint_ns",
+    "checkpoint_id",
+    "task_id",
+    "idx",
+    "channel",
+    "type",
+    "value",
+    "task_path",
+)
+"""A write's columns, the same in both savers' tables."""
 SQLITESAVER_COLUMNS = {
     "checkpoints": (
         "thread_id",
@@ -262,17 +274,7 @@ SQLITESAVER_COLUMNS = {
         "checkpoint",
         "metadata",
     ),
-    "writes": (
-        "thread_id",
-        "checkpoint_ns",
-        "checkpoint_id",
-        "task_id",
-        "idx",
-        "channel",
-        "type",
-        "value",
-        "task_path",
-    ),
+    "writes": WRITE_COLUMNS,
 }
 
 
@@ -309,28 +311,12 @@ def sqlitesaver_us(
 
 ZINCIR_SAVER_COLUMNS = {
     "langgraph_checkpoints": (
-        "thread_id",
-        "checkpoint_ns",
-        "checkpoint_id",
-        "parent_checkpoint_id",
+        *SQLITESAVER_COLUMNS["checkpoints"][:4],
         "run_id",
-        "type",
-        "checkpoint",
-        "metadata",
+        *SQLITESAVER_COLUMNS["checkpoints"][4:],
         "created_at",
     ),
-    "langgraph_writes": (
-        "thread_id",
-        "checkpoint_ns",
-        "checkpoint_id",
-        "task_id",
-        "idx",
-        "channel",
-        "type",
-        "value",
-        "task_path",
-        "created_at",
-    ),
+    "langgraph_writes": (*WRITE_COLUMNS, "created_at"),
 }
 """The columns ZincirSaver stores (SQLITESAVER_COLUMNS: SqliteSaver's)."""
 
