@@ -491,7 +491,13 @@ class LangGraphOps(Rules):
         self, checkpoint: NewGraphCheckpoint, *, lease: ThreadLease | None = None
     ) -> None:
         """Store (or replace) a checkpoint, fenced by the thread's lease."""
-        params = checkpoint_params(checkpoint)
+        await self.put_graph_checkpoint_params(checkpoint_params(checkpoint), lease=lease)
+
+    async def put_graph_checkpoint_params(
+        self, params: tuple[Any, ...], *, lease: ThreadLease | None = None
+    ) -> None:
+        """:meth:`put_graph_checkpoint` of a checkpoint given as its
+        :func:`checkpoint_params` (what a saver builds)."""
         await self._write_tx(lambda tx: _put_checkpoint(tx, params, lease))
 
     async def put_graph_writes(
@@ -508,17 +514,11 @@ class LangGraphOps(Rules):
         kept, replacing = _split(write_params(thread_id, checkpoint_ns, checkpoint_id, writes))
         await self._write_tx(lambda tx: _put_writes(tx, thread_id, kept, replacing, lease))
 
-    def put_graph_checkpoint_here(
-        self, checkpoint: NewGraphCheckpoint, *, lease: ThreadLease | None = None
-    ) -> None:
-        """Blocking :meth:`put_graph_checkpoint` on the calling thread (``blocking_tx``)."""
-        self.put_graph_checkpoint_params_here(checkpoint_params(checkpoint), lease=lease)
-
     def put_graph_checkpoint_params_here(
         self, params: tuple[Any, ...], *, lease: ThreadLease | None = None
     ) -> None:
-        """:meth:`put_graph_checkpoint_here` of a checkpoint given as its
-        :func:`checkpoint_params`: unleased, one statement in its own transaction, unless
+        """Blocking :meth:`put_graph_checkpoint_params` on the calling thread
+        (``blocking_tx``): unleased, one statement in its own transaction, unless
         refused or not run at once (then the fenced transaction, which raises LeaseHeld or
         stores it)."""
         if lease is None:
@@ -526,19 +526,6 @@ class LangGraphOps(Rules):
             if self._write_alone_here(_PUT_CHECKPOINT_UNLEASED, (*params, now, params[0], now)):
                 return
         self._write_tx_here(lambda tx: _put_checkpoint(tx, params, lease))
-
-    def put_graph_writes_here(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        writes: Sequence[GraphWrite],
-        *,
-        lease: ThreadLease | None = None,
-    ) -> None:
-        """Blocking :meth:`put_graph_writes` on the calling thread (``blocking_tx``)."""
-        kept, replacing = _split(write_params(thread_id, checkpoint_ns, checkpoint_id, writes))
-        self.put_graph_write_rows_here(thread_id, kept, replacing, lease=lease)
 
     def put_graph_write_rows_here(
         self,
@@ -548,7 +535,8 @@ class LangGraphOps(Rules):
         *,
         lease: ThreadLease | None = None,
     ) -> None:
-        """:meth:`put_graph_writes_here` of writes given as :func:`write_params`' rows: those
+        """Blocking :meth:`put_graph_writes` on the calling thread (``blocking_tx``), of
+        writes given as :func:`write_params`' rows: those
         kept at a stored (task, idx), then the special channels' that replace. Unleased and
         all kept: one statement in its own transaction, unless it changed no row (then the
         fenced transaction, which raises LeaseHeld or stores what is missing)."""

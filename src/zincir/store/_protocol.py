@@ -335,6 +335,9 @@ class Store(Protocol):
     async def put_graph_checkpoint(
         self, checkpoint: NewGraphCheckpoint, *, lease: ThreadLease | None = None
     ) -> None: ...
+    async def put_graph_checkpoint_params(
+        self, params: tuple[Any, ...], *, lease: ThreadLease | None = None
+    ) -> None: ...
     async def put_graph_writes(
         self,
         thread_id: str,

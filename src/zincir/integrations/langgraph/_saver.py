@@ -48,7 +48,6 @@ from ...store import (
     GraphCheckpointQuery,
     GraphCheckpointRow,
     GraphWrite,
-    NewGraphCheckpoint,
     Store,
     ThreadLease,
     as_store,
@@ -394,20 +393,6 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
             run_id = None
         return (thread, ns, checkpoint_id, parent_id, run_id, type_tag, blob, _metadata_json(meta))
 
-    def _checkpoint_item(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        key: tuple[str, ...],
-        parent_id: str | None,
-    ) -> NewGraphCheckpoint:
-        """:meth:`_checkpoint_params` as a record."""
-        thread, ns, checkpoint_id, parent, run_id, type_tag, blob, meta = self._checkpoint_params(
-            config, checkpoint, metadata, key, parent_id
-        )
-        return NewGraphCheckpoint(thread, ns, checkpoint_id, parent, type_tag, blob, meta, run_id)
-
     @staticmethod
     def _stored_config(config: RunnableConfig, key: tuple[str, ...]) -> RunnableConfig:
         return {
@@ -429,10 +414,10 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         key, parent_id, parent_writes = self._put_keys(config, checkpoint)
         running = self._in_flight.begin(key)
         try:
-            item = self._checkpoint_item(config, checkpoint, metadata, key, parent_id)
+            params = self._checkpoint_params(config, checkpoint, metadata, key, parent_id)
             if parent_writes is not None:
                 await self._in_flight.wait(parent_writes)
-            await self.store.put_graph_checkpoint(item, lease=self._lease(item.thread_id))
+            await self.store.put_graph_checkpoint_params(params, lease=self._lease(key[1]))
         except BaseException as error:
             self._in_flight.end(key, running, error)
             raise
