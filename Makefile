@@ -72,7 +72,7 @@ bench: $(DEV) .venv-peers/.installed
 # Instructions per step and per agent turn under valgrind's callgrind (about 5 minutes): the
 # figure to judge a change to zincir's own code by, where wall-clock figures drift.
 .PHONY: bench-instructions
-bench-instructions: $(DEV)
+bench-instructions: $(DEV) .venv-peers/.installed
 	@command -v valgrind >/dev/null || { echo "valgrind is needed: apt-get install valgrind"; exit 1; }
 	$(BIN)/python benchmarks/instructions.py
 

@@ -19,7 +19,11 @@ agent (a model request and three tool calls) on a LocalRuntime and without ``dur
 ``pydantic_ai_turn`` and ``pydantic_ai_plain_turn`` the same turn on pydantic-ai with
 ``ZincirDurability`` and without any durability (pydantic_ai_bench.py); ``sealed_step`` and
 ``sealed_turn`` the step and the durable turn on a store sealing its payloads
-(``encryption=``, AES-256-GCM). ``--workloads`` counts only those named.
+(``encryption=``, AES-256-GCM); at NORMAL, one super-step of LangGraph's benchmark graphs
+(peers_child.py: ``ring`` of small nodes, ``chat`` of 100 messages, ``durability="sync"``)
+on ``ZincirSaver``, on ``SqliteSaver`` (run by the peers' venv, ``make bench-peers``'s
+``.venv-peers``) and on ``InMemorySaver`` (LangGraph's own cost: a saver's is the
+difference). ``--workloads`` counts only those named.
 """
 
 from __future__ import annotations
@@ -55,8 +59,28 @@ SIZES = {
     "pydantic_ai_plain_turn": (2, 8),
     "sealed_step": (200, 1200),
     "sealed_turn": (2, 12),
+    **{
+        f"{saver}_{graph}": (100, 600)
+        for graph in ("ring", "chat")
+        for saver in ("zincirsaver", "sqlitesaver", "inmemorysaver")
+    },
 }
-"""The small and large count of each workload (turns are counted in runs of five)."""
+"""The small and large count of each workload (turns are counted in runs of five; the
+savers' super-steps in threads of 100 on the chat)."""
+PEERS_PYTHON = HERE.parent / ".venv-peers" / "bin" / "python"
+"""The interpreter with LangGraph's ``SqliteSaver`` (``make bench-peers`` installs it)."""
+
+
+def _saver_command(workload: str, count: int) -> list[str]:
+    """The command that runs ``count`` super-steps of a saver workload (``peers_child``)."""
+    saver, graph = workload.rsplit("_", 1)
+    system = f"{saver}_{'messages' if graph == 'chat' else graph}_"
+    system += "full" if saver == "inmemorysaver" else "normal"
+    python = str(PEERS_PYTHON) if saver == "sqlitesaver" else sys.executable
+    path = os.path.join(tempfile.mkdtemp(prefix="zincir-instructions-"), "graph.db")
+    return [python, str(HERE / "peers_child.py"), system, path, str(count)]
+
+
 TURNS = 5
 
 
@@ -148,17 +172,12 @@ async def _operations(path: str, count: int) -> None:
 
 def collected(workload: str, count: int) -> int:
     """Instructions callgrind counted for ``count`` units of ``workload``."""
+    if "saver_" in workload:
+        command = _saver_command(workload, count)
+    else:
+        command = [sys.executable, __file__, "--child", workload, str(count)]
     result = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--callgrind-out-file=/dev/null",
-            sys.executable,
-            __file__,
-            "--child",
-            workload,
-            str(count),
-        ],
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
         capture_output=True,
         text=True,
         check=True,
@@ -195,16 +214,20 @@ def main() -> None:
     unknown = sorted(set(args.workloads) - set(SIZES))
     if unknown:
         parser.error(f"unknown workloads {unknown}; choose among {', '.join(SIZES)}")
+    if not PEERS_PYTHON.exists() and any(w.startswith("sqlitesaver") for w in args.workloads):
+        sys.exit(
+            f"{PEERS_PYTHON} is missing (SqliteSaver's venv): `make bench-instructions` installs it"
+        )
     with ThreadPoolExecutor(args.jobs) as pool:
         figures = {name: per_unit(name, pool) for name in SIZES if name in args.workloads}
-    print(f"{'instructions per unit':<32} {'value':>12}")
+    print(f"{'instructions per unit':<40} {'value':>12}")
     for name, value in figures.items():
-        unit = "turn" if name.endswith("turn") else "step"
-        print(f"{name + ' per ' + unit:<32} {value:>12,.0f}")
+        unit = "turn" if name.endswith("turn") else "super-step" if "saver_" in name else "step"
+        print(f"{name + ' per ' + unit:<40} {value:>12,.0f}")
     print()
     ratios = _ratios(figures)
     for name, value in ratios.items():
-        print(f"{name:<32} {value:>12.2f}")
+        print(f"{name:<40} {value:>12.2f}")
 
 
 def _ratios(figures: dict[str, float]) -> dict[str, float]:
@@ -230,7 +253,29 @@ def _ratios(figures: dict[str, float]) -> dict[str, float]:
         "sealed_step_over_step": (("sealed_step", "step"), lambda: f["sealed_step"] / f["step"]),
         "sealed_turn_over_turn": (("sealed_turn", "turn"), lambda: f["sealed_turn"] / f["turn"]),
     }
+    for graph in ("ring", "chat"):
+        ours, theirs, lg = (
+            f"{saver}_{graph}" for saver in ("zincirsaver", "sqlitesaver", "inmemorysaver")
+        )
+        wanted[f"zincirsaver_over_sqlitesaver_{graph}"] = ((ours, theirs), _over(f, ours, theirs))
+        # The savers' own cost: a super-step's instructions less LangGraph's (InMemorySaver).
+        wanted[f"zincirsaver_own_over_sqlitesaver_own_{graph}"] = (
+            (ours, theirs, lg),
+            _over(f, ours, theirs, less=lg),
+        )
     return {name: ratio() for name, (needs, ratio) in wanted.items() if all(n in f for n in needs)}
+
+
+def _over(
+    figures: dict[str, float], top: str, bottom: str, less: str | None = None
+) -> Callable[[], float]:
+    """The ratio of two figures, each less ``less``'s, computed when called."""
+
+    def ratio() -> float:
+        base = 0.0 if less is None else figures[less]
+        return (figures[top] - base) / (figures[bottom] - base)
+
+    return ratio
 
 
 if __name__ == "__main__":
