@@ -23,7 +23,9 @@ agent (a model request and three tool calls) on a LocalRuntime and without ``dur
 (peers_child.py: ``ring`` of small nodes, ``chat`` of 100 messages, ``durability="sync"``)
 on ``ZincirSaver``, on ``SqliteSaver`` (run by the peers' venv, ``make bench-peers``'s
 ``.venv-peers``) and on ``InMemorySaver`` (LangGraph's own cost: a saver's is the
-difference). ``--workloads`` counts only those named.
+difference), and the ring through ``ainvoke`` on ``AsyncZincirSaver`` and
+``AsyncSqliteSaver`` (``azincirsaver_ring``, ``asqlitesaver_ring``). ``--workloads`` counts
+only those named.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ SIZES = {
         for graph in ("ring", "chat")
         for saver in ("zincirsaver", "sqlitesaver", "inmemorysaver")
     },
+    "azincirsaver_ring": (100, 600),
+    "asqlitesaver_ring": (100, 600),
 }
 """The small and large count of each workload (turns are counted in runs of five; the
 savers' super-steps in threads of 100 on the chat)."""
@@ -76,7 +80,7 @@ def _saver_command(workload: str, count: int) -> list[str]:
     saver, graph = workload.rsplit("_", 1)
     system = f"{saver}_{'messages' if graph == 'chat' else graph}_"
     system += "full" if saver == "inmemorysaver" else "normal"
-    python = str(PEERS_PYTHON) if saver == "sqlitesaver" else sys.executable
+    python = str(PEERS_PYTHON) if saver.endswith("sqlitesaver") else sys.executable
     path = os.path.join(tempfile.mkdtemp(prefix="zincir-instructions-"), "graph.db")
     return [python, str(HERE / "peers_child.py"), system, path, str(count)]
 
@@ -214,7 +218,7 @@ def main() -> None:
     unknown = sorted(set(args.workloads) - set(SIZES))
     if unknown:
         parser.error(f"unknown workloads {unknown}; choose among {', '.join(SIZES)}")
-    if not PEERS_PYTHON.exists() and any(w.startswith("sqlitesaver") for w in args.workloads):
+    if not PEERS_PYTHON.exists() and any("sqlitesaver" in w for w in args.workloads):
         sys.exit(
             f"{PEERS_PYTHON} is missing (SqliteSaver's venv): `make bench-instructions` installs it"
         )
@@ -263,6 +267,10 @@ def _ratios(figures: dict[str, float]) -> dict[str, float]:
             (ours, theirs, lg),
             _over(f, ours, theirs, less=lg),
         )
+    wanted["azincirsaver_over_asqlitesaver_ring"] = (
+        ("azincirsaver_ring", "asqlitesaver_ring"),
+        _over(f, "azincirsaver_ring", "asqlitesaver_ring"),
+    )
     return {name: ratio() for name, (needs, ratio) in wanted.items() if all(n in f for n in needs)}
 
 
