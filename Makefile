@@ -69,8 +69,9 @@ bench: $(DEV) .venv-peers/.installed
 	$(BIN)/python benchmarks/run.py --temporal --json benchmarks/results.json
 	$(BIN)/python benchmarks/docs_table.py benchmarks/results.json
 
-# Instructions per step and per agent turn under valgrind's callgrind (about 5 minutes): the
-# figure to judge a change to zincir's own code by, where wall-clock figures drift.
+# Instructions per step, agent turn and LangGraph super-step under valgrind's callgrind
+# (about 10 minutes): the figure to judge a change to zincir's own code by, where
+# wall-clock figures drift.
 .PHONY: bench-instructions
 bench-instructions: $(DEV) .venv-peers/.installed
 	@command -v valgrind >/dev/null || { echo "valgrind is needed: apt-get install valgrind"; exit 1; }

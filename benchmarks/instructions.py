@@ -71,6 +71,7 @@ SIZES = {
 }
 """The small and large count of each workload (turns are counted in runs of five; the
 savers' super-steps in threads of 100 on the chat)."""
+TURNS = 5
 PEERS_PYTHON = HERE.parent / ".venv-peers" / "bin" / "python"
 """The interpreter with LangGraph's ``SqliteSaver`` (``make bench-peers`` installs it)."""
 
@@ -83,9 +84,6 @@ def _saver_command(workload: str, count: int) -> list[str]:
     python = str(PEERS_PYTHON) if saver.endswith("sqlitesaver") else sys.executable
     path = os.path.join(tempfile.mkdtemp(prefix="zincir-instructions-"), "graph.db")
     return [python, str(HERE / "peers_child.py"), system, path, str(count)]
-
-
-TURNS = 5
 
 
 def child(workload: str, count: int) -> None:
