@@ -252,7 +252,9 @@ async def test_plain_values_are_stored_as_json_and_the_rest_as_msgpack(
 def test_a_value_only_pickle_could_hold_is_refused_and_nothing_is_stored(
     saver: ZincirSaver,
 ) -> None:
-    with pytest.raises(zincir.NotJsonSerializable, match=r"channel 'bad'.*never pickles"):
+    with pytest.raises(
+        zincir.NotJsonSerializable, match=r"channel 'bad'.*a value of type Opaque.*never pickles"
+    ):
         saver.put(cfg("p"), checkpoint(ok=1, bad=Opaque()), meta(), {})
     assert saver.get_tuple(cfg("p")) is None
 

@@ -116,9 +116,9 @@ class ZincirSerializer(JsonPlusSerializer):
             type_tag, data = super().dumps_typed(obj)
         except (TypeError, ValueError, RecursionError) as error:
             raise NotJsonSerializable(
-                f"cannot serialize a {type(obj).__name__} without pickle ({error}); zincir "
-                "never pickles: store JSON data, a dataclass or a pydantic model, or a "
-                "reference to the object"
+                f"cannot serialize a value of type {type(obj).__name__} without pickle "
+                f"({error}); zincir never pickles: store JSON data, a dataclass or a pydantic "
+                "model, or a reference to the object"
             ) from None
         if is_pickle(type_tag):  # pragma: no cover - pickle_fallback is forced off
             raise NotJsonSerializable(f"refusing to store a pickled {type(obj).__name__}")
