@@ -77,10 +77,15 @@ class Blocking:
             helper = self._helper
         return helper.submit(self._run_here, coro).result()
 
+    def check_open(self) -> None:
+        """Raise StoreError once the saver is closed."""
+        if self.closed:
+            raise StoreError(f"the {self._name} is closed")
+
     def _check(self, coro: Coroutine[Any, Any, Any]) -> None:
         if self.closed:
             coro.close()
-            raise StoreError(f"the {self._name} is closed")
+        self.check_open()
 
     def _run_here(self, coro: Coroutine[Any, Any, T]) -> T:
         """On the helper thread: run ``coro`` on that thread's own loop."""
@@ -185,6 +190,8 @@ class InFlight:
 
     async def wait(self, key: tuple[str, ...]) -> None:
         """Wait for the operations running under ``key``; raise the first one's error."""
+        if not self._running:  # nothing in flight: no lock to take
+            return
         with self._lock:
             futures = []
             for op in self._running.get(key, ()):

@@ -41,7 +41,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..._encryption import Encryption
-from ..._errors import InvalidInput, NotJsonSerializable, RecordFormatError, StoreError
+from ..._errors import InvalidInput, NotJsonSerializable, RecordFormatError
 from ..._json import dumps
 from ..._validate import check_id, check_lease_ttl, name_problem, shown, utf8
 from ...store import (
@@ -56,7 +56,7 @@ from ...store import (
 )
 from ...store._langgraph import LangGraphOps
 from ._bridge import Blocking, InFlight, LeaseKeeper
-from ._serde import ZincirSerializer, is_pickle, json_bytes
+from ._serde import ZincirSerializer, is_pickle
 
 __all__ = ["AsyncZincirSaver", "ZincirSaver"]
 
@@ -192,10 +192,8 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         self._leases: dict[str, tuple[ThreadLease, LeaseKeeper]] = {}
         self._checked: dict[tuple[str, str], None] = {}  # (thread id, namespace) seen valid
         self._checked_ids: dict[str, None] = {}  # ids of checkpoints this saver put
-        store_here = self.store
-        self._store_here = (
-            store_here if isinstance(store_here, LangGraphOps) and store_here.blocking_tx else None
-        )
+        store = self.store
+        self._store_here = store if isinstance(store, LangGraphOps) and store.blocking_tx else None
 
     def _address(self, config: object, *, need_id: bool = False) -> Address:
         """:func:`_address`, remembering the (thread id, namespace) pairs already checked."""
@@ -223,10 +221,6 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
     def _dump(self, value: Any, thread: str, label: str, name: object) -> tuple[str, bytes]:
         """``value`` serialized; errors name it as ``thread {thread!r}: {label} {name}``
         (built only on an error)."""
-        if type(self.serde) is ZincirSerializer and value is not None:  # the default
-            data = json_bytes(value)  # what its dumps_typed stores as "json"
-            if data is not None:
-                return "json", data
         try:
             type_tag, data = self.serde.dumps_typed(value)
         except NotJsonSerializable as error:
@@ -516,8 +510,8 @@ class _ZincirSaverBase(BaseCheckpointSaver[int]):
         """The store, when it runs the saver's transactions on the calling thread (SQLite);
         None: go through the store's async API (``_bridge``)."""
         store = self._store_here
-        if store is not None and self._blocking.closed:
-            raise StoreError(f"the {type(self).__name__} is closed")
+        if store is not None:
+            self._blocking.check_open()
         return store
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

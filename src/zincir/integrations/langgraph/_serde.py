@@ -19,7 +19,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ..._errors import InvalidInput, NotJsonSerializable, RecordFormatError
 
-__all__ = ["ZincirSerializer", "is_pickle", "json_bytes"]
+__all__ = ["ZincirSerializer", "is_pickle"]
 
 
 _SCALARS = frozenset({str, int, bool, type(None)})
@@ -69,7 +69,7 @@ def _exactly_json(value: Any) -> bool:
     return kind in _SCALARS
 
 
-def json_bytes(value: Any) -> bytes | None:
+def _json_bytes(value: Any) -> bytes | None:
     """``value`` as UTF-8 JSON if JSON holds it exactly, else None."""
     try:
         if not _exactly_json(value):
@@ -109,7 +109,7 @@ class ZincirSerializer(JsonPlusSerializer):
         """(type tag, bytes): ``json`` for plain JSON, else LangGraph's msgpack."""
         if obj is None or isinstance(obj, bytes | bytearray):
             return super().dumps_typed(obj)
-        text = json_bytes(obj)
+        text = _json_bytes(obj)
         if text is not None:
             return "json", text
         try:
