@@ -78,9 +78,15 @@ PEERS_PYTHON = HERE.parent / ".venv-peers" / "bin" / "python"
 
 def _saver_command(workload: str, count: int) -> list[str]:
     """The command that runs ``count`` super-steps of a saver workload (``peers_child``)."""
+    from peers_child import saver_system
+
     saver, graph = workload.rsplit("_", 1)
-    system = f"{saver}_{'messages' if graph == 'chat' else graph}_"
-    system += "full" if saver == "inmemorysaver" else "normal"
+    asynchronous = saver in ("azincirsaver", "asqlitesaver")
+    system = saver_system(
+        saver.removeprefix("a") if asynchronous else saver,
+        "messages" if graph == "chat" else graph,
+        asynchronous=asynchronous,
+    )
     python = str(PEERS_PYTHON) if saver.endswith("sqlitesaver") else sys.executable
     path = os.path.join(tempfile.mkdtemp(prefix="zincir-instructions-"), "graph.db")
     return [python, str(HERE / "peers_child.py"), system, path, str(count)]

@@ -425,6 +425,15 @@ def pydantic_ai_dbos_us(path: str, n: int) -> float:
         DBOS.destroy(destroy_registry=True)
 
 
+def saver_system(
+    saver: str, graph: str, synchronous: str = "normal", asynchronous: bool = False
+) -> str:
+    """The SYSTEM naming a saver's run, as :func:`main` reads it: ``saver`` is zincirsaver,
+    sqlitesaver or inmemorysaver (which has no ``synchronous``), ``graph`` ring or messages."""
+    sync = "full" if saver == "inmemorysaver" else synchronous
+    return f"{'a' if asynchronous else ''}{saver}_{graph}_{sync}"
+
+
 def main() -> None:
     system, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     if "saver_" in system:  # [a]{sqlite|zincir|inmemory}saver_{ring|messages}_{full|normal}

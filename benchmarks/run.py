@@ -636,8 +636,12 @@ def langgraph_graph_us(
     "normal"), or on LangGraph's ``InMemorySaver`` ("memory"), and the bytes the saver
     stored: measured by ``peers_child`` in a fresh process of this interpreter, as the peer's
     savers are in theirs (not in this one, which has run every other section)."""
-    kind = "inmemorysaver" if saver == "memory" else f"{'a' if asynchronous else ''}zincirsaver"
-    system = f"{kind}_{graph}_{'full' if saver == 'memory' else saver}"
+    from peers_child import saver_system
+
+    if saver == "memory":
+        system = saver_system("inmemorysaver", graph)
+    else:
+        system = saver_system("zincirsaver", graph, saver, asynchronous)
     return peer_run(sys.executable, system, path or str(Path(tempfile.mkdtemp()) / "m.db"), n)
 
 
@@ -676,6 +680,8 @@ def langgraph_graph_steps_per_s(
             f"skipped, LangGraph is not importable here, pip install -e '.[dev]' ({error})"
         )
         return {}, {}
+    from peers_child import saver_system
+
     samples: dict[str, list[float]] = {}
     over: dict[str, list[float]] = {}
 
@@ -688,7 +694,7 @@ def langgraph_graph_steps_per_s(
             ours, our_bytes = langgraph_graph_us(
                 bench.db(f"lg-zincir-{case}"), n, sync, graph, asynchronous
             )
-            system = f"{'a' if asynchronous else ''}sqlitesaver_{graph}_{sync}"
+            system = saver_system("sqlitesaver", graph, sync, asynchronous)
             theirs, their_bytes = peer_run(python, system, bench.db(f"lg-{system}"), n)
             suffix = "_normal" if sync == "normal" else ""
             kind = case.removesuffix("_normal")  # graph, graph_async, messages, ...
